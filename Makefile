@@ -1,0 +1,36 @@
+# Two commands do all the set-up on a fresh clone:
+#   make serve   - serving venv (no torch) + the service on 127.0.0.1:8000 with the shipped de-en model
+#   make test    - dev venv (torch CPU, onnx, test tools) + system test tools + ruff + pytest
+PYTHON ?= python3
+DEV_VENV ?= .venv
+SERVE_VENV ?= .venv-serve
+HOST ?= 127.0.0.1
+PORT ?= 8000
+
+.PHONY: serve test lint dev-env serve-env
+
+$(DEV_VENV)/.installed: pyproject.toml
+	$(PYTHON) -m venv $(DEV_VENV)
+	$(DEV_VENV)/bin/python -m pip install -q --upgrade pip
+	$(DEV_VENV)/bin/python -m pip install -q -e ".[train,dev]"
+	touch $@
+
+$(SERVE_VENV)/.installed: pyproject.toml
+	$(PYTHON) -m venv $(SERVE_VENV)
+	$(SERVE_VENV)/bin/python -m pip install -q --upgrade pip
+	$(SERVE_VENV)/bin/python -m pip install -q -e .
+	touch $@
+
+dev-env: $(DEV_VENV)/.installed
+serve-env: $(SERVE_VENV)/.installed
+
+serve: $(SERVE_VENV)/.installed
+	MT_HOST=$(HOST) MT_PORT=$(PORT) $(SERVE_VENV)/bin/python -m service
+
+lint: $(DEV_VENV)/.installed
+	$(DEV_VENV)/bin/python -m ruff check .
+
+test: $(DEV_VENV)/.installed
+	bash scripts/install-test-tools.sh
+	$(DEV_VENV)/bin/python -m ruff check .
+	$(DEV_VENV)/bin/python -m pytest

@@ -1,0 +1,58 @@
+"""Checkpoints: training state (torch, loaded with weights_only=True) and released weights (safetensors)."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import torch
+from safetensors.torch import load_file, load_model, save_model
+
+from model.config import ModelConfig
+from model.transformer import Transformer
+
+WEIGHTS_FILE = "model.safetensors"
+CONFIG_FILE = "config.json"
+TOKENIZER_FILE = "tokenizer.model"
+
+
+def save_training_state(path: Path, state: dict[str, Any]) -> None:
+    tmp = path.with_suffix(".tmp")
+    torch.save(state, tmp)
+    tmp.replace(path)  # atomic: a crash never leaves half a checkpoint
+
+
+def load_training_state(path: Path) -> dict[str, Any]:
+    return torch.load(path, map_location="cpu", weights_only=True)
+
+
+def save_release(directory: Path, model: Transformer, extra: dict[str, Any] | None = None) -> None:
+    """A model directory the export step reads: weights, config (+ how it was made), tokenizer beside."""
+    directory.mkdir(parents=True, exist_ok=True)
+    save_model(model, str(directory / WEIGHTS_FILE))
+    meta = {"model": model.cfg.to_dict(), **(extra or {})}
+    (directory / CONFIG_FILE).write_text(json.dumps(meta, indent=2, ensure_ascii=False) + "\n")
+
+
+def load_release(directory: str | Path) -> tuple[Transformer, dict[str, Any]]:
+    directory = Path(directory)
+    meta = json.loads((directory / CONFIG_FILE).read_text())
+    model = Transformer(ModelConfig.from_dict(meta["model"]))
+    load_model(model, str(directory / WEIGHTS_FILE))
+    model.eval()
+    return model, meta
+
+
+def average_state_dicts(paths: list[Path]) -> dict[str, torch.Tensor]:
+    """Element-wise mean of the model weights in several training checkpoints."""
+    total: dict[str, torch.Tensor] = {}
+    for path in paths:
+        weights = load_training_state(path)["model"]
+        for name, value in weights.items():
+            total[name] = total.get(name, 0) + value.double()
+    return {name: (value / len(paths)).float() for name, value in total.items()}
+
+
+def load_weights_file(path: Path) -> dict[str, torch.Tensor]:
+    return load_file(str(path))

@@ -1,0 +1,111 @@
+"""Command line: ``python -m model.cli train | evaluate | translate``."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+
+import torch
+
+from model.checkpoint import TOKENIZER_FILE, load_release
+from model.config import RunConfig
+from model.data import read_parallel
+from model.evaluate import evaluate, translate
+from model.tokenizer import Tokenizer
+
+
+def cmd_train(args: argparse.Namespace) -> int:
+    from model.train import Trainer
+
+    run = RunConfig.load(args.config)
+    if args.epochs is not None:
+        run.train.epochs = args.epochs
+    if args.max_steps is not None:
+        run.train.max_steps = args.max_steps
+    trainer = Trainer(run, args.data, args.out, progress=not args.no_progress)
+    if trainer.rank == 0:
+        print(
+            f"model: {trainer.model.num_parameters():,} parameters; {len(trainer.train_examples):,} training pairs; "
+            f"{trainer.total_steps():,} steps; resuming at step {trainer.step}",
+            file=sys.stderr,
+        )
+    trainer.train()
+    summary = trainer.finalize()
+    if trainer.rank == 0:
+        print(json.dumps(summary, indent=2))
+    return 0
+
+
+def cmd_evaluate(args: argparse.Namespace) -> int:
+    torch.set_num_threads(args.threads) if args.threads else None
+    model, meta = load_release(args.model)
+    tokenizer = Tokenizer(Path(args.model) / TOKENIZER_FILE)
+    run = meta.get("run", {})
+    src_lang, tgt_lang = run.get("source_lang", "de"), run.get("target_lang", "en")
+    sources, references = read_parallel(args.data, args.split, src_lang, tgt_lang)
+    results = {}
+    for beam in args.beam:
+        result, hyps = evaluate(model, tokenizer, sources, references, beam, args.length_penalty, progress=True)
+        results[f"beam{beam}"] = result
+        print(
+            f"{args.split} beam={beam}: BLEU {result['bleu']} (lowercased {result['bleu_lowercase']})  {result['signature']}",
+            file=sys.stderr,
+        )
+        if args.hypotheses:
+            Path(f"{args.hypotheses}.beam{beam}").write_text("\n".join(hyps) + "\n")
+    out = {"split": args.split, "data": str(args.data), "results": results}
+    text = json.dumps(out, indent=2)
+    if args.output:
+        Path(args.output).write_text(text + "\n")
+    print(text)
+    return 0
+
+
+def cmd_translate(args: argparse.Namespace) -> int:
+    model, _ = load_release(args.model)
+    tokenizer = Tokenizer(Path(args.model) / TOKENIZER_FILE)
+    texts = args.text or [line.rstrip("\n") for line in sys.stdin]
+    for line in translate(model, tokenizer, texts, args.beam, args.length_penalty):
+        print(line)
+    return 0
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m model.cli", description=__doc__)
+    sub = parser.add_subparsers(dest="command", required=True)
+
+    p = sub.add_parser("train", help="train (or resume) a model; under torchrun it runs DDP")
+    p.add_argument("--config", required=True, help="run config JSON, e.g. configs/multi30k_de_en.json")
+    p.add_argument("--data", required=True, help="corpus folder with <prefix>.<lang> files")
+    p.add_argument("--out", required=True, help="run folder (checkpoints, log, curve, release/)")
+    p.add_argument("--epochs", type=int, help="override the config's epochs")
+    p.add_argument("--max-steps", type=int, help="override the config's max_steps")
+    p.add_argument("--no-progress", action="store_true")
+    p.set_defaults(func=cmd_train)
+
+    p = sub.add_parser("evaluate", help="sacreBLEU of a released model on a split")
+    p.add_argument("--model", required=True, help="model folder (model.safetensors, config.json, tokenizer.model)")
+    p.add_argument("--data", required=True)
+    p.add_argument("--split", default="test_2016_flickr")
+    p.add_argument("--beam", type=int, nargs="+", default=[1, 4])
+    p.add_argument("--length-penalty", type=float, default=0.6)
+    p.add_argument("--output", help="write the JSON here too")
+    p.add_argument("--hypotheses", help="write translations to <this>.beamN")
+    p.add_argument("--threads", type=int, default=0)
+    p.set_defaults(func=cmd_evaluate)
+
+    p = sub.add_parser("translate", help="translate text arguments or stdin lines")
+    p.add_argument("--model", required=True)
+    p.add_argument("--beam", type=int, default=4)
+    p.add_argument("--length-penalty", type=float, default=0.6)
+    p.add_argument("text", nargs="*")
+    p.set_defaults(func=cmd_translate)
+
+    args = parser.parse_args(argv)
+    return args.func(args)
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

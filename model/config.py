@@ -1,0 +1,126 @@
+"""Configuration dataclasses: one per concern, saved with every checkpoint and bundle."""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+POSITIONAL_ENCODINGS = ("sinusoidal", "learned", "relative")
+NORM_PLACEMENTS = ("post", "pre")
+ACTIVATIONS = ("relu", "gelu", "swiglu", "geglu")
+
+
+@dataclass
+class ModelConfig:
+    """Shape of the encoder-decoder Transformer (Vaswani et al. 2017 defaults, scaled down)."""
+
+    vocab_size: int = 8000
+    d_model: int = 256
+    n_heads: int = 4
+    n_encoder_layers: int = 3
+    n_decoder_layers: int = 3
+    d_ff: int = 1024
+    dropout: float = 0.1
+    attention_dropout: float = 0.0
+    max_positions: int = 256
+    positional_encoding: str = "sinusoidal"  # sinusoidal | learned | relative
+    relative_max_distance: int = 16  # k of Shaw et al. 2018 (clip distance)
+    norm_placement: str = "post"  # post (original) | pre (with final LayerNorm)
+    activation: str = "relu"  # relu | gelu | swiglu | geglu
+    tie_embeddings: bool = True  # shared source/target/output embedding over a joint vocabulary
+    pad_id: int = 0
+    bos_id: int = 1
+    eos_id: int = 2
+    unk_id: int = 3
+
+    def __post_init__(self) -> None:
+        if self.d_model % self.n_heads:
+            raise ValueError(f"d_model {self.d_model} is not divisible by n_heads {self.n_heads}")
+        for name, value, allowed in (
+            ("positional_encoding", self.positional_encoding, POSITIONAL_ENCODINGS),
+            ("norm_placement", self.norm_placement, NORM_PLACEMENTS),
+            ("activation", self.activation, ACTIVATIONS),
+        ):
+            if value not in allowed:
+                raise ValueError(f"{name} must be one of {allowed}, got {value!r}")
+
+    @property
+    def d_head(self) -> int:
+        return self.d_model // self.n_heads
+
+    def to_dict(self) -> dict[str, Any]:
+        return dataclasses.asdict(self)
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> ModelConfig:
+        known = {f.name for f in dataclasses.fields(cls)}
+        unknown = set(data) - known
+        if unknown:
+            raise ValueError(f"unknown model config keys: {sorted(unknown)}")
+        return cls(**data)
+
+
+@dataclass
+class TrainConfig:
+    """Optimisation and bookkeeping settings of one training run."""
+
+    max_tokens: int = 2500  # token budget of one batch (source or target, whichever is longer)
+    max_length: int = 100  # sentences longer than this (in subwords) are dropped from training
+    label_smoothing: float = 0.1
+    lr_factor: float = 1.0  # multiplies the Noam rate
+    warmup_steps: int = 1000
+    adam_betas: tuple[float, float] = (0.9, 0.98)
+    adam_eps: float = 1e-9
+    clip_norm: float = 1.0
+    epochs: int = 20
+    max_steps: int = 0  # 0 = no step limit
+    eval_every: int = 500  # steps between validation runs
+    keep_checkpoints: int = 5  # last N kept for averaging
+    bleu_beam_size: int = 1  # beam used for validation BLEU (greedy is fast)
+    bleu_max_sentences: int = 0  # 0 = the whole validation set
+    seed: int = 1234
+    threads: int = 0  # torch intra-op threads; 0 = leave torch's default
+
+
+@dataclass
+class TokenizerConfig:
+    vocab_size: int = 8000
+    model_type: str = "bpe"
+    character_coverage: float = 1.0
+
+
+@dataclass
+class RunConfig:
+    """Everything a config file holds: data files, tokenizer, model and training settings."""
+
+    name: str = "run"
+    source_lang: str = "de"
+    target_lang: str = "en"
+    train_prefix: str = "train"
+    valid_prefix: str = "val"
+    test_prefix: str = "test_2016_flickr"
+    tokenizer: TokenizerConfig = field(default_factory=TokenizerConfig)
+    model: ModelConfig = field(default_factory=ModelConfig)
+    train: TrainConfig = field(default_factory=TrainConfig)
+
+    @classmethod
+    def load(cls, path: str | Path) -> RunConfig:
+        data = json.loads(Path(path).read_text())
+        return cls(
+            **{k: v for k, v in data.items() if k not in ("tokenizer", "model", "train")},
+            tokenizer=TokenizerConfig(**data.get("tokenizer", {})),
+            model=ModelConfig.from_dict(data.get("model", {})),
+            train=_train_config(data.get("train", {})),
+        )
+
+    def to_dict(self) -> dict[str, Any]:
+        return dataclasses.asdict(self)
+
+
+def _train_config(data: dict[str, Any]) -> TrainConfig:
+    if "adam_betas" in data:
+        data = {**data, "adam_betas": tuple(data["adam_betas"])}
+    return TrainConfig(**data)

@@ -1,0 +1,91 @@
+"""Parallel corpus reading, length filtering and token-budget batches from length buckets."""
+
+from __future__ import annotations
+
+import random
+from dataclasses import dataclass
+from pathlib import Path
+
+import torch
+from torch import Tensor
+
+from model.tokenizer import BOS_ID, EOS_ID, PAD_ID, Tokenizer
+
+
+def read_parallel(data_dir: str | Path, prefix: str, src_lang: str, tgt_lang: str) -> tuple[list[str], list[str]]:
+    """Line N of ``prefix.src_lang`` is the translation of line N of ``prefix.tgt_lang``."""
+    data_dir = Path(data_dir)
+    src_path, tgt_path = data_dir / f"{prefix}.{src_lang}", data_dir / f"{prefix}.{tgt_lang}"
+    for path in (src_path, tgt_path):
+        if not path.is_file():
+            raise FileNotFoundError(f"corpus file not found: {path}")
+    src = src_path.read_text(encoding="utf-8").splitlines()
+    tgt = tgt_path.read_text(encoding="utf-8").splitlines()
+    if len(src) != len(tgt):
+        raise ValueError(f"{src_path} has {len(src)} lines but {tgt_path} has {len(tgt)}")
+    return src, tgt
+
+
+@dataclass
+class Example:
+    src: list[int]  # source ids + eos
+    tgt: list[int]  # bos + target ids + eos
+
+
+def encode_pairs(tokenizer: Tokenizer, src: list[str], tgt: list[str], max_length: int | None = None) -> list[Example]:
+    """Tokenize pairs; drop empty ones and (when max_length is set) those longer than max_length subwords."""
+    examples = []
+    for s, t in zip(tokenizer.encode_batch(src), tokenizer.encode_batch(tgt), strict=True):
+        if not s or not t:
+            continue
+        if max_length is not None and (len(s) > max_length or len(t) > max_length):
+            continue
+        examples.append(Example(s + [EOS_ID], [BOS_ID] + t + [EOS_ID]))
+    return examples
+
+
+def pad(sequences: list[list[int]]) -> Tensor:
+    width = max(len(s) for s in sequences)
+    return torch.tensor([s + [PAD_ID] * (width - len(s)) for s in sequences], dtype=torch.long)
+
+
+@dataclass
+class Batch:
+    src: Tensor  # (batch, src)
+    tgt_in: Tensor  # (batch, tgt) bos + tokens
+    tgt_out: Tensor  # (batch, tgt) tokens + eos
+    n_tokens: int  # non-pad target tokens
+
+    @classmethod
+    def from_examples(cls, examples: list[Example]) -> Batch:
+        tgt = pad([e.tgt for e in examples])
+        tgt_out = tgt[:, 1:]
+        return cls(pad([e.src for e in examples]), tgt[:, :-1], tgt_out, int((tgt_out != PAD_ID).sum()))
+
+
+def make_batches(examples: list[Example], max_tokens: int, seed: int | None = None) -> list[list[int]]:
+    """Index lists of examples of similar length, each batch at most ``max_tokens`` padded tokens.
+
+    Examples are sorted by length (shuffled first within equal lengths when ``seed`` is given) so that
+    batches need little padding; the batch order is then shuffled with the same seed.
+    """
+    order = list(range(len(examples)))
+    rng = random.Random(seed)
+    if seed is not None:
+        rng.shuffle(order)
+    order.sort(key=lambda i: (len(examples[i].src), len(examples[i].tgt)))
+    batches: list[list[int]] = []
+    current: list[int] = []
+    width = 0
+    for i in order:
+        w = max(width, len(examples[i].src), len(examples[i].tgt))
+        if current and w * (len(current) + 1) > max_tokens:
+            batches.append(current)
+            current, w = [], max(len(examples[i].src), len(examples[i].tgt))
+        current.append(i)
+        width = w
+    if current:
+        batches.append(current)
+    if seed is not None:
+        rng.shuffle(batches)
+    return batches

@@ -1,0 +1,73 @@
+"""Translation of a test set and sacreBLEU (cased, detokenized, 13a) with its signature, plus lowercased BLEU."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import sacrebleu
+import torch
+from tqdm import tqdm
+
+from model.data import pad
+from model.decoding import beam_search, greedy_search
+from model.tokenizer import EOS_ID, Tokenizer
+from model.transformer import Transformer
+
+
+def translate(
+    model: Transformer,
+    tokenizer: Tokenizer,
+    texts: Sequence[str],
+    beam_size: int = 1,
+    alpha: float = 0.6,
+    batch_size: int = 64,
+    max_length: int | None = None,
+    progress: bool = False,
+) -> list[str]:
+    """Translate in batches of similar length; output order follows the input."""
+    model.eval()
+    ids = [t[: model.cfg.max_positions - 1] + [EOS_ID] for t in tokenizer.encode_batch(texts)]
+    order = sorted(range(len(ids)), key=lambda i: len(ids[i]))
+    results: list[str] = [""] * len(ids)
+    starts = range(0, len(order), batch_size)
+    for start in tqdm(starts, desc="translate", disable=not progress, unit="batch"):
+        chunk = order[start : start + batch_size]
+        src = pad([ids[i] for i in chunk])
+        if beam_size == 1:
+            hyps = greedy_search(model, src, max_length)
+        else:
+            hyps = [nb[0] for nb in beam_search(model, src, beam_size, max_length, alpha)]
+        for i, hyp in zip(chunk, hyps, strict=True):
+            results[i] = tokenizer.decode(hyp.tokens)
+    return results
+
+
+def bleu(hypotheses: Sequence[str], references: Sequence[str]) -> dict[str, object]:
+    cased = sacrebleu.BLEU()
+    lower = sacrebleu.BLEU(lowercase=True)
+    score = cased.corpus_score(list(hypotheses), [list(references)])
+    score_lc = lower.corpus_score(list(hypotheses), [list(references)])
+    return {
+        "bleu": round(score.score, 2),
+        "bleu_lowercase": round(score_lc.score, 2),
+        "signature": str(cased.get_signature()),
+        "signature_lowercase": str(lower.get_signature()),
+        "detail": str(score),
+        "n_sentences": len(hypotheses),
+    }
+
+
+def evaluate(
+    model: Transformer,
+    tokenizer: Tokenizer,
+    sources: Sequence[str],
+    references: Sequence[str],
+    beam_size: int = 1,
+    alpha: float = 0.6,
+    progress: bool = False,
+) -> tuple[dict[str, object], list[str]]:
+    with torch.inference_mode():
+        hyps = translate(model, tokenizer, sources, beam_size, alpha, progress=progress)
+    result = bleu(hyps, references)
+    result.update(beam_size=beam_size, length_penalty=alpha if beam_size > 1 else None)
+    return result, hyps

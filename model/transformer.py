@@ -1,0 +1,121 @@
+"""The encoder-decoder Transformer: ``encode``, ``cross_kv``, incremental ``decode`` and teacher-forced ``forward``."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+from torch import Tensor, nn
+
+from model.attention import KVPair
+from model.config import ModelConfig
+from model.layers import DecoderLayer, EncoderLayer
+from model.positional import LearnedPositions, SinusoidalPositions, embedding_scale
+
+
+@dataclass
+class EncoderOutput:
+    memory: Tensor  # (batch, src, d_model)
+    src_mask: Tensor  # (batch, src) bool, True on real tokens
+    attention: list[Tensor]  # per layer (batch, heads, src, src)
+
+
+@dataclass
+class DecoderOutput:
+    logits: Tensor  # (batch, tgt, vocab)
+    cache: list[KVPair]  # per layer (batch, heads, past+tgt, d_head) keys and values
+    self_attention: list[Tensor]  # per layer (batch, heads, tgt, past+tgt)
+    cross_attention: list[Tensor]  # per layer (batch, heads, tgt, src)
+
+
+def causal_mask(n_queries: int, n_past: int | Tensor) -> Tensor:
+    """(tgt, past+tgt) bool: query i (absolute position past+i) sees keys 0..past+i, never the future."""
+    keys = torch.arange(n_queries + n_past)
+    queries = torch.arange(n_queries) + n_past
+    return keys.unsqueeze(0) <= queries.unsqueeze(1)
+
+
+class Transformer(nn.Module):
+    def __init__(self, cfg: ModelConfig) -> None:
+        super().__init__()
+        self.cfg = cfg
+        self.src_embed = nn.Embedding(cfg.vocab_size, cfg.d_model, padding_idx=cfg.pad_id)
+        self.tgt_embed = (
+            self.src_embed if cfg.tie_embeddings else nn.Embedding(cfg.vocab_size, cfg.d_model, padding_idx=cfg.pad_id)
+        )
+        if cfg.positional_encoding == "sinusoidal":
+            self.positions: nn.Module | None = SinusoidalPositions(cfg.max_positions, cfg.d_model)
+        elif cfg.positional_encoding == "learned":
+            self.positions = LearnedPositions(cfg.max_positions, cfg.d_model)
+        else:  # relative: positions enter inside self-attention only
+            self.positions = None
+        self.embed_dropout = nn.Dropout(cfg.dropout)
+        self.encoder_layers = nn.ModuleList(EncoderLayer(cfg) for _ in range(cfg.n_encoder_layers))
+        self.decoder_layers = nn.ModuleList(DecoderLayer(cfg) for _ in range(cfg.n_decoder_layers))
+        pre = cfg.norm_placement == "pre"
+        self.encoder_norm = nn.LayerNorm(cfg.d_model) if pre else nn.Identity()
+        self.decoder_norm = nn.LayerNorm(cfg.d_model) if pre else nn.Identity()
+        self.output = nn.Linear(cfg.d_model, cfg.vocab_size, bias=False)
+        self._init_weights()
+        if cfg.tie_embeddings:
+            self.output.weight = self.tgt_embed.weight
+
+    def _init_weights(self) -> None:
+        for name, p in self.named_parameters():
+            if p.dim() > 1 and "positions" not in name and "relative" not in name:
+                nn.init.xavier_uniform_(p)
+        for emb in {self.src_embed, self.tgt_embed}:
+            nn.init.normal_(emb.weight, std=self.cfg.d_model**-0.5)
+            with torch.no_grad():
+                emb.weight[self.cfg.pad_id].zero_()
+
+    def _embed(self, tokens: Tensor, embedding: nn.Embedding, start: int | Tensor = 0) -> Tensor:
+        x = embedding(tokens) * embedding_scale(self.cfg.d_model)  # (batch, len, d_model)
+        if self.positions is not None:
+            x = x + self.positions(torch.arange(tokens.size(1)) + start)
+        return self.embed_dropout(x)
+
+    def encode(self, src: Tensor) -> EncoderOutput:
+        """src: (batch, src) token ids, right-padded with pad_id."""
+        src_mask = src != self.cfg.pad_id
+        attn_mask = src_mask[:, None, None, :]  # (batch, 1, 1, src)
+        x = self._embed(src, self.src_embed)
+        attention = []
+        for layer in self.encoder_layers:
+            x, probs = layer(x, attn_mask)
+            attention.append(probs)
+        return EncoderOutput(self.encoder_norm(x), src_mask, attention)
+
+    def cross_kv(self, memory: Tensor) -> list[KVPair]:
+        """Cross-attention keys/values of every decoder layer: depend on the source only, computed once."""
+        return [layer.cross_attn.project_kv(memory) for layer in self.decoder_layers]
+
+    def decode(
+        self,
+        tgt: Tensor,
+        cross_kv: list[KVPair],
+        src_mask: Tensor,
+        cache: list[KVPair] | None = None,
+    ) -> DecoderOutput:
+        """tgt: (batch, tgt) new target tokens following the ``cache`` of earlier ones (None = start)."""
+        n_past = cache[0][0].size(2) if cache is not None else 0
+        x = self._embed(tgt, self.tgt_embed, n_past)
+        self_mask = causal_mask(tgt.size(1), n_past)
+        cross_mask = src_mask[:, None, None, :]
+        new_cache, self_attention, cross_attention = [], [], []
+        for i, layer in enumerate(self.decoder_layers):
+            past = cache[i] if cache is not None else None
+            x, self_probs, cross_probs, present = layer(x, self_mask, cross_kv[i], cross_mask, past)
+            new_cache.append(present)
+            self_attention.append(self_probs)
+            cross_attention.append(cross_probs)
+        logits = self.output(self.decoder_norm(x))
+        return DecoderOutput(logits, new_cache, self_attention, cross_attention)
+
+    def forward(self, src: Tensor, tgt_in: Tensor) -> Tensor:
+        """Teacher forcing: logits (batch, tgt, vocab) for every target prefix in one pass."""
+        enc = self.encode(src)
+        return self.decode(tgt_in, self.cross_kv(enc.memory), enc.src_mask).logits
+
+    def num_parameters(self) -> int:
+        return sum(p.numel() for p in self.parameters())
