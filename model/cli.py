@@ -50,7 +50,8 @@ def cmd_evaluate(args: argparse.Namespace) -> int:
         result, hyps = evaluate(model, tokenizer, sources, references, beam, args.length_penalty, progress=True)
         results[f"beam{beam}"] = result
         print(
-            f"{args.split} beam={beam}: BLEU {result['bleu']} (lowercased {result['bleu_lowercase']})  {result['signature']}",
+            f"{args.split} beam={beam}: BLEU {result['bleu']} "
+            f"(lowercased {result['bleu_lowercase']})  {result['signature']}",
             file=sys.stderr,
         )
         if args.hypotheses:

@@ -1,4 +1,4 @@
-"""Training loop: label smoothing, Adam + Noam, clipping, validation BLEU, best/averaged checkpoints, exact resume, DDP."""
+"""Training loop: label smoothing, Adam + Noam, clipping, validation BLEU, checkpoint averaging, resume, DDP."""
 
 from __future__ import annotations
 
