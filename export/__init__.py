@@ -1,0 +1,1 @@
+"""Turn a trained checkpoint into a verifiable ONNX bundle (graphs, tokenizer, manifest with sha256)."""

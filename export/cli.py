@@ -1,0 +1,180 @@
+"""``python -m export.cli export | evaluate | verify``: build a bundle, measure its BLEU, check parity."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import shutil
+import sys
+import time
+from pathlib import Path
+
+from export.manifest import build_manifest, seal
+from export.onnx_export import export_graphs
+from export.quantize import convert_fp16, quantize_int8
+from model.checkpoint import TOKENIZER_FILE, load_release
+from service.engine import Engine, TranslateOptions, load_bundle
+
+VARIANTS = ("fp32", "int8", "fp16")
+MAX_BLEU_LOSS = 0.5  # a derived variant may be the default only within this much BLEU of fp32
+
+
+def cmd_export(args: argparse.Namespace) -> int:
+    model, meta = load_release(args.model)
+    out = Path(args.out)
+    if out.exists():
+        if not args.force:
+            print(f"{out} exists; pass --force to replace it", file=sys.stderr)
+            return 2
+        shutil.rmtree(out)
+    started = time.time()
+    paths = export_graphs(model, out / "fp32")
+    variants = {"fp32": {"encoder": "fp32/encoder.onnx", "decoder": "fp32/decoder.onnx"}}
+    for variant in args.variants:
+        if variant == "fp32":
+            continue
+        for graph, path in paths.items():
+            dst = out / variant / f"{graph}.onnx"
+            quantize_int8(path, dst) if variant == "int8" else convert_fp16(path, dst)
+        variants[variant] = {"encoder": f"{variant}/encoder.onnx", "decoder": f"{variant}/decoder.onnx"}
+    shutil.copy(Path(args.model) / TOKENIZER_FILE, out / TOKENIZER_FILE)
+    run = meta.get("run", {})
+    training = {"run": run, "summary": meta.get("training", {}), "source_checkpoint": str(args.model)}
+    evaluation = Path(args.model) / "evaluation.json"
+    if evaluation.exists():
+        training["pytorch_evaluation"] = json.loads(evaluation.read_text())
+    manifest = build_manifest(
+        out,
+        name=args.name,
+        version=args.version,
+        source_language=run.get("source_lang", args.source_language),
+        target_language=run.get("target_lang", args.target_language),
+        model_config=model.cfg.to_dict(),
+        parameters=model.num_parameters(),
+        variants=variants,
+        vocab_size=model.cfg.vocab_size,
+        training=training,
+    )
+    seal(out, manifest)
+    print(f"wrote {out} ({', '.join(variants)}) in {time.time() - started:.1f}s", file=sys.stderr)
+    return 0
+
+
+def cmd_evaluate(args: argparse.Namespace) -> int:
+    from model.data import read_parallel
+    from model.evaluate import bleu
+
+    bundle = load_bundle(args.bundle)
+    manifest = bundle.manifest
+    sources, references = read_parallel(args.data, args.split, manifest["source_language"], manifest["target_language"])
+    for variant in args.variants or bundle.variants:
+        engine = Engine(bundle, variant=variant, providers=args.providers, intra_op_threads=args.threads)
+        scores = {}
+        for beam in args.beam:
+            started = time.time()
+            hyps = []
+            for start in range(0, len(sources), args.batch_size):
+                chunk = sources[start : start + args.batch_size]
+                hyps += [t.text for t in engine.translate(chunk, TranslateOptions(beam_size=beam))]
+            result = bleu(hyps, references)
+            result.update(beam_size=beam, seconds=round(time.time() - started, 1), providers=engine.providers)
+            scores[f"beam{beam}"] = result
+            print(
+                f"{variant} beam={beam}: BLEU {result['bleu']} ({result['seconds']}s)  {result['signature']}",
+                file=sys.stderr,
+            )
+        manifest["variants"][variant]["bleu"] = {"split": args.split, **scores}
+    fp32 = manifest["variants"]["fp32"].get("bleu")
+    default = "fp32"
+    if fp32:
+        for variant in ("int8",):
+            entry = manifest["variants"].get(variant, {}).get("bleu")
+            if entry and all(fp32[k]["bleu"] - entry[k]["bleu"] <= MAX_BLEU_LOSS for k in fp32 if k in entry):
+                default = variant
+    manifest["default_variant"] = default
+    manifest["default_variant_rule"] = f"int8 when it loses at most {MAX_BLEU_LOSS} BLEU against fp32, else fp32"
+    seal(bundle.path, manifest)
+    print(json.dumps({v: manifest["variants"][v].get("bleu") for v in manifest["variants"]}, indent=2))
+    print(f"default variant: {default}", file=sys.stderr)
+    return 0
+
+
+def cmd_verify(args: argparse.Namespace) -> int:
+    import random
+
+    from export.parity import graph_max_diff, translation_parity
+
+    bundle = load_bundle(args.bundle)
+    model, _ = load_release(args.model)
+    engine = Engine(bundle, variant="fp32", providers=args.providers)
+    rng = random.Random(0)
+    shapes = [
+        (rng.randint(1, 16), rng.randint(1, 100), rng.choice([1, 1, 3]), rng.randint(0, 50)) for _ in range(args.shapes)
+    ]
+    report: dict[str, object] = {"max_abs_diff": graph_max_diff(model, engine, shapes), "shapes": shapes}
+    if args.data:
+        from model.data import read_parallel
+
+        m = bundle.manifest
+        sources, _ = read_parallel(args.data, args.split, m["source_language"], m["target_language"])
+        for beam in args.beam:
+            parity = translation_parity(model, engine, sources, beam)
+            report[f"beam{beam}"] = {
+                "identical": parity.identical,
+                "total": parity.total,
+                "rate": round(parity.rate, 4),
+                "differing": parity.differing,
+            }
+    text = json.dumps(report, indent=2)
+    if args.output:
+        Path(args.output).write_text(text + "\n")
+    print(text)
+    worst = max(report["max_abs_diff"].values())  # type: ignore[union-attr]
+    return 0 if worst <= 1e-4 else 1
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m export.cli", description=__doc__)
+    sub = parser.add_subparsers(dest="command", required=True)
+
+    p = sub.add_parser("export", help="checkpoint folder -> bundle folder")
+    p.add_argument(
+        "--model", required=True, help="released model folder (model.safetensors, config.json, tokenizer.model)"
+    )
+    p.add_argument("--out", required=True, help="bundle folder, e.g. model_repository/de-en/1")
+    p.add_argument("--name", required=True)
+    p.add_argument("--version", type=int, default=1)
+    p.add_argument("--variants", nargs="+", default=["fp32", "int8"], choices=VARIANTS)
+    p.add_argument("--source-language", default="de")
+    p.add_argument("--target-language", default="en")
+    p.add_argument("--force", action="store_true")
+    p.set_defaults(func=cmd_export)
+
+    p = sub.add_parser("evaluate", help="BLEU of every variant with the engine; recorded in the manifest")
+    p.add_argument("--bundle", required=True)
+    p.add_argument("--data", required=True)
+    p.add_argument("--split", default="test_2016_flickr")
+    p.add_argument("--variants", nargs="*")
+    p.add_argument("--beam", type=int, nargs="+", default=[1, 4])
+    p.add_argument("--batch-size", type=int, default=32)
+    p.add_argument("--providers", default="cpu")
+    p.add_argument("--threads", type=int, default=1)
+    p.set_defaults(func=cmd_evaluate)
+
+    p = sub.add_parser("verify", help="PyTorch vs onnxruntime parity (graphs and translations)")
+    p.add_argument("--bundle", required=True)
+    p.add_argument("--model", required=True)
+    p.add_argument("--data", help="corpus folder for translation parity (optional)")
+    p.add_argument("--split", default="test_2016_flickr")
+    p.add_argument("--beam", type=int, nargs="+", default=[1, 4])
+    p.add_argument("--shapes", type=int, default=12)
+    p.add_argument("--providers", default="cpu")
+    p.add_argument("--output")
+    p.set_defaults(func=cmd_verify)
+
+    args = parser.parse_args(argv)
+    return args.func(args)
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,82 @@
+"""The two ONNX graphs of a bundle, as torch modules around a trained Transformer.
+
+encoder: src_ids (batch, src) -> encoder_output (batch, src, d_model), encoder_attention
+         (layers, batch, heads, src, src), cross_keys / cross_values (dec_layers, batch, heads, src, d_head):
+         the cross-attention keys/values are computed here, once per source, never per decoding step.
+decoder: tokens (batch, tgt) after a cache of past_len tokens -> log_probs (batch, tgt, vocab),
+         present_keys / present_values (dec_layers, batch, heads, past_len + tgt, d_head),
+         self_attention (dec_layers, batch, heads, tgt, past_len + tgt), cross_attention
+         (dec_layers, batch, heads, tgt, src). One token per call for search; the whole target at
+         past_len 0 scores a given target (teacher forcing) in one call.
+"""
+
+from __future__ import annotations
+
+import torch
+from torch import Tensor, nn
+
+from model.transformer import Transformer
+
+ENCODER_INPUTS = ["src_ids"]
+ENCODER_OUTPUTS = ["encoder_output", "encoder_attention", "cross_keys", "cross_values"]
+DECODER_INPUTS = ["tokens", "src_mask", "cross_keys", "cross_values", "past_keys", "past_values"]
+DECODER_OUTPUTS = ["log_probs", "present_keys", "present_values", "self_attention", "cross_attention"]
+
+
+class EncoderGraph(nn.Module):
+    def __init__(self, model: Transformer) -> None:
+        super().__init__()
+        self.model = model
+
+    def forward(self, src_ids: Tensor) -> tuple[Tensor, Tensor, Tensor, Tensor]:
+        enc = self.model.encode(src_ids)
+        kv = self.model.cross_kv(enc.memory)
+        return (
+            enc.memory,
+            torch.stack(enc.attention),
+            torch.stack([k for k, _ in kv]),
+            torch.stack([v for _, v in kv]),
+        )
+
+
+class DecoderGraph(nn.Module):
+    def __init__(self, model: Transformer) -> None:
+        super().__init__()
+        self.model = model
+
+    def forward(
+        self,
+        tokens: Tensor,
+        src_mask: Tensor,
+        cross_keys: Tensor,
+        cross_values: Tensor,
+        past_keys: Tensor,
+        past_values: Tensor,
+    ) -> tuple[Tensor, Tensor, Tensor, Tensor, Tensor]:
+        n_layers = len(self.model.decoder_layers)
+        kv = [(cross_keys[i], cross_values[i]) for i in range(n_layers)]
+        cache = [(past_keys[i], past_values[i]) for i in range(n_layers)]
+        out = self.model.decode(tokens, kv, src_mask, cache)
+        return (
+            torch.log_softmax(out.logits.float(), dim=-1),
+            torch.stack([k for k, _ in out.cache]),
+            torch.stack([v for _, v in out.cache]),
+            torch.stack(out.self_attention),
+            torch.stack(out.cross_attention),
+        )
+
+
+def example_inputs(model: Transformer, batch: int = 2, src: int = 7, tgt: int = 1, past: int = 3) -> dict[str, Tensor]:
+    cfg = model.cfg
+    n_layers = cfg.n_decoder_layers
+    src_ids = torch.randint(4, cfg.vocab_size, (batch, src))
+    src_ids[0, -2:] = cfg.pad_id
+    return {
+        "src_ids": src_ids,
+        "tokens": torch.randint(4, cfg.vocab_size, (batch, tgt)),
+        "src_mask": src_ids != cfg.pad_id,
+        "cross_keys": torch.randn(n_layers, batch, cfg.n_heads, src, cfg.d_head),
+        "cross_values": torch.randn(n_layers, batch, cfg.n_heads, src, cfg.d_head),
+        "past_keys": torch.randn(n_layers, batch, cfg.n_heads, past, cfg.d_head),
+        "past_values": torch.randn(n_layers, batch, cfg.n_heads, past, cfg.d_head),
+    }

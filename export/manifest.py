@@ -1,0 +1,81 @@
+"""Bundle manifest: what the model is, how it was made, what it scored, and every file's sha256."""
+
+from __future__ import annotations
+
+import datetime as dt
+import subprocess
+from pathlib import Path
+from typing import Any
+
+from export.onnx_export import OPSET, graph_signature
+from service.engine.bundle import FORMAT, write_manifest
+from service.tokenizer import SPECIAL_IDS
+
+
+def git_commit(repo: Path | None = None) -> str | None:
+    try:
+        out = subprocess.run(
+            ["git", "rev-parse", "HEAD"], cwd=repo or Path(__file__).parent, capture_output=True, text=True, check=True
+        )
+        dirty = subprocess.run(
+            ["git", "status", "--porcelain", "--untracked-files=no"],
+            cwd=repo or Path(__file__).parent,
+            capture_output=True,
+            text=True,
+            check=True,
+        ).stdout.strip()
+        return out.stdout.strip() + ("-dirty" if dirty else "")
+    except (OSError, subprocess.CalledProcessError):
+        return None
+
+
+def build_manifest(
+    bundle_dir: Path,
+    name: str,
+    version: int,
+    source_language: str,
+    target_language: str,
+    model_config: dict[str, Any],
+    parameters: int,
+    variants: dict[str, dict[str, str]],
+    vocab_size: int,
+    training: dict[str, Any],
+    default_variant: str = "fp32",
+) -> dict[str, Any]:
+    files = ["tokenizer.model"] + [
+        path for v in variants.values() for key, path in v.items() if key in ("encoder", "decoder")
+    ]
+    fp32 = variants["fp32"]
+    return {
+        "format": FORMAT,
+        "name": name,
+        "version": version,
+        "source_language": source_language,
+        "target_language": target_language,
+        "model": model_config,
+        "parameters": parameters,
+        "tokenizer": {
+            "file": "tokenizer.model",
+            "type": "sentencepiece",
+            "vocab_size": vocab_size,
+            "special_ids": SPECIAL_IDS,
+        },
+        "variants": variants,
+        "default_variant": default_variant,
+        "opset": OPSET,
+        "graphs": {
+            "encoder": graph_signature(bundle_dir / fp32["encoder"]),
+            "decoder": graph_signature(bundle_dir / fp32["decoder"]),
+        },
+        "training": training,
+        "created": dt.datetime.now(dt.UTC).replace(microsecond=0).isoformat(),
+        "git_commit": git_commit(),
+        "files": files,
+    }
+
+
+def seal(bundle_dir: Path, manifest: dict[str, Any]) -> Path:
+    """Hash every listed file and write the sealed manifest.json."""
+    if isinstance(manifest["files"], dict):
+        manifest = {**manifest, "files": list(manifest["files"])}
+    return write_manifest(bundle_dir, manifest)

@@ -1,0 +1,71 @@
+"""PyTorch vs onnxruntime parity: graph outputs on random shapes, and translations of whole test sets."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+import numpy as np
+import torch
+
+from export.graphs import DECODER_INPUTS, DECODER_OUTPUTS, ENCODER_OUTPUTS, DecoderGraph, EncoderGraph, example_inputs
+from model.data import pad
+from model.decoding import beam_search as torch_beam
+from model.decoding import greedy_search as torch_greedy
+from model.transformer import Transformer
+from service.engine import Engine, TranslateOptions
+
+
+@torch.no_grad()
+def graph_max_diff(model: Transformer, engine: Engine, shapes: Sequence[tuple[int, int, int, int]]) -> dict[str, float]:
+    """Max |ORT - PyTorch| per output over (batch, src, tgt, past) shapes, random ids and caches."""
+    model.eval()
+    encoder, decoder = EncoderGraph(model), DecoderGraph(model)
+    worst: dict[str, float] = {}
+    for batch, src, tgt, past in shapes:
+        ex = example_inputs(model, batch=batch, src=src, tgt=tgt, past=past)
+        ort_enc = engine.encoder.run(ENCODER_OUTPUTS, {"src_ids": ex["src_ids"].numpy()})
+        for name, got, ref in zip(ENCODER_OUTPUTS, ort_enc, encoder(ex["src_ids"]), strict=True):
+            worst[name] = max(worst.get(name, 0.0), float(np.abs(got - ref.numpy()).max()))
+        feeds = {n: ex[n].numpy() for n in DECODER_INPUTS}
+        ort_dec = engine.decoder.run(DECODER_OUTPUTS, feeds)
+        for name, got, ref in zip(DECODER_OUTPUTS, ort_dec, decoder(*(ex[n] for n in DECODER_INPUTS)), strict=True):
+            ref = ref.numpy()
+            if name == "log_probs":  # compare where probabilities are not vanishingly small
+                keep = ref > -30
+                got, ref = got[keep], ref[keep]
+            worst["decoder." + name] = max(worst.get("decoder." + name, 0.0), float(np.abs(got - ref).max()))
+    return worst
+
+
+@dataclass
+class TranslationParity:
+    beam_size: int
+    total: int
+    identical: int
+    differing: list[int]
+
+    @property
+    def rate(self) -> float:
+        return self.identical / max(self.total, 1)
+
+
+def translation_parity(
+    model: Transformer, engine: Engine, texts: Sequence[str], beam_size: int, batch_size: int = 32
+) -> TranslationParity:
+    """Token-identical best hypotheses of the PyTorch reference and the engine, batch by batch."""
+    sources = engine.source_ids(texts)
+    options = TranslateOptions(beam_size=beam_size)
+    identical, differing = 0, []
+    for start in range(0, len(sources), batch_size):
+        chunk = sources[start : start + batch_size]
+        src = pad(chunk)
+        with torch.no_grad():
+            ref = torch_greedy(model, src) if beam_size == 1 else [h[0] for h in torch_beam(model, src, beam_size)]
+        got = engine.translate_ids(chunk, options)
+        for offset, (r, g) in enumerate(zip(ref, got, strict=True)):
+            if r.tokens == g.token_ids:
+                identical += 1
+            else:
+                differing.append(start + offset)
+    return TranslationParity(beam_size, len(sources), identical, differing)

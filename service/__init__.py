@@ -1,0 +1,1 @@
+"""The serving side: HTTP API -> scheduler -> engine (onnxruntime) -> tokenizer. Never imports torch."""

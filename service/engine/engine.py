@@ -1,0 +1,236 @@
+"""The engine: a bundle's tokenizer and ONNX sessions, and what the service asks of them.
+
+translate (greedy / beam, n-best, scores, optional cross-attention), embed (pooled encoder states),
+attention (encoder, decoder and cross attention for a source and a given or generated target).
+Testable without HTTP and without torch.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from service.engine.bundle import Bundle
+from service.engine.runtime import create_session
+from service.engine.search import Hypothesis, beam_search, greedy_search, length_limits
+from service.tokenizer import BOS_ID, EOS_ID, PAD_ID, Tokenizer
+
+
+class SourceTooLongError(ValueError):
+    def __init__(self, index: int, n_tokens: int, limit: int) -> None:
+        super().__init__(
+            f"text {index} has {n_tokens} subword tokens; the model accepts at most {limit} (shorten or split it)"
+        )
+        self.index, self.n_tokens, self.limit = index, n_tokens, limit
+
+
+@dataclass
+class TranslateOptions:
+    beam_size: int = 1
+    max_length: int | None = None  # generated tokens; default 2 * source tokens + 10
+    num_hypotheses: int = 1
+    length_penalty: float = 0.6
+    return_attention: bool = False
+
+
+@dataclass
+class Translation:
+    text: str
+    score: float
+    token_ids: list[int]
+    source_ids: list[int]  # EOS included
+    hypotheses: list[tuple[str, float, list[int]]] = field(default_factory=list)  # (text, score, ids), best first
+    attention: np.ndarray | None = None  # cross-attention (layers, heads, target, source)
+
+
+def pad_batch(sequences: Sequence[Sequence[int]]) -> np.ndarray:
+    width = max(len(s) for s in sequences)
+    out = np.full((len(sequences), width), PAD_ID, dtype=np.int64)
+    for i, s in enumerate(sequences):
+        out[i, : len(s)] = s
+    return out
+
+
+class _DecoderState:
+    """Key/value cache of the live rows; ``step`` reorders it (beam moves, finished rows leave) and runs one step."""
+
+    def __init__(self, session, cross_keys: np.ndarray, cross_values: np.ndarray, src_mask: np.ndarray) -> None:
+        self.session = session
+        self.cross_keys, self.cross_values, self.src_mask = cross_keys, cross_values, src_mask
+        layers, rows, heads, _, d_head = cross_keys.shape
+        self.past_keys = np.zeros((layers, rows, heads, 0, d_head), dtype=cross_keys.dtype)
+        self.past_values = self.past_keys
+
+    def step(self, tokens: np.ndarray, rows: np.ndarray | None) -> np.ndarray:
+        if rows is not None:
+            self.cross_keys, self.cross_values = self.cross_keys[:, rows], self.cross_values[:, rows]
+            self.src_mask = self.src_mask[rows]
+            self.past_keys, self.past_values = self.past_keys[:, rows], self.past_values[:, rows]
+        log_probs, self.past_keys, self.past_values = self.session.run(
+            ["log_probs", "present_keys", "present_values"],
+            {
+                "tokens": tokens,
+                "src_mask": self.src_mask,
+                "cross_keys": self.cross_keys,
+                "cross_values": self.cross_values,
+                "past_keys": self.past_keys,
+                "past_values": self.past_values,
+            },
+        )
+        return log_probs[:, -1]
+
+
+class Engine:
+    def __init__(
+        self,
+        bundle: Bundle,
+        variant: str | None = None,
+        providers: str = "auto",
+        intra_op_threads: int = 1,
+        inter_op_threads: int = 1,
+    ) -> None:
+        self.bundle = bundle
+        self.variant = variant or bundle.default_variant
+        self.config = bundle.model_config
+        self.tokenizer = Tokenizer(bundle.tokenizer_file)
+        threads = {"intra_op_threads": intra_op_threads, "inter_op_threads": inter_op_threads}
+        self.encoder = create_session(bundle.graph(self.variant, "encoder"), providers, **threads)
+        self.decoder = create_session(bundle.graph(self.variant, "decoder"), providers, **threads)
+        self.providers = self.encoder.get_providers()
+        self.max_source_tokens = int(self.config["max_positions"])  # EOS included
+
+    # --- tokens ------------------------------------------------------------------------------
+    def source_ids(self, texts: Sequence[str]) -> list[list[int]]:
+        """Subword ids + EOS; raises SourceTooLongError naming the first text over the model's limit."""
+        ids = [t + [EOS_ID] for t in self.tokenizer.encode_batch(texts)]
+        for i, seq in enumerate(ids):
+            if len(seq) > self.max_source_tokens:
+                raise SourceTooLongError(i, len(seq), self.max_source_tokens)
+        return ids
+
+    def pieces(self, ids: Sequence[int]) -> list[str]:
+        return self.tokenizer.pieces(ids)
+
+    # --- graphs ------------------------------------------------------------------------------
+    def run_encoder(self, sources: Sequence[Sequence[int]]) -> dict[str, np.ndarray]:
+        src = pad_batch(sources)
+        names = ["encoder_output", "encoder_attention", "cross_keys", "cross_values"]
+        outputs = dict(zip(names, self.encoder.run(names, {"src_ids": src}), strict=True))
+        outputs["src_mask"] = src != PAD_ID
+        return outputs
+
+    def run_decoder_full(self, enc: dict[str, np.ndarray], targets: Sequence[Sequence[int]]) -> dict[str, np.ndarray]:
+        """Teacher forcing: decoder inputs BOS + target for every sentence in one call (cache length 0)."""
+        tokens = pad_batch([[BOS_ID, *t] for t in targets])
+        layers, rows, heads, _, d_head = enc["cross_keys"].shape
+        empty = np.zeros((layers, rows, heads, 0, d_head), dtype=enc["cross_keys"].dtype)
+        names = ["log_probs", "self_attention", "cross_attention"]
+        feeds = {
+            "tokens": tokens,
+            "src_mask": enc["src_mask"],
+            "cross_keys": enc["cross_keys"],
+            "cross_values": enc["cross_values"],
+            "past_keys": empty,
+            "past_values": empty,
+        }
+        return dict(zip(names, self.decoder.run(names, feeds), strict=True))
+
+    # --- translate ---------------------------------------------------------------------------
+    def translate(self, texts: Sequence[str], options: TranslateOptions | None = None) -> list[Translation]:
+        return self.translate_ids(self.source_ids(texts), options)
+
+    def translate_ids(self, sources: list[list[int]], options: TranslateOptions | None = None) -> list[Translation]:
+        options = options or TranslateOptions()
+        results: list[Translation | None] = [None] * len(sources)
+        work = [i for i, s in enumerate(sources) if len(s) > 1]  # an empty text translates to an empty text
+        for i, s in enumerate(sources):
+            if len(s) <= 1:
+                results[i] = Translation("", 0.0, [], list(s), [("", 0.0, [])] if options.num_hypotheses > 1 else [])
+        if work:
+            for i, nbest in zip(work, self._search([sources[i] for i in work], options), strict=True):
+                best = nbest[0]
+                hyps = [(self.tokenizer.decode(h.tokens), h.score, h.tokens) for h in nbest]
+                results[i] = Translation(hyps[0][0], best.score, best.tokens, sources[i], hyps if len(hyps) > 1 else [])
+            if options.return_attention:
+                self._attach_attention([results[i] for i in work])
+        return results  # type: ignore[return-value]
+
+    def _search(self, sources: list[list[int]], options: TranslateOptions) -> list[list[Hypothesis]]:
+        enc = self.run_encoder(sources)
+        limits = length_limits([len(s) for s in sources], self.max_source_tokens, options.max_length)
+        k = options.beam_size
+        if k == 1:
+            state = _DecoderState(self.decoder, enc["cross_keys"], enc["cross_values"], enc["src_mask"])
+            return [[h] for h in greedy_search(state.step, limits, BOS_ID, EOS_ID)]
+        state = _DecoderState(
+            self.decoder,
+            np.repeat(enc["cross_keys"], k, axis=1),
+            np.repeat(enc["cross_values"], k, axis=1),
+            np.repeat(enc["src_mask"], k, axis=0),
+        )
+        return beam_search(state.step, limits, BOS_ID, EOS_ID, k, options.length_penalty, options.num_hypotheses)
+
+    def _attach_attention(self, results: list[Translation]) -> None:
+        """Cross-attention of each best hypothesis: row j is the step that generated token j."""
+        enc = self.run_encoder([r.source_ids for r in results])
+        dec = self.run_decoder_full(enc, [r.token_ids for r in results])
+        for b, r in enumerate(results):
+            r.attention = dec["cross_attention"][:, b, :, : len(r.token_ids), : len(r.source_ids)]
+
+    # --- embeddings --------------------------------------------------------------------------
+    def embed(self, texts: Sequence[str], pooling: str = "mean", normalize: bool = True) -> np.ndarray:
+        """(texts, d_model) pooled encoder states over the non-pad positions (EOS included)."""
+        sources = self.source_ids(texts)
+        enc = self.run_encoder(sources)
+        states, mask = enc["encoder_output"].astype(np.float64), enc["src_mask"][..., None]
+        if pooling == "mean":
+            pooled = (states * mask).sum(axis=1) / mask.sum(axis=1)
+        elif pooling == "max":
+            pooled = np.where(mask, states, -np.inf).max(axis=1)
+        else:
+            raise ValueError(f"pooling must be 'mean' or 'max', got {pooling!r}")
+        if normalize:
+            pooled = pooled / np.maximum(np.linalg.norm(pooled, axis=1, keepdims=True), 1e-12)
+        return pooled.astype(np.float32)
+
+    # --- attention ---------------------------------------------------------------------------
+    def attention(self, source: str, target: str | None = None) -> dict[str, object]:
+        """Encoder [L][H][src][src], decoder [L][H][tgt][tgt] and cross [L][H][tgt][src] attention.
+
+        Target rows are the decoder inputs: <s> followed by the target's subwords (the model's own
+        greedy translation when no target is given); row i is the step that predicts the token after it.
+        """
+        src_ids = self.source_ids([source])[0]
+        if target is None:
+            tgt_ids = self.translate_ids([src_ids])[0].token_ids
+        else:
+            tgt_ids = self.tokenizer.encode(target)[: self.max_source_tokens - 1]
+        enc = self.run_encoder([src_ids])
+        dec = self.run_decoder_full(enc, [tgt_ids])
+        log_probs = dec["log_probs"][0]
+        steps = [*tgt_ids, EOS_ID]
+        score = float(sum(float(log_probs[i, t]) for i, t in enumerate(steps)))
+        return {
+            "source_tokens": self.pieces(src_ids),
+            "target_tokens": self.pieces([BOS_ID, *tgt_ids]),
+            "target_ids": tgt_ids,
+            "target_text": self.tokenizer.decode(tgt_ids),
+            "score": score,
+            "encoder": enc["encoder_attention"][:, 0],
+            "decoder": dec["self_attention"][:, 0],
+            "cross": dec["cross_attention"][:, 0],
+        }
+
+
+def alignment(cross: np.ndarray, n_source_words: int | None = None) -> list[tuple[int, int]]:
+    """[source_index, target_index] pairs: each target token's argmax over the head- and layer-mean attention.
+
+    cross: (layers, heads, target, source) where the last source position is EOS; EOS is never aligned.
+    """
+    mean = cross.mean(axis=(0, 1))  # (target, source)
+    usable = mean[:, : n_source_words if n_source_words is not None else mean.shape[1] - 1]
+    if usable.shape[1] == 0:
+        return []
+    return [(int(np.argmax(row)), j) for j, row in enumerate(usable)]

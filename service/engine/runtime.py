@@ -1,0 +1,65 @@
+"""onnxruntime sessions: provider choice, thread settings, and the providers that really run."""
+
+from __future__ import annotations
+
+import logging
+from pathlib import Path
+
+import onnxruntime as ort
+
+log = logging.getLogger(__name__)
+
+PROVIDER_CHOICES = ("auto", "cpu", "cuda")
+
+
+class ProviderError(RuntimeError):
+    pass
+
+
+def requested_providers(choice: str) -> list[str]:
+    if choice not in PROVIDER_CHOICES:
+        raise ProviderError(f"provider must be one of {PROVIDER_CHOICES}, got {choice!r}")
+    available = ort.get_available_providers()
+    if choice == "cpu":
+        return ["CPUExecutionProvider"]
+    if choice == "cuda" and "CUDAExecutionProvider" not in available:
+        raise ProviderError(f"CUDA requested but this onnxruntime build offers only {available}")
+    if "CUDAExecutionProvider" in available:
+        return ["CUDAExecutionProvider", "CPUExecutionProvider"]
+    return ["CPUExecutionProvider"]
+
+
+def create_session(
+    path: Path,
+    choice: str = "auto",
+    intra_op_threads: int = 1,
+    inter_op_threads: int = 1,
+    optimization: str = "all",
+) -> ort.InferenceSession:
+    """A session on the asked providers; with ``cuda`` it fails unless CUDA really initialised.
+
+    onnxruntime-gpu falls back to CPU silently when CUDA cannot start, so what runs is read back
+    from ``session.get_providers()``, never assumed from what was asked.
+    """
+    options = ort.SessionOptions()
+    options.intra_op_num_threads = intra_op_threads
+    options.inter_op_num_threads = inter_op_threads
+    options.execution_mode = ort.ExecutionMode.ORT_SEQUENTIAL
+    options.graph_optimization_level = {
+        "disable": ort.GraphOptimizationLevel.ORT_DISABLE_ALL,
+        "basic": ort.GraphOptimizationLevel.ORT_ENABLE_BASIC,
+        "extended": ort.GraphOptimizationLevel.ORT_ENABLE_EXTENDED,
+        "all": ort.GraphOptimizationLevel.ORT_ENABLE_ALL,
+    }[optimization]
+    options.log_severity_level = 3
+    session = ort.InferenceSession(str(path), sess_options=options, providers=requested_providers(choice))
+    actual = session.get_providers()
+    if choice == "cuda" and "CUDAExecutionProvider" not in actual:
+        raise ProviderError(f"{path.name}: CUDA was requested but the session runs on {actual}")
+    if (
+        choice == "auto"
+        and "CUDAExecutionProvider" in ort.get_available_providers()
+        and actual[0] != "CUDAExecutionProvider"
+    ):
+        log.warning("CUDA is available but did not initialise for %s; running on %s", path.name, actual)
+    return session
