@@ -1,0 +1,51 @@
+"""The command line end to end on a tiny corpus: train (checkpoints, pruning, finalize), then translate."""
+
+from __future__ import annotations
+
+import json
+
+import torch
+from model_toys import tiny_run
+
+from model.checkpoint import TOKENIZER_FILE, load_release
+from model.cli import main
+from model.config import RunConfig
+
+
+def test_config_json_round_trip(tmp_path):
+    run = tiny_run()
+    path = tmp_path / "run.json"
+    path.write_text(json.dumps(run.to_dict()))
+    assert RunConfig.load(path) == run
+
+
+def test_cli_train_then_translate(corpus_dir, tmp_path, capsys):
+    run = tiny_run(eval_every=2, keep_checkpoints=2)
+    config = tmp_path / "tiny.json"
+    config.write_text(json.dumps(run.to_dict()))
+    out = tmp_path / "run"
+    argv = ["train", "--config", str(config), "--data", str(corpus_dir), "--out", str(out), "--no-progress"]
+    assert main([*argv, "--max-steps", "6"]) == 0
+    lines = capsys.readouterr().out.splitlines()
+    start = max(i for i, line in enumerate(lines) if line == "{")  # the summary is printed last, indented
+    summary = json.loads("\n".join(lines[start:]))
+
+    log = [json.loads(line) for line in (out / "log.jsonl").read_text().splitlines()]
+    assert [r["step"] for r in log] == [2, 4, 6]
+    assert all(r["valid_nll"] > 0 and 0 <= r["valid_bleu"] <= 100 for r in log)
+    assert sorted(p.name for p in (out / "checkpoints").glob("step*.pt")) == ["step0000004.pt", "step0000006.pt"]
+
+    release = out / "release"
+    model, meta = load_release(release)
+    assert (release / TOKENIZER_FILE).read_bytes() == (out / TOKENIZER_FILE).read_bytes()
+    assert meta["training"] == summary
+    assert summary["chosen"] in ("best", "averaged") and summary["steps"] == 6
+    assert summary["parameters"] == model.num_parameters()
+    run.train.max_steps = 6
+    assert meta["run"] == json.loads(json.dumps(run.to_dict()))
+    chosen, _ = load_release(out / summary["chosen"])
+    for a, b in zip(model.state_dict().values(), chosen.state_dict().values(), strict=True):
+        assert torch.equal(a, b)
+
+    assert main(["translate", "--model", str(release), "--beam", "2", "der hund", "ein mann spielt"]) == 0
+    assert len(capsys.readouterr().out.splitlines()) == 2
