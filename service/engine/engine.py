@@ -7,6 +7,7 @@ Testable without HTTP and without torch.
 
 from __future__ import annotations
 
+import time
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
@@ -141,24 +142,44 @@ class Engine:
     def translate(self, texts: Sequence[str], options: TranslateOptions | None = None) -> list[Translation]:
         return self.translate_ids(self.source_ids(texts), options)
 
-    def translate_ids(self, sources: list[list[int]], options: TranslateOptions | None = None) -> list[Translation]:
+    def translate_ids(
+        self, sources: list[list[int]], options: TranslateOptions | None = None, stats: dict[str, float] | None = None
+    ) -> list[Translation]:
+        """``stats``, when given, receives encode / decode seconds and generated_tokens of this call."""
         options = options or TranslateOptions()
+        stats = stats if stats is not None else {}
         results: list[Translation | None] = [None] * len(sources)
         work = [i for i, s in enumerate(sources) if len(s) > 1]  # an empty text translates to an empty text
         for i, s in enumerate(sources):
             if len(s) <= 1:
                 results[i] = Translation("", 0.0, [], list(s), [("", 0.0, [])] if options.num_hypotheses > 1 else [])
         if work:
-            for i, nbest in zip(work, self._search([sources[i] for i in work], options), strict=True):
+            for i, nbest in zip(work, self._search([sources[i] for i in work], options, stats), strict=True):
                 best = nbest[0]
                 hyps = [(self.tokenizer.decode(h.tokens), h.score, h.tokens) for h in nbest]
                 results[i] = Translation(hyps[0][0], best.score, best.tokens, sources[i], hyps if len(hyps) > 1 else [])
+                stats["generated_tokens"] = stats.get("generated_tokens", 0) + sum(len(h.tokens) + 1 for h in nbest)
             if options.return_attention:
+                started = time.perf_counter()
                 self._attach_attention([results[i] for i in work])
+                stats["decode"] = stats.get("decode", 0.0) + time.perf_counter() - started
         return results  # type: ignore[return-value]
 
-    def _search(self, sources: list[list[int]], options: TranslateOptions) -> list[list[Hypothesis]]:
+    def _search(
+        self, sources: list[list[int]], options: TranslateOptions, stats: dict[str, float]
+    ) -> list[list[Hypothesis]]:
+        started = time.perf_counter()
         enc = self.run_encoder(sources)
+        stats["encode"] = stats.get("encode", 0.0) + time.perf_counter() - started
+        started = time.perf_counter()
+        try:
+            return self._decode(enc, sources, options)
+        finally:
+            stats["decode"] = stats.get("decode", 0.0) + time.perf_counter() - started
+
+    def _decode(
+        self, enc: dict[str, np.ndarray], sources: list[list[int]], options: TranslateOptions
+    ) -> list[list[Hypothesis]]:
         limits = length_limits([len(s) for s in sources], self.max_source_tokens, options.max_length)
         k = options.beam_size
         if k == 1:
@@ -182,8 +203,15 @@ class Engine:
     # --- embeddings --------------------------------------------------------------------------
     def embed(self, texts: Sequence[str], pooling: str = "mean", normalize: bool = True) -> np.ndarray:
         """(texts, d_model) pooled encoder states over the non-pad positions (EOS included)."""
-        sources = self.source_ids(texts)
+        return self.embed_ids(self.source_ids(texts), pooling, normalize)
+
+    def embed_ids(
+        self, sources: list[list[int]], pooling: str = "mean", normalize: bool = True, stats: dict | None = None
+    ) -> np.ndarray:
+        started = time.perf_counter()
         enc = self.run_encoder(sources)
+        if stats is not None:
+            stats["encode"] = time.perf_counter() - started
         states, mask = enc["encoder_output"].astype(np.float64), enc["src_mask"][..., None]
         if pooling == "mean":
             pooled = (states * mask).sum(axis=1) / mask.sum(axis=1)
@@ -197,16 +225,18 @@ class Engine:
 
     # --- attention ---------------------------------------------------------------------------
     def attention(self, source: str, target: str | None = None) -> dict[str, object]:
+        src_ids = self.source_ids([source])[0]
+        tgt_ids = None if target is None else self.tokenizer.encode(target)[: self.max_source_tokens - 1]
+        return self.attention_ids(src_ids, tgt_ids)
+
+    def attention_ids(self, src_ids: list[int], tgt_ids: list[int] | None = None) -> dict[str, object]:
         """Encoder [L][H][src][src], decoder [L][H][tgt][tgt] and cross [L][H][tgt][src] attention.
 
         Target rows are the decoder inputs: <s> followed by the target's subwords (the model's own
         greedy translation when no target is given); row i is the step that predicts the token after it.
         """
-        src_ids = self.source_ids([source])[0]
-        if target is None:
+        if tgt_ids is None:
             tgt_ids = self.translate_ids([src_ids])[0].token_ids
-        else:
-            tgt_ids = self.tokenizer.encode(target)[: self.max_source_tokens - 1]
         enc = self.run_encoder([src_ids])
         dec = self.run_decoder_full(enc, [tgt_ids])
         log_probs = dec["log_probs"][0]

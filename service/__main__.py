@@ -1,0 +1,74 @@
+"""``python -m service``: run the API with graceful draining on SIGTERM / SIGINT."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import sys
+import time
+
+import uvicorn
+
+from service import logs
+from service.app import create_app
+from service.settings import Settings
+
+log = logging.getLogger("service")
+
+
+class DrainingServer(uvicorn.Server):
+    """First signal: readiness turns 503 and new requests get 503 at once; accepted requests finish
+    (up to MT_DRAIN_SECONDS); then the server stops. A second signal stops at once."""
+
+    def __init__(self, config: uvicorn.Config, state) -> None:
+        super().__init__(config)
+        self.mt_state = state
+        self.fatal = False
+
+    def handle_exit(self, sig: int, frame) -> None:
+        if self.mt_state.draining:
+            return super().handle_exit(sig, frame)
+        self.mt_state.draining = True
+        log.info("signal %s: draining (up to %.0f s)", sig, self.mt_state.settings.drain_seconds)
+        asyncio.get_event_loop().call_soon_threadsafe(lambda: asyncio.ensure_future(self._drain()))
+
+    async def _drain(self) -> None:
+        deadline = time.monotonic() + self.mt_state.settings.drain_seconds
+        while self.mt_state.in_flight > 0 and time.monotonic() < deadline:
+            await asyncio.sleep(0.05)
+        if self.mt_state.in_flight:
+            log.warning("drain time over with %d requests still in flight", self.mt_state.in_flight)
+        self.should_exit = True
+
+    async def on_tick(self, counter: int) -> bool:
+        if self.mt_state.registry.failed:  # a failed model load exits non-zero rather than serving 503 forever
+            self.fatal = True
+            return True
+        return await super().on_tick(counter)
+
+
+def main() -> int:
+    settings = Settings()
+    logs.configure(settings.log_level)
+    app = create_app(settings)
+    config = uvicorn.Config(
+        app,
+        host=settings.host,
+        port=settings.port,
+        log_config=None,
+        log_level=settings.log_level,
+        timeout_graceful_shutdown=max(settings.drain_seconds, 1),
+        access_log=False,
+    )
+    server = DrainingServer(config, app.state.mt)
+    server.run()
+    if server.fatal or app.state.mt.registry.failed:
+        log.error("exiting: %s", app.state.mt.registry.failed)
+        return 1
+    if not server.started:
+        return 3  # start-up failed (e.g. a bundle did not verify); the log names the file
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,78 @@
+"""Errors a client can cause or meet, as JSON {"detail": "..."} with the status the API promises."""
+
+from __future__ import annotations
+
+import logging
+
+from fastapi import FastAPI, Request
+from fastapi.responses import JSONResponse
+
+from service.api.middleware import BodyTooLarge
+from service.engine.engine import SourceTooLongError
+from service.registry import UnknownModel
+from service.scheduler import BatchFailed, QueueFull, SchedulerError
+
+log = logging.getLogger(__name__)
+
+
+class NotReady(Exception):
+    pass
+
+
+def _detail(description: str) -> dict:
+    return {"description": description, "content": {"application/json": {"example": {"detail": description}}}}
+
+
+ERROR_RESPONSES = {
+    401: _detail("missing or invalid API key (when keys are configured)"),
+    404: _detail("unknown model"),
+    413: _detail("request body too large"),
+    429: _detail("queue full; see Retry-After"),
+    500: _detail("internal error (no details are sent; the log has them under the request id)"),
+    503: _detail("not ready, or shutting down; see Retry-After"),
+    504: _detail("the deadline passed before the work could start"),
+}
+
+
+def install(app: FastAPI) -> None:
+    @app.exception_handler(UnknownModel)
+    async def unknown_model(_: Request, exc: UnknownModel) -> JSONResponse:
+        return JSONResponse({"detail": str(exc)}, status_code=404)
+
+    @app.exception_handler(NotReady)
+    async def not_ready(_: Request, exc: NotReady) -> JSONResponse:
+        return JSONResponse({"detail": str(exc)}, status_code=503, headers={"Retry-After": "2"})
+
+    @app.exception_handler(BodyTooLarge)
+    async def too_large(request: Request, _: BodyTooLarge) -> JSONResponse:
+        limit = request.app.state.mt.settings.max_body_bytes
+        return JSONResponse(
+            {"detail": f"request body exceeds the limit of {limit} bytes; send fewer or shorter texts"}, status_code=413
+        )
+
+    @app.exception_handler(SourceTooLongError)
+    async def too_long(_: Request, exc: SourceTooLongError) -> JSONResponse:
+        return JSONResponse(
+            {"detail": [{"type": "value_error", "loc": ["body", "texts", exc.index], "msg": str(exc), "input": None}]},
+            status_code=422,
+        )
+
+    @app.exception_handler(SchedulerError)
+    async def scheduler_error(request: Request, exc: SchedulerError) -> JSONResponse:
+        headers = {}
+        if isinstance(exc, QueueFull):
+            headers["Retry-After"] = str(exc.retry_after)
+        elif exc.status == 503:
+            headers["Retry-After"] = "5"
+        if isinstance(exc, BatchFailed):
+            rid = request.scope["state"].get("request_id", "")
+            return JSONResponse(
+                {"detail": f"internal error; quote request id {rid} when reporting it"}, status_code=500
+            )
+        return JSONResponse({"detail": str(exc)}, status_code=exc.status, headers=headers)
+
+    @app.exception_handler(Exception)
+    async def internal(request: Request, exc: Exception) -> JSONResponse:
+        rid = request.scope["state"].get("request_id", "")
+        log.error("unhandled error", exc_info=exc, extra={"request_id": rid})
+        return JSONResponse({"detail": f"internal error; quote request id {rid} when reporting it"}, status_code=500)

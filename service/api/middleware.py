@@ -1,0 +1,146 @@
+"""ASGI middleware: request ids, API keys, body size limit, metrics and the access log."""
+
+from __future__ import annotations
+
+import hmac
+import json
+import logging
+import re
+import time
+import uuid
+
+from starlette.types import ASGIApp, Message, Receive, Scope, Send
+
+log = logging.getLogger("service.access")
+_SAFE_ID = re.compile(r"^[A-Za-z0-9._:-]{1,128}$")
+KNOWN_ENDPOINTS = {"/v1/translate", "/v1/embed", "/v1/attention", "/v1/models", "/healthz", "/readyz", "/metrics", "/"}
+
+
+async def _send_json(send: Send, status: int, body: dict, headers: list[tuple[bytes, bytes]] | None = None) -> None:
+    payload = json.dumps(body).encode()
+    await send(
+        {
+            "type": "http.response.start",
+            "status": status,
+            "headers": [
+                (b"content-type", b"application/json"),
+                (b"content-length", str(len(payload)).encode()),
+                *(headers or []),
+            ],
+        }
+    )
+    await send({"type": "http.response.body", "body": payload})
+
+
+class BodyTooLarge(Exception):
+    pass
+
+
+class ServiceMiddleware:
+    """Outermost layer: every response gets X-Request-ID and is counted, timed and logged once."""
+
+    def __init__(self, app: ASGIApp, state) -> None:
+        self.app, self.state = app, state
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+        s = self.state.settings
+        headers = {k.decode("latin-1").lower(): v.decode("latin-1") for k, v in scope["headers"]}
+        given = headers.get("x-request-id", "")
+        request_id = given if _SAFE_ID.match(given) else uuid.uuid4().hex
+        scope.setdefault("state", {})["request_id"] = request_id
+        path = scope["path"]
+        endpoint = path if path in KNOWN_ENDPOINTS else "other"
+        started = time.perf_counter()
+        status_holder = {"status": 500}
+
+        async def send_wrapper(message: Message) -> None:
+            if message["type"] == "http.response.start":
+                status_holder["status"] = message["status"]
+                message.setdefault("headers", [])
+                message["headers"] = [*message["headers"], (b"x-request-id", request_id.encode())]
+            await send(message)
+
+        self.state.metrics.in_flight.inc()
+        self.state.in_flight += 1
+        try:
+            if not self._authorized(path, headers):
+                await _send_json(
+                    send_wrapper,
+                    401,
+                    {"detail": "missing or invalid API key: send 'Authorization: Bearer <key>' or 'X-API-Key: <key>'"},
+                    [(b"www-authenticate", b"Bearer")],
+                )
+                return
+            length = headers.get("content-length")
+            if length is not None and length.isdigit() and int(length) > s.max_body_bytes:
+                await _send_json(
+                    send_wrapper,
+                    413,
+                    {
+                        "detail": f"request body of {length} bytes exceeds the limit of "
+                        f"{s.max_body_bytes} bytes; send fewer or shorter texts"
+                    },
+                )
+                return
+            try:
+                await self.app(scope, self._limited(receive, s.max_body_bytes), send_wrapper)
+            except BodyTooLarge:
+                await _send_json(
+                    send_wrapper,
+                    413,
+                    {
+                        "detail": f"request body exceeds the limit of {s.max_body_bytes} "
+                        "bytes; send fewer or shorter texts"
+                    },
+                )
+        finally:
+            self.state.in_flight -= 1
+            self.state.metrics.in_flight.dec()
+            elapsed = time.perf_counter() - started
+            model = scope["state"].get("model", "")
+            status = status_holder["status"]
+            if endpoint != "other" or status != 404:
+                self.state.metrics.requests.labels(endpoint, model, str(status)).inc()
+                self.state.metrics.request_duration.labels(endpoint, model).observe(elapsed)
+            if endpoint not in ("/metrics", "/healthz", "/readyz"):
+                extra = {
+                    "request_id": request_id,
+                    "endpoint": endpoint,
+                    "model": model,
+                    "status": status,
+                    "latency_ms": round(elapsed * 1000, 2),
+                    "method": scope["method"],
+                    "batch_ids": scope["state"].get("batch_ids", []),
+                }
+                log.info("%s %s %d", scope["method"], path[:200], status, extra=extra)
+
+    def _authorized(self, path: str, headers: dict[str, str]) -> bool:
+        keys = self.state.settings.api_keys
+        if not keys or not path.startswith("/v1/") or path in self.state.settings.open_paths:
+            return True
+        offered = headers.get("x-api-key", "")
+        auth = headers.get("authorization", "")
+        if auth.lower().startswith("bearer "):
+            offered = auth[7:].strip()
+        ok = False
+        for key in keys:  # compare against every key, in constant time each
+            ok |= hmac.compare_digest(offered.encode(), key.encode())
+        return ok
+
+    @staticmethod
+    def _limited(receive: Receive, limit: int) -> Receive:
+        seen = 0
+
+        async def wrapped() -> Message:
+            nonlocal seen
+            message = await receive()
+            if message["type"] == "http.request":
+                seen += len(message.get("body", b""))
+                if seen > limit:
+                    raise BodyTooLarge
+            return message
+
+        return wrapped

@@ -1,0 +1,151 @@
+"""Request and response bodies of the v1 API. Limits come from the settings, so /openapi.json states them."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Annotated, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, StringConstraints, model_validator
+
+from service.settings import Settings
+
+Matrix = list[list[float]]
+Heads = list[Matrix]
+Layers = list[Heads]
+
+DE_EXAMPLE = "Ein Mann fährt mit dem Fahrrad durch die Stadt."
+
+
+class Hypothesis(BaseModel):
+    text: str
+    score: float
+
+
+class TranslationOut(BaseModel):
+    text: str
+    score: float = Field(description="sum of the log-probabilities of the generated tokens, EOS included")
+    source_tokens: list[str] = Field(description="source subwords, </s> last")
+    target_tokens: list[str] = Field(description="generated subwords (</s> excluded)")
+    hypotheses: list[Hypothesis] | None = Field(None, description="n-best list, best first (num_hypotheses > 1)")
+    alignment: list[tuple[int, int]] | None = Field(
+        None, description="[source_index, target_index] pairs from head- and layer-mean cross-attention"
+    )
+    attention: Layers | None = Field(
+        None, description="cross-attention [layers][heads][target][source]; row j is the step that generated token j"
+    )
+
+
+class TranslateResponse(BaseModel):
+    model: str
+    translations: list[TranslationOut]
+
+
+class EmbedResponse(BaseModel):
+    model: str
+    dimension: int
+    embeddings: list[list[float]]
+
+
+class AttentionResponse(BaseModel):
+    model: str
+    source_tokens: list[str]
+    target_tokens: list[str] = Field(description="decoder inputs: <s> then the target subwords")
+    target_text: str
+    score: float
+    encoder: Layers | None = Field(None, description="[layers][heads][source][source]")
+    decoder: Layers | None = Field(None, description="[layers][heads][target][target]")
+    cross: Layers | None = Field(None, description="[layers][heads][target][source]")
+
+
+class ModelInfo(BaseModel):
+    name: str
+    version: str
+    source_language: str
+    target_language: str
+    parameters: int
+    variant: str
+    variants: list[str]
+    bleu: dict | None
+    providers: list[str]
+    max_source_tokens: int
+    layers: dict[str, int]
+    heads: int
+    dimension: int
+
+
+class ModelsResponse(BaseModel):
+    default: str
+    models: list[ModelInfo]
+
+
+@dataclass
+class RequestModels:
+    translate: type[BaseModel]
+    embed: type[BaseModel]
+    attention: type[BaseModel]
+
+
+def request_models(s: Settings) -> RequestModels:
+    """Request bodies whose bounds are this service's settings."""
+    Text = Annotated[str, StringConstraints(max_length=s.max_chars_per_text)]
+    ModelName = Annotated[str | None, Field(None, max_length=200, description="model name; default model when absent")]
+    Timeout = Annotated[
+        float | None,
+        Field(
+            None,
+            gt=0,
+            le=3600,
+            description=f"deadline in seconds (capped at {s.max_request_timeout_s}); "
+            "also settable with the X-Request-Timeout header",
+        ),
+    ]
+
+    class TranslateRequest(BaseModel):
+        model_config = ConfigDict(
+            extra="forbid",
+            json_schema_extra={"examples": [{"texts": [DE_EXAMPLE], "beam_size": 4, "return_alignment": True}]},
+        )
+        texts: list[Text] = Field(min_length=1, max_length=s.max_texts_translate)
+        model: ModelName = None
+        beam_size: int = Field(4, ge=1, le=s.max_beam_size)
+        max_length: int | None = Field(None, ge=1, le=s.max_length_cap, description="generated tokens per text")
+        num_hypotheses: int = Field(1, ge=1, le=s.max_beam_size, description="n-best size, at most beam_size")
+        length_penalty: float = Field(0.6, ge=0.0, le=5.0)
+        return_attention: bool = False
+        return_alignment: bool = False
+        timeout_s: Timeout = None
+
+        @model_validator(mode="after")
+        def _n_best(self) -> TranslateRequest:
+            if self.num_hypotheses > self.beam_size:
+                raise ValueError(f"num_hypotheses ({self.num_hypotheses}) must not exceed beam_size ({self.beam_size})")
+            return self
+
+    class EmbedRequest(BaseModel):
+        model_config = ConfigDict(
+            extra="forbid",
+            json_schema_extra={"examples": [{"texts": [DE_EXAMPLE, "Ein Hund läuft."], "normalize": True}]},
+        )
+        texts: list[Text] = Field(min_length=1, max_length=s.max_texts_embed)
+        model: ModelName = None
+        pooling: Literal["mean", "max"] = "mean"
+        normalize: bool = True
+        timeout_s: Timeout = None
+
+    class AttentionRequest(BaseModel):
+        model_config = ConfigDict(
+            extra="forbid",
+            json_schema_extra={"examples": [{"source": DE_EXAMPLE, "kinds": ["cross"], "aggregate": "mean"}]},
+        )
+        source: Annotated[str, StringConstraints(min_length=1, max_length=s.max_chars_per_text)]
+        target: Text | None = Field(None, description="the model's own greedy translation when absent")
+        model: ModelName = None
+        kinds: list[Literal["encoder", "decoder", "cross"]] = Field(
+            default_factory=lambda: ["encoder", "decoder", "cross"], min_length=1, max_length=3
+        )
+        layers: list[Annotated[int, Field(ge=0)]] | None = Field(None, max_length=64)
+        heads: list[Annotated[int, Field(ge=0)]] | None = Field(None, max_length=64)
+        aggregate: Literal["none", "mean"] = "none"
+        timeout_s: Timeout = None
+
+    return RequestModels(TranslateRequest, EmbedRequest, AttentionRequest)

@@ -1,0 +1,82 @@
+"""The FastAPI application factory: state, lifespan (verify bundles, then load and warm up), routes."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from contextlib import asynccontextmanager
+from dataclasses import dataclass, field
+
+from fastapi import FastAPI
+from fastapi.middleware.cors import CORSMiddleware
+
+from service.api import errors
+from service.api.middleware import ServiceMiddleware
+from service.api.routes import build_router
+from service.engine.bundle import BundleError
+from service.metrics import Metrics
+from service.registry import Registry
+from service.settings import Settings
+
+log = logging.getLogger(__name__)
+
+
+@dataclass
+class AppState:
+    settings: Settings
+    metrics: Metrics
+    registry: Registry
+    draining: bool = False
+    in_flight: int = 0
+    load_task: asyncio.Task | None = field(default=None, repr=False)
+
+
+def create_app(settings: Settings | None = None) -> FastAPI:
+    settings = settings or Settings()
+    metrics = Metrics()
+    state = AppState(settings, metrics, Registry(settings, metrics))
+
+    @asynccontextmanager
+    async def lifespan(app: FastAPI):
+        # Bundles are hash-checked before the server accepts anything: a bad file stops start-up.
+        try:
+            state.registry.verify()
+        except BundleError as exc:
+            log.error("refusing to start: %s", exc)
+            raise
+        state.load_task = asyncio.create_task(_load(state))
+        yield
+        state.draining = True
+        if state.load_task and not state.load_task.done():
+            state.load_task.cancel()
+        await state.registry.stop()
+
+    app = FastAPI(
+        title="mtserve",
+        version="0.1.0",
+        description="Transformer translation on onnxruntime: translate, embed, attention maps. "
+        'Errors are JSON {"detail": ...} saying what to change.',
+        lifespan=lifespan,
+    )
+    app.state.mt = state
+    errors.install(app)
+    app.include_router(build_router(app))
+    if settings.cors_origins:
+        app.add_middleware(
+            CORSMiddleware,
+            allow_origins=settings.cors_origins,
+            allow_methods=["GET", "POST"],
+            allow_headers=["Authorization", "X-API-Key", "Content-Type", "X-Request-ID"],
+        )
+    app.add_middleware(ServiceMiddleware, state=state)
+    return app
+
+
+async def _load(state: AppState) -> None:
+    try:
+        await state.registry.load()
+    except asyncio.CancelledError:
+        raise
+    except Exception as exc:  # the process exits non-zero (see service.__main__)
+        state.registry.failed = f"model loading failed: {exc}"
+        log.exception("model loading failed")

@@ -1,0 +1,49 @@
+"""Prometheus metrics of the service (one registry per app, so tests can start several apps)."""
+
+from __future__ import annotations
+
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
+
+LATENCY_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0)
+BATCH_BUCKETS = (1, 2, 4, 8, 16, 32, 64, 128, 256)
+
+
+class Metrics:
+    def __init__(self) -> None:
+        self.registry = CollectorRegistry()
+        r = self.registry
+        self.requests = Counter(
+            "mt_requests_total",
+            "HTTP requests by endpoint, model and status code",
+            ["endpoint", "model", "status"],
+            registry=r,
+        )
+        self.request_duration = Histogram(
+            "mt_request_duration_seconds", "Request latency", ["endpoint", "model"], buckets=LATENCY_BUCKETS, registry=r
+        )
+        self.queue_wait = Histogram(
+            "mt_queue_wait_seconds",
+            "Time a sentence waited before its engine batch started",
+            ["model"],
+            buckets=LATENCY_BUCKETS,
+            registry=r,
+        )
+        self.batch_size = Histogram(
+            "mt_batch_size", "Sentences per engine batch", ["model"], buckets=BATCH_BUCKETS, registry=r
+        )
+        self.inference = Histogram(
+            "mt_inference_duration_seconds",
+            "Engine time per batch and stage",
+            ["model", "stage"],
+            buckets=LATENCY_BUCKETS,
+            registry=r,
+        )
+        self.generated_tokens = Counter("mt_generated_tokens_total", "Target tokens generated", ["model"], registry=r)
+        self.queue_depth = Gauge("mt_queue_depth", "Sentences waiting for an engine batch", ["model"], registry=r)
+        self.model_info = Gauge(
+            "mt_model_info", "Loaded models (value 1)", ["model", "version", "variant", "provider"], registry=r
+        )
+        self.dropped = Counter(
+            "mt_dropped_requests_total", "Requests dropped before any engine work", ["model", "reason"], registry=r
+        )
+        self.in_flight = Gauge("mt_requests_in_flight", "Requests being handled", registry=r)

@@ -1,0 +1,278 @@
+"""Dynamic batching between the API and the engine.
+
+Requests are split into sentences; sentences of compatible requests (same kind and decoding options)
+are merged into engine batches bounded by max sentences, max padded tokens and max wait; a batch is
+chosen around the oldest waiting sentence from the sentences closest to it in length (less padding,
+no starvation). The engine runs in worker threads, off the event loop; each result goes back to its
+own request slot. The queue is bounded (QueueFull -> 429) and a request whose deadline passes before
+its work starts fails with DeadlineExceeded (504) and costs no engine work.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import itertools
+import logging
+import time
+from collections.abc import Callable, Hashable, Sequence
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field
+from typing import Any
+
+from service.metrics import Metrics
+
+log = logging.getLogger(__name__)
+
+# run_batch(kind, key, payloads) -> (one result per payload, stats {"encode": s, "decode": s, "generated_tokens": n})
+BatchRunner = Callable[[str, Hashable, list[Any]], tuple[list[Any], dict[str, float]]]
+
+
+class SchedulerError(Exception):
+    status = 500
+
+
+class QueueFull(SchedulerError):
+    status = 429
+
+    def __init__(self, retry_after: int, depth: int, limit: int) -> None:
+        super().__init__(f"the queue is full ({depth} of {limit} sentences waiting); retry after {retry_after} s")
+        self.retry_after = retry_after
+
+
+class DeadlineExceeded(SchedulerError):
+    status = 504
+
+
+class ShuttingDown(SchedulerError):
+    status = 503
+
+
+class BatchFailed(SchedulerError):
+    status = 500
+
+
+@dataclass(eq=False)
+class Request:
+    kind: str
+    key: Hashable
+    n_items: int
+    deadline: float
+    future: asyncio.Future
+    enqueued: float = field(default_factory=time.monotonic)
+    results: list[Any] = field(default_factory=list)
+    remaining: int = 0
+    started: bool = False
+    cancelled: bool = False
+    request_id: str = ""
+    batch_ids: list[int] = field(default_factory=list)
+
+    def fail(self, exc: Exception) -> None:
+        if not self.future.done():
+            self.future.set_exception(exc)
+
+
+@dataclass(eq=False)
+class Item:
+    request: Request
+    index: int
+    payload: Any
+    length: int
+
+
+@dataclass
+class BatchLimits:
+    max_sentences: int = 32
+    max_tokens: int = 4096
+    max_wait_s: float = 0.005
+    max_queue: int = 1024
+    workers: int = 1
+
+
+class Scheduler:
+    def __init__(self, model: str, runner: BatchRunner, limits: BatchLimits, metrics: Metrics) -> None:
+        self.model, self.runner, self.limits, self.metrics = model, runner, limits, metrics
+        self.queue: list[Item] = []
+        self._wakeup = asyncio.Event()
+        self._workers = asyncio.Semaphore(limits.workers)
+        self._executor = ThreadPoolExecutor(max_workers=limits.workers, thread_name_prefix=f"engine-{model}")
+        self._task: asyncio.Task | None = None
+        self._running: set[asyncio.Task] = set()
+        self._closing = False
+        self._batch_ids = itertools.count(1)
+        self._seconds_per_sentence = 0.05  # running estimate, for Retry-After
+
+    # --- lifecycle ---------------------------------------------------------------------------
+    def start(self) -> None:
+        self._task = asyncio.get_running_loop().create_task(self._loop(), name=f"scheduler-{self.model}")
+
+    async def stop(self) -> None:
+        """Refuse new work, finish what was accepted, then stop the loop and the worker threads."""
+        self._closing = True
+        self._wakeup.set()
+        if self._task is not None:
+            await self._task
+        if self._running:
+            await asyncio.gather(*self._running, return_exceptions=True)
+        self._executor.shutdown(wait=True)
+
+    # --- submission --------------------------------------------------------------------------
+    async def submit(
+        self,
+        kind: str,
+        key: Hashable,
+        payloads: Sequence[Any],
+        lengths: Sequence[int],
+        timeout_s: float,
+        request_id: str = "",
+    ) -> list[Any]:
+        if self._closing:
+            raise ShuttingDown("the service is shutting down; retry on another instance")
+        depth = len(self.queue)
+        if depth + len(payloads) > self.limits.max_queue:
+            retry = max(1, round(depth * self._seconds_per_sentence / self.limits.workers))
+            raise QueueFull(retry, depth, self.limits.max_queue)
+        loop = asyncio.get_running_loop()
+        request = Request(
+            kind, key, len(payloads), time.monotonic() + timeout_s, loop.create_future(), request_id=request_id
+        )
+        request.results = [None] * len(payloads)
+        request.remaining = len(payloads)
+        self.queue.extend(Item(request, i, p, n) for i, (p, n) in enumerate(zip(payloads, lengths, strict=True)))
+        self.metrics.queue_depth.labels(self.model).set(len(self.queue))
+        self._wakeup.set()
+        try:
+            return await request.future
+        except asyncio.CancelledError:
+            self.cancel(request)
+            raise
+
+    def cancel(self, request: Request) -> None:
+        """The client went away: drop the request's sentences that have not started."""
+        if request.future.done():
+            return
+        request.cancelled = True
+        request.future.cancel()
+        self._remove(request, "cancelled")
+
+    def _remove(self, request: Request, reason: str) -> None:
+        before = len(self.queue)
+        self.queue = [it for it in self.queue if it.request is not request]
+        if len(self.queue) != before and not request.started:
+            self.metrics.dropped.labels(self.model, reason).inc()
+        self.metrics.queue_depth.labels(self.model).set(len(self.queue))
+
+    # --- the loop ----------------------------------------------------------------------------
+    async def _loop(self) -> None:
+        while True:
+            if not self.queue:
+                if self._closing:
+                    return
+                self._wakeup.clear()
+                await self._wakeup.wait()
+                continue
+            await self._wait_for_fill()
+            await self._workers.acquire()
+            batch = self._take_batch()
+            if not batch:
+                self._workers.release()
+                continue
+            task = asyncio.get_running_loop().create_task(self._run(batch))
+            self._running.add(task)
+            task.add_done_callback(self._running.discard)
+
+    async def _wait_for_fill(self) -> None:
+        """Wait until the oldest sentence has waited max_wait, or a full batch of its kind is waiting."""
+        while self.queue and not self._closing:
+            oldest = self.queue[0]
+            same = sum(1 for it in self.queue if it.request.key == oldest.request.key)
+            remaining = oldest.request.enqueued + self.limits.max_wait_s - time.monotonic()
+            if same >= self.limits.max_sentences or remaining <= 0:
+                return
+            self._wakeup.clear()
+            try:
+                await asyncio.wait_for(self._wakeup.wait(), timeout=remaining)
+            except TimeoutError:
+                return
+
+    def _expire(self) -> None:
+        now = time.monotonic()
+        for request in {it.request for it in self.queue if it.request.deadline <= now}:
+            self._remove(request, "deadline")
+            request.fail(
+                DeadlineExceeded("the request's deadline passed before its work could start; retry, or raise timeout_s")
+            )
+
+    def _take_batch(self) -> list[Item]:
+        self._expire()
+        if not self.queue:
+            return []
+        oldest = self.queue[0]
+        same = sorted((it for it in self.queue if it.request.key == oldest.request.key), key=lambda it: it.length)
+        at = same.index(oldest)
+        chosen, lo, hi, width = [oldest], at - 1, at + 1, oldest.length
+        while len(chosen) < self.limits.max_sentences and (lo >= 0 or hi < len(same)):
+            left = same[lo] if lo >= 0 else None
+            right = same[hi] if hi < len(same) else None
+            pick = (
+                left
+                if right is None or (left is not None and oldest.length - left.length <= right.length - oldest.length)
+                else right
+            )
+            new_width = max(width, pick.length)
+            if new_width * (len(chosen) + 1) > self.limits.max_tokens:
+                break
+            chosen.append(pick)
+            width = new_width
+            if pick is left:
+                lo -= 1
+            else:
+                hi += 1
+        picked = set(map(id, chosen))
+        self.queue = [it for it in self.queue if id(it) not in picked]
+        self.metrics.queue_depth.labels(self.model).set(len(self.queue))
+        now = time.monotonic()
+        for it in chosen:
+            if not it.request.started:
+                it.request.started = True
+                self.metrics.queue_wait.labels(self.model).observe(now - it.request.enqueued)
+        return sorted(chosen, key=lambda it: it.length)
+
+    async def _run(self, batch: list[Item]) -> None:
+        batch_id = next(self._batch_ids)
+        kind, key = batch[0].request.kind, batch[0].request.key
+        started = time.monotonic()
+        try:
+            results, stats = await asyncio.get_running_loop().run_in_executor(
+                self._executor, self.runner, kind, key, [it.payload for it in batch]
+            )
+        except Exception:
+            log.exception(
+                "engine batch %d failed (%d sentences)",
+                batch_id,
+                len(batch),
+                extra={"batch_id": batch_id, "request_ids": sorted({it.request.request_id for it in batch})},
+            )
+            for request in {it.request for it in batch}:
+                self._remove(request, "failed")
+                request.fail(BatchFailed(f"internal error in engine batch {batch_id}; the request was not completed"))
+            return
+        finally:
+            self._workers.release()
+            self._wakeup.set()
+        elapsed = time.monotonic() - started
+        self._seconds_per_sentence = 0.8 * self._seconds_per_sentence + 0.2 * elapsed / len(batch)
+        m = self.model
+        self.metrics.batch_size.labels(m).observe(len(batch))
+        for stage in ("encode", "decode"):
+            if stage in stats:
+                self.metrics.inference.labels(m, stage).observe(stats[stage])
+        self.metrics.generated_tokens.labels(m).inc(stats.get("generated_tokens", 0))
+        for it, result in zip(batch, results, strict=True):
+            request = it.request
+            request.batch_ids.append(batch_id)
+            if request.future.done():
+                continue
+            request.results[it.index] = result
+            request.remaining -= 1
+            if request.remaining == 0:
+                request.future.set_result(request.results)

@@ -1,0 +1,70 @@
+"""Service settings: environment variables with the MT_ prefix (pydantic-settings); see the README table."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Annotated
+
+from pydantic import BeforeValidator, Field
+from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
+
+REPO_ROOT = Path(__file__).resolve().parent.parent
+
+
+def _split(value: object) -> object:
+    if isinstance(value, str):
+        return [item.strip() for item in value.split(",") if item.strip()]
+    return value
+
+
+CsvList = Annotated[list[str], NoDecode, BeforeValidator(_split)]  # "a, b" -> ["a", "b"]
+
+
+class Settings(BaseSettings):
+    model_config = SettingsConfigDict(env_prefix="MT_", extra="ignore")
+
+    # where and what
+    host: str = "127.0.0.1"
+    port: int = Field(8000, ge=1, le=65535)
+    model_repository: Path = REPO_ROOT / "model_repository"
+    default_model: str = "de-en"
+    models: CsvList = Field(default_factory=list, description="models to load; empty = every model in the repository")
+    providers: str = Field("auto", pattern="^(auto|cpu|cuda)$")
+    variant: str = Field("auto", pattern="^(auto|fp32|int8|fp16)$")
+    intra_op_threads: int = Field(1, ge=1, le=256)
+    inter_op_threads: int = Field(1, ge=1, le=256)
+    engine_workers: int = Field(1, ge=1, le=64, description="batches run concurrently per model")
+
+    # dynamic batching
+    batching: bool = True
+    max_batch_sentences: int = Field(32, ge=1, le=4096)
+    max_batch_tokens: int = Field(4096, ge=16)
+    max_wait_ms: float = Field(5.0, ge=0, le=10_000)
+    max_queue_sentences: int = Field(1024, ge=1)
+
+    # deadlines and shutdown
+    request_timeout_s: float = Field(30.0, gt=0, description="default deadline of a request")
+    max_request_timeout_s: float = Field(120.0, gt=0, description="cap on a deadline a client asks for")
+    drain_seconds: float = Field(20.0, ge=0)
+    load_delay_s: float = Field(0.0, ge=0, description="wait before loading models (tests, staged roll-outs)")
+
+    # request limits
+    max_body_bytes: int = Field(1 << 20, ge=1024)
+    max_texts_translate: int = Field(64, ge=1)
+    max_texts_embed: int = Field(256, ge=1)
+    max_chars_per_text: int = Field(2000, ge=1)
+    max_tokens_per_text: int = Field(250, ge=1, description="subword tokens per text (EOS excluded)")
+    max_beam_size: int = Field(8, ge=1, le=16)
+    max_length_cap: int = Field(255, ge=1)
+
+    # access and logs
+    api_keys: CsvList = Field(default_factory=list, description="when set, /v1/* needs one of these keys")
+    open_paths: CsvList = Field(default_factory=lambda: ["/healthz", "/readyz", "/metrics"])
+    cors_origins: CsvList = Field(default_factory=list)
+    log_level: str = "info"
+    log_requests_text: bool = False
+    enable_test_hooks: bool = False
+
+    @property
+    def effective_max_batch_sentences(self) -> int:
+        return self.max_batch_sentences if self.batching else 1
