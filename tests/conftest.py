@@ -1,10 +1,13 @@
-"""Generic fixtures shared by every test package."""
+"""Generic fixtures shared by every test package: free ports, the tiny trained bundle, a live server."""
 
 from __future__ import annotations
 
 import socket
+from pathlib import Path
 
 import pytest
+from live_server import LiveServer
+from tiny_bundle import cached_tiny_bundle
 
 
 @pytest.fixture
@@ -13,3 +16,35 @@ def free_port() -> int:
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
         sock.bind(("127.0.0.1", 0))
         return sock.getsockname()[1]
+
+
+@pytest.fixture(scope="session")
+def tiny_model_dir(request, tmp_path_factory) -> Path:
+    """Folder with ``repository/de-en/1`` (the exported tiny bundle) and ``release/`` (its PyTorch weights).
+
+    Built once per source digest under pytest's cache (about 20 s), then copied for this session.
+    """
+    cache_root = Path(request.config.cache.mkdir("mtserve"))
+    target = tmp_path_factory.mktemp("tiny")
+    cached_tiny_bundle(cache_root, target)
+    return target
+
+
+@pytest.fixture(scope="session")
+def tiny_repository(tiny_model_dir) -> Path:
+    """A model repository holding the tiny de-en bundle (version 1)."""
+    return tiny_model_dir / "repository"
+
+
+@pytest.fixture(scope="session")
+def tiny_bundle_dir(tiny_repository) -> Path:
+    return tiny_repository / "de-en" / "1"
+
+
+@pytest.fixture(scope="session")
+def live_server(tiny_repository, tmp_path_factory):
+    """The real service on a free loopback port, serving the tiny bundle; shared by the session."""
+    log_path = tmp_path_factory.mktemp("server") / "service.log"
+    server = LiveServer(tiny_repository, env={"MT_MAX_WAIT_MS": "10"}, log_path=log_path).start()
+    yield server
+    server.stop()

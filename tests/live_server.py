@@ -1,0 +1,87 @@
+"""Start the real service (``python -m service``) as a subprocess on a free loopback port."""
+
+from __future__ import annotations
+
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import httpx
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def free_port() -> int:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+class LiveServer:
+    def __init__(
+        self,
+        repository: Path,
+        env: dict[str, str] | None = None,
+        command: list[str] | None = None,
+        log_path: Path | None = None,
+    ) -> None:
+        self.port = free_port()
+        self.url = f"http://127.0.0.1:{self.port}"
+        self.env = {
+            **os.environ,
+            "MT_HOST": "127.0.0.1",
+            "MT_PORT": str(self.port),
+            "MT_MODEL_REPOSITORY": str(repository),
+            "MT_PROVIDERS": "cpu",
+            "MT_LOG_LEVEL": "info",
+            "OMP_NUM_THREADS": "1",
+            **(env or {}),
+        }
+        self.command = command or [sys.executable, "-m", "service"]
+        self.log_path = log_path
+        self.process: subprocess.Popen | None = None
+
+    def start(self, wait_ready: bool = True, timeout: float = 60.0) -> LiveServer:
+        out = open(self.log_path, "wb") if self.log_path else subprocess.DEVNULL
+        self.process = subprocess.Popen(self.command, cwd=ROOT, env=self.env, stdout=out, stderr=subprocess.STDOUT)
+        if wait_ready:
+            self.wait_ready(timeout)
+        return self
+
+    def wait_ready(self, timeout: float = 60.0) -> None:
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            if self.process is not None and self.process.poll() is not None:
+                raise RuntimeError(f"service exited with {self.process.returncode}; log: {self.log()}")
+            try:
+                if httpx.get(self.url + "/readyz", timeout=1.0).status_code == 200:
+                    return
+            except httpx.HTTPError:
+                pass
+            time.sleep(0.1)
+        raise TimeoutError(f"service not ready within {timeout}s; log: {self.log()}")
+
+    def log(self) -> str:
+        if self.log_path and self.log_path.exists():
+            return self.log_path.read_text(errors="replace")[-4000:]
+        return "(no log)"
+
+    def stop(self, sig: int = signal.SIGTERM, timeout: float = 30.0) -> int | None:
+        if self.process is None or self.process.poll() is not None:
+            return self.process.returncode if self.process else None
+        self.process.send_signal(sig)
+        try:
+            return self.process.wait(timeout)
+        except subprocess.TimeoutExpired:
+            self.process.kill()
+            return self.process.wait()
+
+    def __enter__(self) -> LiveServer:
+        return self.start()
+
+    def __exit__(self, *exc) -> None:
+        self.stop()

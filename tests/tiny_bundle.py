@@ -1,0 +1,121 @@
+"""A tiny but trained de->en model bundle, built by the tests themselves (no corpus or committed model needed).
+
+The corpus is a word-by-word 'translation' of random German word strings; a 1+1-layer Transformer learns
+it in a few hundred steps, so translations end with EOS and look like English. Export goes through the
+real pipeline: Trainer -> release -> export.cli export (fp32 + int8) -> sealed manifest.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import random
+import shutil
+from pathlib import Path
+
+GERMAN = (
+    "der die das ein eine mann frau hund katze kind ball rot blau gross klein auf unter spielt rennt sitzt und im park"
+)
+ENGLISH = "the the the a a man woman dog cat child ball red blue big small on under plays runs sits and in-the park"
+WORD_MAP = dict(zip(GERMAN.split(), ENGLISH.split(), strict=True))
+SAMPLE_SENTENCES = [
+    "ein mann spielt",
+    "die katze sitzt auf dem ball",
+    "ein kind rennt im park und spielt",
+    "der hund",
+    "eine kleine rote katze sitzt unter dem blauen ball",
+]
+
+
+def write_corpus(directory: Path, n_train: int = 3000, n_valid: int = 30, seed: int = 0) -> Path:
+    rng = random.Random(seed)
+    words = sorted(WORD_MAP)
+    directory.mkdir(parents=True, exist_ok=True)
+    for prefix, n in (("train", n_train), ("val", n_valid), ("test", n_valid)):
+        de = [" ".join(rng.choice(words) for _ in range(rng.randint(1, 8))) for _ in range(n)]
+        en = [" ".join(WORD_MAP[w] for w in line.split()) for line in de]
+        (directory / f"{prefix}.de").write_text("\n".join(de) + "\n", encoding="utf-8")
+        (directory / f"{prefix}.en").write_text("\n".join(en) + "\n", encoding="utf-8")
+    return directory
+
+
+def _source_digest() -> str:
+    root = Path(__file__).resolve().parent.parent
+    digest = hashlib.sha256()
+    for folder in ("model", "export"):
+        for path in sorted((root / folder).glob("*.py")):
+            digest.update(path.read_bytes())
+    digest.update(Path(__file__).read_bytes())
+    for path in sorted((root / "service" / "engine").glob("*.py")):
+        digest.update(path.read_bytes())
+    return digest.hexdigest()[:16]
+
+
+def build_tiny_bundle(work: Path, name: str = "de-en") -> Path:
+    """Train and export; returns the model repository folder that holds ``<name>/1``."""
+    import torch
+
+    from export.cli import main as export_main
+    from model.config import ModelConfig, RunConfig, TokenizerConfig, TrainConfig
+    from model.train import Trainer
+
+    torch.set_num_threads(1)
+    corpus = write_corpus(work / "corpus")
+    run = RunConfig(
+        name="tiny",
+        tokenizer=TokenizerConfig(vocab_size=320),
+        model=ModelConfig(
+            vocab_size=320,
+            d_model=32,
+            n_heads=2,
+            n_encoder_layers=1,
+            n_decoder_layers=1,
+            d_ff=64,
+            dropout=0.0,
+            max_positions=64,
+        ),
+        train=TrainConfig(
+            max_tokens=600,
+            max_length=40,
+            warmup_steps=30,
+            lr_factor=2.0,
+            epochs=30,
+            max_steps=350,
+            eval_every=350,
+            keep_checkpoints=1,
+            bleu_max_sentences=10,
+            seed=3,
+            threads=1,
+        ),
+    )
+    trainer = Trainer(run, corpus, work / "run", progress=False)
+    trainer.train()
+    trainer.finalize()
+    repo = work / "repository"
+    code = export_main(
+        [
+            "export",
+            "--model",
+            str(work / "run" / "release"),
+            "--out",
+            str(repo / name / "1"),
+            "--name",
+            name,
+            "--variants",
+            "fp32",
+            "int8",
+        ]
+    )
+    assert code == 0
+    return repo
+
+
+def cached_tiny_bundle(cache_root: Path, target: Path) -> Path:
+    """Build once per source digest (under ``cache_root``), copy into ``target``; returns target's repository."""
+    cached = cache_root / f"tiny-bundle-{_source_digest()}"
+    if not (cached / "repository").exists():
+        if cached.exists():
+            shutil.rmtree(cached)
+        build_tiny_bundle(cached)
+    shutil.copytree(cached / "repository", target / "repository")
+    shutil.copytree(cached / "run" / "release", target / "release")
+    return target / "repository"
