@@ -46,8 +46,10 @@ class LiveServer:
         self.process: subprocess.Popen | None = None
 
     def start(self, wait_ready: bool = True, timeout: float = 60.0) -> LiveServer:
-        out = open(self.log_path, "wb") if self.log_path else subprocess.DEVNULL
+        out = open(self.log_path, "ab") if self.log_path else subprocess.DEVNULL  # noqa: SIM115 (the child keeps it)
         self.process = subprocess.Popen(self.command, cwd=ROOT, env=self.env, stdout=out, stderr=subprocess.STDOUT)
+        if self.log_path:
+            out.close()
         if wait_ready:
             self.wait_ready(timeout)
         return self
