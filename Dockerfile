@@ -1,0 +1,115 @@
+# syntax=docker/dockerfile:1
+#
+# Translation service image: serving dependencies only (onnxruntime, no torch), two targets.
+#
+#   docker build -t mtserve:cpu .                 # default target: cpu (the last stage of this file)
+#   docker build -t mtserve:cpu --target cpu .
+#   docker build -t mtserve:gpu --target gpu .
+#
+# cpu: python:3.11-slim + onnxruntime (CPU wheel).
+# gpu: NVIDIA CUDA 12 + cuDNN 9 runtime image + onnxruntime-gpu pinned to ORT_GPU_VERSION.
+#   Checked against PyPI metadata: onnxruntime-gpu 1.26.0 is the last release on PyPI built for CUDA 12
+#   (its [cuda]/[cudnn] extras pin nvidia-*-cu12 and nvidia-cudnn-cu12~=9.0); 1.27.0 and later are
+#   built for CUDA 13 (1.31.1's CUDA provider links libcudart.so.13 / libcublas.so.13), and need a
+#   CUDA 13 base image and an NVIDIA driver >= 580. For those, build with for example
+#     --build-arg ORT_GPU_VERSION=1.31.1 --build-arg CUDA_IMAGE=nvidia/cuda:13.0.2-cudnn-runtime-ubuntu24.04
+#   (that tag is an assumption: pick a current 13.x "cudnn-runtime" tag).
+#   CUDA 12 minor-version compatibility lets 1.26.0 (built with 12.x) run on the 12.6 runtime below.
+#   The Ubuntu 24.04 base brings Python 3.12 (pyproject.toml requires >= 3.11).
+#
+# Settings come from MT_* environment variables at run time (see docs/deployment.md).
+# The same entry script runs in compose and Kubernetes: deploy/entrypoint.sh (exec python -m service).
+
+ARG PYTHON_IMAGE=python:3.11-slim-bookworm
+ARG CUDA_IMAGE=nvidia/cuda:12.6.3-cudnn-runtime-ubuntu24.04
+ARG ORT_GPU_VERSION=1.26.0
+
+# ---------------------------------------------------------------------------------------------------
+# requirements: the serving dependency lists, generated from pyproject.toml (one source of truth)
+FROM ${PYTHON_IMAGE} AS requirements
+ARG ORT_GPU_VERSION
+WORKDIR /src
+COPY pyproject.toml deploy/docker/requirements.py ./
+RUN python requirements.py pyproject.toml > requirements-cpu.txt \
+    && python requirements.py pyproject.toml --gpu-version "${ORT_GPU_VERSION}" > requirements-gpu.txt
+
+# ---------------------------------------------------------------------------------------------------
+# app: only the files the service needs at run time, owned by root (read-only to the service user)
+FROM scratch AS app
+COPY pyproject.toml README.md /app/
+COPY service/ /app/service/
+COPY model_repository/ /app/model_repository/
+COPY --chmod=0755 deploy/entrypoint.sh /app/deploy/entrypoint.sh
+
+# ---------------------------------------------------------------------------------------------------
+# cpu-builder: a virtual environment with the CPU serving dependencies
+FROM ${PYTHON_IMAGE} AS cpu-builder
+ENV PIP_DISABLE_PIP_VERSION_CHECK=1 PIP_NO_CACHE_DIR=1
+COPY --from=requirements /src/requirements-cpu.txt /tmp/requirements.txt
+RUN python -m venv /opt/venv \
+    && /opt/venv/bin/pip install --no-cache-dir -r /tmp/requirements.txt
+
+# ---------------------------------------------------------------------------------------------------
+# gpu-builder: the same on the CUDA base, with onnxruntime-gpu instead of onnxruntime
+FROM ${CUDA_IMAGE} AS gpu-builder
+ENV DEBIAN_FRONTEND=noninteractive PIP_DISABLE_PIP_VERSION_CHECK=1 PIP_NO_CACHE_DIR=1
+# The distribution's own python3 (the CUDA base tag fixes the distribution release); not version-pinned
+# so that security updates apply on rebuild.
+# hadolint ignore=DL3008
+RUN apt-get update \
+    && apt-get install -y --no-install-recommends python3 python3-venv \
+    && rm -rf /var/lib/apt/lists/*
+COPY --from=requirements /src/requirements-gpu.txt /tmp/requirements.txt
+RUN python3 -m venv /opt/venv \
+    && /opt/venv/bin/pip install --no-cache-dir -r /tmp/requirements.txt
+
+# ---------------------------------------------------------------------------------------------------
+# gpu: runtime image for NVIDIA GPUs (run with --gpus all, or the compose/Kubernetes GPU settings)
+FROM ${CUDA_IMAGE} AS gpu
+ENV DEBIAN_FRONTEND=noninteractive
+# hadolint ignore=DL3008
+RUN apt-get update \
+    && apt-get install -y --no-install-recommends python3 \
+    && rm -rf /var/lib/apt/lists/* \
+    && groupadd --system --gid 10001 mt \
+    && useradd --system --uid 10001 --gid 10001 --no-create-home --home-dir /nonexistent --shell /usr/sbin/nologin mt
+COPY --from=gpu-builder /opt/venv /opt/venv
+COPY --from=app /app /app
+ENV PATH=/opt/venv/bin:$PATH \
+    PYTHONPATH=/app \
+    PYTHONDONTWRITEBYTECODE=1 \
+    PYTHONUNBUFFERED=1 \
+    MT_HOST=0.0.0.0 \
+    MT_PORT=8000 \
+    MT_MODEL_REPOSITORY=/app/model_repository \
+    MT_PROVIDERS=cuda
+WORKDIR /app
+USER 10001:10001
+EXPOSE 8000
+STOPSIGNAL SIGTERM
+HEALTHCHECK --interval=10s --timeout=4s --start-period=60s --retries=3 \
+    CMD ["python", "-c", "import os, urllib.request; urllib.request.urlopen('http://127.0.0.1:%s/readyz' % os.environ.get('MT_PORT', '8000'), timeout=3)"]
+ENTRYPOINT ["/app/deploy/entrypoint.sh"]
+
+# ---------------------------------------------------------------------------------------------------
+# cpu: runtime image for CPUs; the last stage, so the default target of a plain `docker build .`
+FROM ${PYTHON_IMAGE} AS cpu
+RUN groupadd --system --gid 10001 mt \
+    && useradd --system --uid 10001 --gid 10001 --no-create-home --home-dir /nonexistent --shell /usr/sbin/nologin mt
+COPY --from=cpu-builder /opt/venv /opt/venv
+COPY --from=app /app /app
+ENV PATH=/opt/venv/bin:$PATH \
+    PYTHONPATH=/app \
+    PYTHONDONTWRITEBYTECODE=1 \
+    PYTHONUNBUFFERED=1 \
+    MT_HOST=0.0.0.0 \
+    MT_PORT=8000 \
+    MT_MODEL_REPOSITORY=/app/model_repository \
+    MT_PROVIDERS=cpu
+WORKDIR /app
+USER 10001:10001
+EXPOSE 8000
+STOPSIGNAL SIGTERM
+HEALTHCHECK --interval=10s --timeout=4s --start-period=60s --retries=3 \
+    CMD ["python", "-c", "import os, urllib.request; urllib.request.urlopen('http://127.0.0.1:%s/readyz' % os.environ.get('MT_PORT', '8000'), timeout=3)"]
+ENTRYPOINT ["/app/deploy/entrypoint.sh"]
