@@ -148,7 +148,8 @@ class Scheduler:
 
     def cancel(self, request: Request) -> None:
         """The client went away: drop the request's sentences that have not started."""
-        if request.future.done():
+        # Cancelling the awaiting task cancels request.future first, so a cancelled future still has work to drop.
+        if request.cancelled or (request.future.done() and not request.future.cancelled()):
             return
         request.cancelled = True
         request.future.cancel()
