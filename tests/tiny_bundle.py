@@ -7,6 +7,7 @@ real pipeline: Trainer -> release -> export.cli export (fp32 + int8) -> sealed m
 
 from __future__ import annotations
 
+import fcntl
 import hashlib
 import random
 import shutil
@@ -112,10 +113,13 @@ def build_tiny_bundle(work: Path, name: str = "de-en") -> Path:
 def cached_tiny_bundle(cache_root: Path, target: Path) -> Path:
     """Build once per source digest (under ``cache_root``), copy into ``target``; returns target's repository."""
     cached = cache_root / f"tiny-bundle-{_source_digest()}"
-    if not (cached / "repository").exists():
-        if cached.exists():
-            shutil.rmtree(cached)
-        build_tiny_bundle(cached)
+    with open(cache_root / f"{cached.name}.lock", "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)  # pytest runs started side by side build it once, one at a time
+        if not (cached / "complete").exists():
+            if cached.exists():
+                shutil.rmtree(cached)
+            build_tiny_bundle(cached)
+            (cached / "complete").touch()
     shutil.copytree(cached / "repository", target / "repository")
     shutil.copytree(cached / "run" / "release", target / "release")
     return target / "repository"
