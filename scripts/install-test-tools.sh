@@ -5,6 +5,8 @@ need=()
 command -v chromium >/dev/null 2>&1 || need+=(chromium)
 command -v chromedriver >/dev/null 2>&1 || need+=(chromium-driver)
 command -v prometheus >/dev/null 2>&1 || need+=(prometheus)
+command -v shellcheck >/dev/null 2>&1 || need+=(shellcheck)
+[ -x /usr/sbin/nginx ] || command -v nginx >/dev/null 2>&1 || need+=(nginx)
 if [ ${#need[@]} -eq 0 ]; then
   exit 0
 fi

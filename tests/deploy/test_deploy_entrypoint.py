@@ -1,0 +1,97 @@
+"""deploy/entrypoint.sh: the one command the container, compose and Kubernetes run.
+
+The end-to-end test starts the real service through it exactly as the container does (only the
+interpreter differs: PYTHON=<this interpreter>), serves the tiny bundle, and stops it with SIGTERM.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+from pathlib import Path
+
+import httpx
+import pytest
+from deploy_helpers import ENTRYPOINT, ROOT, entrypoint_server, run, tool
+
+SECRET = "s3cr3t-key-never-printed"
+
+
+def test_entrypoint_is_executable_and_passes_shellcheck():
+    assert os.access(ENTRYPOINT, os.X_OK), "the image's ENTRYPOINT runs the script directly"
+    assert ENTRYPOINT.read_text().startswith("#!/usr/bin/env bash\n")
+    checker = tool("shellcheck")
+    if checker is None:
+        pytest.skip("shellcheck is not installed (scripts/install-test-tools.sh installs it)")
+    result = run([checker, str(ENTRYPOINT)])
+    assert result.returncode == 0, result.stdout
+
+
+def _fake_python(tmp_path: Path) -> Path:
+    """Stands in for the interpreter: runs the settings echo for real, reports the exec instead of serving."""
+    fake = tmp_path / "python"
+    fake.write_text(
+        "#!/usr/bin/env bash\n"
+        'if [ "$1" = "-m" ]; then echo "EXEC pid=$$ cwd=$PWD args=$*"; exit 0; fi\n'
+        f'exec {sys.executable} "$@"\n'
+    )
+    fake.chmod(0o755)
+    return fake
+
+
+def test_entrypoint_prints_effective_settings_hides_api_keys_and_execs(tmp_path):
+    env = {
+        **os.environ,
+        "PYTHON": str(_fake_python(tmp_path)),
+        "MT_PORT": "8123",
+        "MT_MAX_BATCH_TOKENS": "777",
+        "MT_API_KEYS": f"{SECRET},another-{SECRET}",
+    }
+    # Started from another folder: the script must find the repository by itself.
+    proc = subprocess.Popen(
+        ["bash", str(ENTRYPOINT)], cwd=tmp_path, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True
+    )
+    out, _ = proc.communicate(timeout=60)
+    assert proc.returncode == 0, out
+    assert SECRET not in out
+    assert "MT_API_KEYS=<2 configured, hidden>" in out
+    assert "MT_PORT=8123" in out
+    assert "MT_MAX_BATCH_TOKENS=777" in out  # a *_TOKENS limit is not a secret
+    assert "MT_DRAIN_SECONDS=20" in out  # defaults are shown too, as the service resolves them
+    exec_lines = [line for line in out.splitlines() if line.startswith("EXEC ")]
+    assert len(exec_lines) == 1, out
+    # `exec`: the server runs in the very process the container runtime started (it gets SIGTERM).
+    assert f"pid={proc.pid} " in exec_lines[0]
+    assert f"cwd={ROOT} " in exec_lines[0] and exec_lines[0].endswith("args=-m service")
+
+
+def test_entrypoint_still_starts_the_service_when_settings_are_invalid(tmp_path):
+    env = {**os.environ, "PYTHON": str(_fake_python(tmp_path)), "MT_PORT": "not-a-port"}
+    result = run(["bash", str(ENTRYPOINT)], env=env, cwd=tmp_path)
+    assert result.returncode == 0
+    assert "invalid setting MT_PORT" in result.stdout
+    assert "EXEC " in result.stdout  # the server itself then refuses the configuration
+
+
+def test_entrypoint_end_to_end_serves_translations_and_exits_zero_on_sigterm(tiny_repository, tmp_path):
+    server = entrypoint_server(tiny_repository, tmp_path / "service.log", env={"MT_API_KEYS": SECRET})
+    server.start(timeout=90)
+    try:
+        cmdline = Path(f"/proc/{server.process.pid}/cmdline").read_bytes().split(b"\0")
+        assert cmdline[:3] == [sys.executable.encode(), b"-m", b"service"], cmdline  # bash exec'd python
+        headers = {"Authorization": f"Bearer {SECRET}"}
+        for text in ("ein mann spielt", "der hund"):
+            reply = httpx.post(server.url + "/v1/translate", json={"texts": [text]}, headers=headers, timeout=30)
+            assert reply.status_code == 200, reply.text
+            assert reply.json()["translations"][0]["text"].strip()
+        assert httpx.post(server.url + "/v1/translate", json={"texts": ["x"]}, timeout=30).status_code == 401
+        assert httpx.get(server.url + "/healthz", timeout=5).status_code == 200
+        metrics = httpx.get(server.url + "/metrics", timeout=5).text
+        assert 'mt_requests_total{endpoint="/v1/translate"' in metrics
+    finally:
+        code = server.stop(signal.SIGTERM, timeout=40)
+    log = (tmp_path / "service.log").read_text(errors="replace")
+    assert code == 0, log[-3000:]
+    assert "MT_PORT=" in log and SECRET not in log
