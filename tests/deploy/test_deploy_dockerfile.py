@@ -181,3 +181,26 @@ def test_dockerignore_keeps_what_the_image_copies(path):
 )
 def test_dockerignore_drops_everything_else(path):
     assert not _dockerignore_included(path)
+
+
+# onnxruntime 1.20 (pyproject's floor) reads ONNX IR version 10 and opset 21; the GPU image's pinned
+# onnxruntime-gpu 1.26.0 was seen to run the exported bundle (IR 10, opset 18). A newer exporter that
+# writes newer graphs must raise these pins (and this bound) together.
+MAX_IR_VERSION = 10
+MAX_OPSET = 21
+
+
+def _graphs(repository):
+    return sorted(repository.glob("*/*/*/*.onnx"))
+
+
+def test_exported_graphs_fit_the_onnxruntime_versions_the_images_pin(tiny_repository):
+    onnx = pytest.importorskip("onnx")
+    shipped = ROOT / "model_repository"
+    graphs = _graphs(tiny_repository) + (_graphs(shipped) if shipped.exists() else [])
+    assert graphs
+    for path in graphs:
+        model = onnx.load(str(path), load_external_data=False)
+        opset = max(o.version for o in model.opset_import if o.domain in ("", "ai.onnx"))
+        assert model.ir_version <= MAX_IR_VERSION, f"{path}: IR version {model.ir_version}"
+        assert opset <= MAX_OPSET, f"{path}: opset {opset}"
