@@ -1,0 +1,105 @@
+"""``python -m export.cli``: the tiny bundle made by ``export`` (session fixture), then ``verify``, ``evaluate``."""
+
+from __future__ import annotations
+
+import json
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import onnx
+import pytest
+from tiny_bundle import write_corpus
+
+from export.cli import main
+from model.checkpoint import load_release
+from service.engine import load_bundle
+
+ROOT = Path(__file__).resolve().parents[2]
+QUANTIZED_OPS = {"MatMulInteger", "DynamicQuantizeLinear", "DynamicQuantizeMatMul", "QLinearMatMul"}
+
+
+@pytest.fixture(scope="module")
+def corpus(tmp_path_factory) -> Path:
+    """The tiny model's kind of data: ``test.de`` / ``test.en`` (20 lines, other seed than training)."""
+    return write_corpus(tmp_path_factory.mktemp("corpus"), n_train=1, n_valid=20, seed=7)
+
+
+def _op_types(path: Path) -> set[str]:
+    return {node.op_type for node in onnx.load(str(path)).graph.node}
+
+
+def test_export_wrote_a_bundle_of_the_release(tiny_model_dir, tiny_bundle_dir):
+    release = tiny_model_dir / "release"
+    model, meta = load_release(release)
+    bundle = load_bundle(tiny_bundle_dir)
+    m = bundle.manifest
+    assert m["model"] == meta["model"] == model.cfg.to_dict()
+    assert m["parameters"] == model.num_parameters()
+    assert (tiny_bundle_dir / "tokenizer.model").read_bytes() == (release / "tokenizer.model").read_bytes()
+    assert set(bundle.variants) == {"fp32", "int8"}
+    for graph in ("encoder", "decoder"):
+        fp32, int8 = bundle.graph("fp32", graph), bundle.graph("int8", graph)
+        assert not _op_types(fp32) & QUANTIZED_OPS
+        assert _op_types(int8) & QUANTIZED_OPS, f"{int8} has no quantized operator"
+        assert int8.stat().st_size < fp32.stat().st_size
+
+
+def test_export_refuses_to_overwrite_without_force(tiny_model_dir, tiny_bundle_dir, tmp_path, capsys):
+    out = shutil.copytree(tiny_bundle_dir, tmp_path / "1")
+    before = (out / "manifest.json").read_bytes()
+    code = main(["export", "--model", str(tiny_model_dir / "release"), "--out", str(out), "--name", "de-en"])
+    assert code == 2
+    assert "--force" in capsys.readouterr().err
+    assert (out / "manifest.json").read_bytes() == before
+
+
+def test_verify_reports_parity_of_graphs_and_translations(tiny_model_dir, tiny_bundle_dir, corpus, tmp_path):
+    report_path = tmp_path / "verify.json"
+    args = ["verify", "--bundle", str(tiny_bundle_dir), "--model", str(tiny_model_dir / "release")]
+    args += ["--shapes", "6", "--data", str(corpus), "--split", "test", "--output", str(report_path)]
+    assert main(args) == 0
+    report = json.loads(report_path.read_text())
+    assert max(report["max_abs_diff"].values()) <= 1e-4
+    limit = load_bundle(tiny_bundle_dir).model_config["max_positions"]
+    assert all(src <= limit and past + tgt <= limit for _, src, tgt, past in report["shapes"])
+    for beam in ("beam1", "beam4"):
+        assert report[beam]["total"] == 20
+        assert report[beam]["identical"] == 20, report[beam]["differing"]
+
+
+def test_verify_runs_as_a_module(tiny_model_dir, tiny_bundle_dir):
+    command = [sys.executable, "-m", "export.cli", "verify", "--bundle", str(tiny_bundle_dir)]
+    command += ["--model", str(tiny_model_dir / "release"), "--shapes", "2"]
+    done = subprocess.run(command, cwd=ROOT, capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr
+    assert set(json.loads(done.stdout)["max_abs_diff"]) >= {"encoder_output", "decoder.log_probs"}
+
+
+def test_verify_fails_on_weights_that_are_not_the_bundles(tiny_model_dir, tiny_bundle_dir, tmp_path):
+    """Another model's weights behind the same graphs: verify returns 1."""
+    from safetensors.torch import save_model
+
+    model, _ = load_release(tiny_model_dir / "release")
+    other = shutil.copytree(tiny_model_dir / "release", tmp_path / "release")
+    for p in model.parameters():
+        p.data.mul_(1.5)
+    save_model(model, str(other / "model.safetensors"))
+    args = ["verify", "--bundle", str(tiny_bundle_dir), "--model", str(other), "--shapes", "2"]
+    assert main(args) == 1
+
+
+def test_evaluate_records_bleu_of_every_variant_and_reseals(tiny_bundle_dir, corpus, tmp_path):
+    bundle_dir = shutil.copytree(tiny_bundle_dir, tmp_path / "1")
+    args = ["evaluate", "--bundle", str(bundle_dir), "--data", str(corpus), "--split", "test", "--beam", "1"]
+    assert main(args) == 0
+    manifest = load_bundle(bundle_dir).manifest  # still verifies: evaluate sealed it again
+    for variant in ("fp32", "int8"):
+        bleu = manifest["variants"][variant]["bleu"]
+        assert bleu["split"] == "test"
+        assert 0.0 <= bleu["beam1"]["bleu"] <= 100.0 and bleu["beam1"]["signature"]
+    assert manifest["variants"]["fp32"]["bleu"]["beam1"]["bleu"] > 20  # the tiny model learned its toy task
+    fp32, int8 = (manifest["variants"][v]["bleu"]["beam1"]["bleu"] for v in ("fp32", "int8"))
+    assert manifest["default_variant"] == ("int8" if fp32 - int8 <= 0.5 else "fp32")
+    assert "default_variant_rule" in manifest
