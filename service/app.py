@@ -10,7 +10,7 @@ from dataclasses import dataclass, field
 from fastapi import FastAPI
 from fastapi.middleware.cors import CORSMiddleware
 
-from service.api import errors
+from service.api import errors, viewer
 from service.api.middleware import ServiceMiddleware
 from service.api.routes import build_router
 from service.engine.bundle import BundleError
@@ -61,6 +61,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     app.state.mt = state
     errors.install(app)
     app.include_router(build_router(app))
+    viewer.install(app)
     if settings.cors_origins:
         app.add_middleware(
             CORSMiddleware,

@@ -1,0 +1,328 @@
+// The attention viewer: translate (POST /v1/translate with the chosen beam size), then read every attention
+// map of that source/translation pair at once (POST /v1/attention) and draw the chosen kind, layer and head;
+// sentence similarity from POST /v1/embed. Depends on heatmap.js (window.Heatmap).
+"use strict";
+
+(function () {
+  const $ = (id) => document.getElementById(id);
+  const LONG_CHARS = 400;
+  const CHARS_PER_TOKEN = 4; // rough subword length, only for the long-input warning
+  const KINDS = ["encoder", "decoder", "cross"];
+  const FIELD_NAMES = { texts: "sentence", source: "sentence", target: "translation", beam_size: "beam size" };
+  const state = { models: [], result: null };
+
+  class ApiError extends Error {
+    constructor(status, detail) {
+      super(typeof detail === "string" ? detail : "request refused");
+      this.status = status;
+      this.detail = detail;
+    }
+  }
+
+  function requestHeaders() {
+    const headers = { "Content-Type": "application/json" };
+    const key = $("api-key").value.trim();
+    if (key) headers.Authorization = `Bearer ${key}`;
+    return headers;
+  }
+
+  async function api(path, body) {
+    const init = { headers: requestHeaders() };
+    if (body !== undefined) Object.assign(init, { method: "POST", body: JSON.stringify(body) });
+    let response;
+    try {
+      response = await fetch(path, init);
+    } catch (err) {
+      throw new ApiError(0, `could not reach the service (${err.message})`);
+    }
+    let payload = null;
+    try {
+      payload = await response.json();
+    } catch (_) {
+      payload = null;
+    }
+    if (!response.ok) {
+      const detail = payload && payload.detail !== undefined ? payload.detail : response.statusText || "no details";
+      throw new ApiError(response.status, detail);
+    }
+    return payload;
+  }
+
+  // --- messages ---------------------------------------------------------------------------------
+  function describeIssue(item) {
+    if (!item || typeof item !== "object") return String(item);
+    const parts = (item.loc || []).filter((p) => p !== "body" && typeof p !== "number");
+    const field = parts.map((p) => FIELD_NAMES[p] || p).join(".");
+    return field ? `${field}: ${item.msg}` : String(item.msg);
+  }
+
+  function showError(box, err) {
+    box.replaceChildren();
+    const head = document.createElement("p");
+    const status = err.status ? ` (HTTP ${err.status})` : "";
+    box.appendChild(head);
+    if (Array.isArray(err.detail)) {
+      head.textContent = `The service refused the request${status}:`;
+      const list = document.createElement("ul");
+      for (const item of err.detail) list.appendChild(document.createElement("li")).textContent = describeIssue(item);
+      box.appendChild(list);
+    } else {
+      head.textContent = `Error${status}: ${String(err.detail)}`;
+    }
+    if (err.status === 401) box.appendChild(document.createElement("p")).textContent = "Enter an API key under Connection.";
+    box.hidden = false;
+  }
+
+  function refuse(box, message, focusId) {
+    box.replaceChildren();
+    box.appendChild(document.createElement("p")).textContent = message;
+    box.hidden = false;
+    $(focusId).focus();
+  }
+
+  function clearError(box) {
+    box.replaceChildren();
+    box.hidden = true;
+  }
+
+  function setBusy(form, statusId, message) {
+    $(statusId).textContent = message || "";
+    form.setAttribute("aria-busy", message ? "true" : "false");
+    for (const button of form.querySelectorAll("button")) button.disabled = Boolean(message);
+  }
+
+  function finished(form) {
+    form.dataset.runs = String(Number(form.dataset.runs || 0) + 1); // tests wait on this counter
+  }
+
+  // --- models -----------------------------------------------------------------------------------
+  function currentModel() {
+    return state.models.find((m) => m.name === $("model").value) || null;
+  }
+
+  function bleuText(bleu) {
+    if (!bleu || typeof bleu !== "object") return "";
+    const key = Object.keys(bleu).find((k) => k.startsWith("beam") && bleu[k] && typeof bleu[k].bleu === "number");
+    return key ? `, BLEU ${bleu[key].bleu} (${bleu.split || "test"}, beam ${key.slice(4)})` : "";
+  }
+
+  function showModelInfo() {
+    const m = currentModel();
+    $("model-info").textContent = m
+      ? `${m.name} v${m.version}: ${m.source_language} → ${m.target_language}, ${m.layers.encoder}+${m.layers.decoder} ` +
+        `layers, ${m.heads} heads, d=${m.dimension}, ${m.variant}${bleuText(m.bleu)}, ` +
+        `at most ${m.max_source_tokens - 1} source subwords`
+      : "No model loaded.";
+  }
+
+  async function loadModels(attempt) {
+    let data;
+    try {
+      data = await api("/v1/models");
+    } catch (err) {
+      if (err.status === 503 && attempt < 60) {
+        $("model-info").textContent = "The service is still loading its models…";
+        setTimeout(() => loadModels(attempt + 1), 2000);
+        return;
+      }
+      $("model-info").textContent = "The model list is unavailable.";
+      showError($("error"), err);
+      return;
+    }
+    state.models = data.models;
+    const select = $("model");
+    const previous = select.value;
+    select.replaceChildren();
+    for (const m of data.models) {
+      const option = select.appendChild(document.createElement("option"));
+      option.value = m.name;
+      option.textContent = `${m.name} (v${m.version}, ${m.variant})`;
+    }
+    const names = data.models.map((m) => m.name);
+    select.value = names.includes(previous) ? previous : names.includes(data.default) ? data.default : names[0] || "";
+    showModelInfo();
+    warnIfLong();
+  }
+
+  function warnIfLong() {
+    const text = $("source").value.trim();
+    const m = currentModel();
+    const estimate = Math.ceil(text.length / CHARS_PER_TOKEN);
+    const limit = m ? m.max_source_tokens - 1 : null;
+    const box = $("input-warning");
+    if (text.length > LONG_CHARS || (limit !== null && estimate > limit)) {
+      box.textContent =
+        `Long input: ${text.length} characters, roughly ${estimate} subwords` +
+        (limit !== null ? ` (this model reads at most ${limit})` : "") +
+        ". The service may refuse it, and long inputs translate worse: translate one sentence at a time.";
+      box.hidden = false;
+    } else {
+      box.textContent = "";
+      box.hidden = true;
+    }
+  }
+
+  // --- attention --------------------------------------------------------------------------------
+  function labels(kind) {
+    const a = state.result.attention;
+    if (kind === "cross") return { rows: [...a.target_tokens.slice(1), "</s>"], cols: a.source_tokens };
+    if (kind === "encoder") return { rows: a.source_tokens, cols: a.source_tokens };
+    return { rows: a.target_tokens, cols: a.target_tokens };
+  }
+
+  function matrixFor(kind, layer, head) {
+    const heads = state.result.attention[kind][layer]; // [heads][rows][cols]
+    if (head !== "mean") return heads[Number(head)];
+    return heads[0].map((row, i) => row.map((_, j) => heads.reduce((s, h) => s + h[i][j], 0) / heads.length));
+  }
+
+  function fillPicker(select, options, keep) {
+    select.replaceChildren();
+    for (const [value, text] of options) {
+      const option = select.appendChild(document.createElement("option"));
+      option.value = value;
+      option.textContent = text;
+    }
+    select.value = options.some(([v]) => v === keep) ? keep : options[0][0];
+  }
+
+  function fillViewPickers() {
+    const data = state.result.attention[$("kind").value];
+    fillPicker($("layer"), data.map((_, i) => [String(i), `layer ${i}`]), $("layer").value);
+    const heads = data[0].map((_, h) => [String(h), `head ${h}`]);
+    fillPicker($("head"), [["mean", "mean of heads"], ...heads], $("head").value || "mean");
+  }
+
+  const CAPTIONS = {
+    cross:
+      "Cross-attention: one row per decoder step, labelled with the token it generated (the last row generates " +
+      "</s>); one column per source subword. Each row sums to 1.",
+    encoder: "Encoder self-attention: row = source subword, column = the source subword it attends to.",
+    decoder:
+      "Decoder self-attention: row = decoder input (<s>, then the translation), column = the earlier input it " +
+      "attends to (causal: nothing above the diagonal).",
+  };
+
+  function draw() {
+    const kind = $("kind").value;
+    const layer = Number($("layer").value);
+    const head = $("head").value;
+    const matrix = matrixFor(kind, layer, head);
+    const { rows, cols } = labels(kind);
+    const which = `layer ${layer}, ${head === "mean" ? "mean of heads" : `head ${head}`}`;
+    const describe = (i, j, v) => `${rows[i]} → ${cols[j]}: ${v.toFixed(3)}`;
+    $("heatmap-caption").textContent = `${CAPTIONS[kind]} Showing ${which}.`;
+    const domain = [0, Math.max(1e-6, Heatmap.domainOf(matrix)[1])];
+    Heatmap.drawHeatmap($("heatmap"), matrix, rows, cols, {
+      domain,
+      describe,
+      onHover: (text) => ($("readout").textContent = text),
+    });
+    Heatmap.drawLegend($("heatmap-legend"), domain, "attention weight");
+    $("lines-caption").textContent =
+      `The same weights as lines (${which}): left = rows, right = columns, line opacity = weight. ` +
+      "Hover a token to keep only its lines.";
+    Heatmap.drawLines($("lines"), matrix, rows, cols, describe);
+  }
+
+  function render() {
+    const { translation, attention } = state.result;
+    $("result").hidden = false;
+    $("translation").textContent = translation.text;
+    $("score").textContent = `(log-probability ${translation.score.toFixed(2)}; attention of ${attention.model})`;
+    fillViewPickers();
+    draw();
+  }
+
+  async function onTranslate(event) {
+    event.preventDefault();
+    const form = $("translate-form");
+    const errorBox = $("error");
+    clearError(errorBox);
+    const source = $("source").value.trim();
+    try {
+      if (!source) {
+        refuse(errorBox, "Enter a German sentence to translate: nothing was sent.", "source");
+        return;
+      }
+      const beam = Number($("beam-size").value);
+      if (!Number.isInteger(beam) || beam < 1) {
+        refuse(errorBox, "Beam size must be a whole number of at least 1: nothing was sent.", "beam-size");
+        return;
+      }
+      warnIfLong();
+      $("result").hidden = true;
+      setBusy(form, "status", "Translating…");
+      const model = $("model").value || undefined;
+      const answer = await api("/v1/translate", { texts: [source], model, beam_size: beam });
+      const translation = answer.translations[0];
+      setBusy(form, "status", "Reading the attention maps…");
+      const attention = await api("/v1/attention", { source, target: translation.text, model: answer.model, kinds: KINDS });
+      state.result = { translation, attention };
+      render();
+    } catch (err) {
+      showError(errorBox, err);
+    } finally {
+      setBusy(form, "status", "");
+      finished(form);
+    }
+  }
+
+  // --- sentence similarity ----------------------------------------------------------------------
+  function shorten(text, n) {
+    const chars = Array.from(text);
+    return chars.length > n ? `${chars.slice(0, n - 1).join("")}…` : text;
+  }
+
+  async function onEmbed(event) {
+    event.preventDefault();
+    const form = $("embed-form");
+    const errorBox = $("embed-error");
+    clearError(errorBox);
+    const texts = $("embed-texts").value.split("\n").map((s) => s.trim()).filter(Boolean);
+    try {
+      if (texts.length < 2) {
+        refuse(errorBox, "Enter at least two sentences, one per line: nothing was sent.", "embed-texts");
+        return;
+      }
+      setBusy(form, "embed-status", "Embedding…");
+      const answer = await api("/v1/embed", { texts, model: $("model").value || undefined, normalize: true });
+      const e = answer.embeddings; // unit vectors, so dot products are cosine similarities
+      const sim = e.map((a) => e.map((b) => a.reduce((s, x, k) => s + x * b[k], 0)));
+      const rows = texts.map((t, i) => `${i + 1}. ${shorten(t, 32)}`);
+      const cols = texts.map((_, i) => String(i + 1));
+      const domain = Heatmap.domainOf(sim);
+      $("similarity-figure").hidden = false;
+      Heatmap.drawHeatmap($("similarity"), sim, rows, cols, {
+        domain,
+        describe: (i, j, v) => `“${texts[i]}” · “${texts[j]}”: ${v.toFixed(3)}`,
+      });
+      Heatmap.drawLegend($("similarity-legend"), domain, `cosine similarity (${answer.model}, d=${answer.dimension})`);
+    } catch (err) {
+      showError(errorBox, err);
+    } finally {
+      setBusy(form, "embed-status", "");
+      finished(form);
+    }
+  }
+
+  // --- wiring -----------------------------------------------------------------------------------
+  $("translate-form").addEventListener("submit", onTranslate);
+  $("embed-form").addEventListener("submit", onEmbed);
+  $("embed-texts").addEventListener("keydown", (event) => {
+    if (event.key === "Enter" && (event.ctrlKey || event.metaKey)) $("embed-form").requestSubmit();
+  });
+  $("source").addEventListener("input", warnIfLong);
+  $("model").addEventListener("change", () => {
+    showModelInfo();
+    warnIfLong();
+  });
+  $("api-key").addEventListener("change", () => loadModels(0));
+  $("kind").addEventListener("change", () => {
+    if (!state.result) return;
+    fillViewPickers();
+    draw();
+  });
+  for (const id of ["layer", "head"]) $(id).addEventListener("change", () => state.result && draw());
+  loadModels(0);
+})();
