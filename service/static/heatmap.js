@@ -114,8 +114,34 @@
         const rect = event.target.closest("rect.cell");
         if (rect) o.onHover(rect.querySelector("title").textContent);
       });
+      keyboardCursor(svg, cells, rows, cols, o.onHover);
     }
     return domain;
+  }
+
+  // The heatmap takes focus (Tab); arrow keys move a cursor cell whose value goes to onHover.
+  function keyboardCursor(svg, cells, rows, cols, onHover) {
+    svg.setAttribute("tabindex", "0");
+    let at = [0, 0];
+    const show = () => {
+      for (const old of cells.querySelectorAll(".cursor")) old.classList.remove("cursor");
+      const rect = cells.children[at[0] * cols + at[1]];
+      if (!rect) return;
+      rect.classList.add("cursor");
+      onHover(rect.querySelector("title").textContent);
+    };
+    const moves = { ArrowUp: [-1, 0], ArrowDown: [1, 0], ArrowLeft: [0, -1], ArrowRight: [0, 1] };
+    svg.onfocus = show;
+    svg.onblur = () => {
+      for (const old of cells.querySelectorAll(".cursor")) old.classList.remove("cursor");
+    };
+    svg.onkeydown = (event) => {
+      const move = moves[event.key];
+      if (!move) return;
+      event.preventDefault();
+      at = [Math.min(rows - 1, Math.max(0, at[0] + move[0])), Math.min(cols - 1, Math.max(0, at[1] + move[1]))];
+      show();
+    };
   }
 
   // A horizontal colour bar with ticks at the ends and the middle of the domain.

@@ -129,6 +129,7 @@
       showError($("error"), err);
       return;
     }
+    clearError($("error")); // e.g. a 401 before an API key was entered
     state.models = data.models;
     const select = $("model");
     const previous = select.value;
@@ -212,6 +213,7 @@
     const which = `layer ${layer}, ${head === "mean" ? "mean of heads" : `head ${head}`}`;
     const describe = (i, j, v) => `${rows[i]} → ${cols[j]}: ${v.toFixed(3)}`;
     $("heatmap-caption").textContent = `${CAPTIONS[kind]} Showing ${which}.`;
+    $("readout").textContent = "Hover a cell, or focus the map and use the arrow keys, to read its value.";
     const domain = [0, Math.max(1e-6, Heatmap.domainOf(matrix)[1])];
     Heatmap.drawHeatmap($("heatmap"), matrix, rows, cols, {
       domain,
@@ -296,6 +298,7 @@
       Heatmap.drawHeatmap($("similarity"), sim, rows, cols, {
         domain,
         describe: (i, j, v) => `“${texts[i]}” · “${texts[j]}”: ${v.toFixed(3)}`,
+        onHover: (text) => ($("similarity-readout").textContent = text),
       });
       Heatmap.drawLegend($("similarity-legend"), domain, `cosine similarity (${answer.model}, d=${answer.dimension})`);
     } catch (err) {

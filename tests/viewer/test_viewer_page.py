@@ -67,6 +67,13 @@ def test_translation_and_cross_attention_match_the_api(page, api, artifacts):
 
     tooltip = page.execute_script("return document.querySelector('#heatmap rect.cell title').textContent")
     assert tooltip == f"{att['target_tokens'][1]} → {att['source_tokens'][0]}: {values[0, 0]:.3f}"
+    page.find_element("id", "heatmap").send_keys(Keys.ARROW_DOWN, Keys.ARROW_RIGHT)  # keyboard: focus, then move
+    cursor = page.execute_script(
+        "const r = document.querySelector('#heatmap rect.cursor');"
+        "return [Number(r.dataset.row), Number(r.dataset.col), r.querySelector('title').textContent]"
+    )
+    assert cursor == [1, 1, f"{att['target_tokens'][2]} → {att['source_tokens'][1]}: {values[1, 1]:.3f}"]
+    assert page.find_element("id", "readout").text == cursor[2]
     word_starts = page.execute_script("return document.querySelectorAll('#heatmap .col-label tspan.ws').length")
     assert word_starts == sum(t.startswith("\u2581") for t in att["source_tokens"]) > 0
     legend = page.find_element("id", "heatmap-legend").text
