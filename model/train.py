@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import json
-import math
 import os
 import random
 import time
@@ -273,7 +272,7 @@ class Trainer:
         return summary
 
 
-def _train_seconds(history: list[dict[str, Any]]) -> float:
+def _train_seconds(history: list[dict[str, Any]]) -> float | None:
     if len(history) < 2:
-        return math.nan
+        return None  # unknown; JSON null (NaN would make the release config and bundle manifest invalid JSON)
     return round(history[-1]["time"] - history[0]["time"], 1)

@@ -1,0 +1,147 @@
+"""load_bundle refuses a corrupted, truncated, missing, unlisted or edited file, naming it (and its sha256)."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import shutil
+from pathlib import Path
+
+import pytest
+
+from service.engine import BundleError, Engine, load_bundle
+from service.engine.bundle import MANIFEST, discover
+
+ALLOWED_SUFFIXES = {".onnx", ".model", ".json"}  # protobuf, SentencePiece, JSON: nothing that is unpickled
+
+
+@pytest.fixture
+def bundle_copy(tiny_bundle_dir, tmp_path) -> Path:
+    return shutil.copytree(tiny_bundle_dir, tmp_path / "de-en" / "1")
+
+
+def _sha256(path: Path) -> str:
+    return hashlib.sha256(path.read_bytes()).hexdigest()
+
+
+def _manifest(bundle: Path) -> dict:
+    return json.loads((bundle / MANIFEST).read_text())
+
+
+def test_a_good_bundle_loads_and_serves(bundle_copy):
+    bundle = load_bundle(bundle_copy)
+    assert bundle.name == "de-en" and bundle.version == "1"
+    assert set(bundle.variants) == {"fp32", "int8"}
+    assert Engine(bundle, variant="fp32", providers="cpu").translate(["ein mann spielt"])[0].text
+
+
+def test_bundle_holds_only_onnx_sentencepiece_and_json(bundle_copy):
+    files = [p for p in bundle_copy.rglob("*") if p.is_file()]
+    assert {p.suffix for p in files} <= ALLOWED_SUFFIXES, sorted(p.name for p in files)
+    manifest = _manifest(bundle_copy)
+    assert {Path(rel).suffix for rel in manifest["files"]} <= {".onnx", ".model"}
+    for path in files:
+        if path.suffix == ".onnx":
+            import onnx
+
+            onnx.load(str(path), load_external_data=False)  # a protobuf, one file, no external data
+            assert not path.with_name(path.name + ".data").exists()
+
+
+def test_manifest_is_strict_json(bundle_copy):
+    """No NaN / Infinity: browsers and other JSON parsers reject them."""
+
+    def refuse(name):
+        raise ValueError(f"non-standard JSON constant {name}")
+
+    json.loads((bundle_copy / MANIFEST).read_text(), parse_constant=refuse)
+
+
+@pytest.mark.parametrize("rel", ["fp32/decoder.onnx", "int8/encoder.onnx", "tokenizer.model"])
+def test_one_flipped_byte_is_refused(bundle_copy, rel):
+    path = bundle_copy / rel
+    data = bytearray(path.read_bytes())
+    data[len(data) // 2] ^= 0x01
+    path.write_bytes(bytes(data))
+    expected = _manifest(bundle_copy)["files"][rel]["sha256"]
+    with pytest.raises(BundleError) as info:
+        load_bundle(bundle_copy)
+    message = str(info.value)
+    assert rel in message
+    assert f"expected sha256 {expected}" in message
+    assert f"actual {_sha256(path)}" in message
+
+
+def test_a_truncated_file_is_refused(bundle_copy):
+    rel = "fp32/encoder.onnx"
+    path = bundle_copy / rel
+    meta = _manifest(bundle_copy)["files"][rel]
+    path.write_bytes(path.read_bytes()[: meta["size"] // 2])
+    with pytest.raises(BundleError) as info:
+        load_bundle(bundle_copy)
+    message = str(info.value)
+    assert rel in message and meta["sha256"] in message and _sha256(path) in message
+    assert f"expected {meta['size']} bytes, found {meta['size'] // 2}" in message
+
+
+def test_a_missing_file_is_refused(bundle_copy):
+    rel = "int8/decoder.onnx"
+    expected = _manifest(bundle_copy)["files"][rel]["sha256"]
+    (bundle_copy / rel).unlink()
+    with pytest.raises(BundleError, match="missing") as info:
+        load_bundle(bundle_copy)
+    assert rel in str(info.value) and expected in str(info.value)
+
+
+@pytest.mark.parametrize("rel", ["notes.txt", "fp32/extra.onnx", "weights.pt"])
+def test_an_unlisted_file_is_refused(bundle_copy, rel):
+    path = bundle_copy / rel
+    path.write_bytes(b"not part of the bundle")
+    with pytest.raises(BundleError, match="not listed") as info:
+        load_bundle(bundle_copy)
+    assert rel in str(info.value) and _sha256(path) in str(info.value)
+
+
+@pytest.mark.parametrize(
+    "edit",
+    [
+        lambda m: m["variants"]["fp32"].__setitem__("bleu", {"split": "test", "beam1": {"bleu": 99.9}}),
+        lambda m: m["model"].__setitem__("max_positions", 512),
+        lambda m: m.__setitem__("default_variant", "int8"),
+        lambda m: m["files"]["tokenizer.model"].__setitem__("sha256", "0" * 64),
+    ],
+    ids=["bleu", "model-config", "default-variant", "file-hash"],
+)
+def test_an_edited_manifest_is_refused(bundle_copy, edit):
+    manifest = _manifest(bundle_copy)
+    sealed = manifest["manifest_sha256"]
+    edit(manifest)
+    (bundle_copy / MANIFEST).write_text(json.dumps(manifest, indent=2))
+    with pytest.raises(BundleError, match="edited after it was sealed") as info:
+        load_bundle(bundle_copy)
+    assert MANIFEST in str(info.value) and f"expected {sealed}" in str(info.value)
+
+
+def test_a_missing_or_broken_manifest_is_refused(bundle_copy):
+    (bundle_copy / MANIFEST).write_text("{not json")
+    with pytest.raises(BundleError, match="not valid JSON"):
+        load_bundle(bundle_copy)
+    (bundle_copy / MANIFEST).write_text(json.dumps({"format": "something-else/9"}))
+    with pytest.raises(BundleError, match="mtserve-bundle/1"):
+        load_bundle(bundle_copy)
+    (bundle_copy / MANIFEST).unlink()
+    with pytest.raises(BundleError, match="missing") as info:
+        load_bundle(bundle_copy)
+    assert MANIFEST in str(info.value)
+
+
+def test_an_unknown_variant_is_refused(bundle_copy):
+    with pytest.raises(BundleError, match="fp8"):
+        Engine(load_bundle(bundle_copy), variant="fp8", providers="cpu")
+
+
+def test_discover_finds_the_newest_version(bundle_copy):
+    repository = bundle_copy.parent.parent
+    shutil.copytree(bundle_copy, repository / "de-en" / "12")
+    (repository / "de-en" / "13").mkdir()  # no manifest: not a version
+    assert discover(repository) == {"de-en": repository / "de-en" / "12"}

@@ -1,0 +1,77 @@
+"""Execution provider choice: what is asked, and what the session really runs on."""
+
+from __future__ import annotations
+
+import logging
+
+import onnxruntime as ort
+import pytest
+
+from service.engine import Engine, load_bundle, runtime
+from service.engine.runtime import ProviderError, create_session, requested_providers
+
+CUDA_AVAILABLE = "CUDAExecutionProvider" in ort.get_available_providers()
+NOT_AVAILABLE = "ignore:Specified provider 'CUDAExecutionProvider' is not in available provider names"
+
+
+@pytest.fixture(scope="module")
+def encoder_path(tiny_bundle_dir):
+    return load_bundle(tiny_bundle_dir).graph("fp32", "encoder")
+
+
+def test_cpu_runs_on_the_cpu_provider(encoder_path, tiny_bundle_dir):
+    assert create_session(encoder_path, "cpu").get_providers() == ["CPUExecutionProvider"]
+    engine = Engine(load_bundle(tiny_bundle_dir), variant="fp32", providers="cpu")
+    assert engine.providers == ["CPUExecutionProvider"]
+    assert engine.decoder.get_providers() == ["CPUExecutionProvider"]
+
+
+def test_auto_reports_what_the_session_runs_on(encoder_path, tiny_bundle_dir):
+    session = create_session(encoder_path, "auto")
+    engine = Engine(load_bundle(tiny_bundle_dir), variant="fp32", providers="auto")
+    assert engine.providers == engine.encoder.get_providers() == session.get_providers()
+    assert engine.providers[-1] == "CPUExecutionProvider"
+    if not CUDA_AVAILABLE:
+        assert engine.providers == ["CPUExecutionProvider"]
+
+
+@pytest.mark.skipif(CUDA_AVAILABLE, reason="this onnxruntime offers CUDA")
+def test_cuda_without_cuda_raises(tiny_bundle_dir):
+    with pytest.raises(ProviderError, match="CUDA"):
+        requested_providers("cuda")
+    with pytest.raises(ProviderError, match="CUDA"):
+        Engine(load_bundle(tiny_bundle_dir), variant="fp32", providers="cuda")
+
+
+@pytest.mark.filterwarnings(NOT_AVAILABLE)
+def test_cuda_that_silently_falls_back_to_cpu_raises(encoder_path, monkeypatch):
+    """onnxruntime-gpu on a machine where CUDA cannot start lists CUDA, then runs on CPU: 'cuda' must refuse."""
+    if CUDA_AVAILABLE:
+        pytest.skip("a CUDA build: the fallback is simulated on CPU-only builds")
+    monkeypatch.setattr(ort, "get_available_providers", lambda: ["CUDAExecutionProvider", "CPUExecutionProvider"])
+    assert requested_providers("cuda") == ["CUDAExecutionProvider", "CPUExecutionProvider"]
+    with pytest.raises(ProviderError, match="runs on"):
+        create_session(encoder_path, "cuda")
+
+
+@pytest.mark.filterwarnings(NOT_AVAILABLE)
+def test_auto_that_falls_back_to_cpu_warns_and_runs(encoder_path, monkeypatch, caplog):
+    if CUDA_AVAILABLE:
+        pytest.skip("a CUDA build: the fallback is simulated on CPU-only builds")
+    monkeypatch.setattr(ort, "get_available_providers", lambda: ["CUDAExecutionProvider", "CPUExecutionProvider"])
+    with caplog.at_level(logging.WARNING, logger=runtime.__name__):
+        session = create_session(encoder_path, "auto")
+    assert session.get_providers() == ["CPUExecutionProvider"]
+    assert any("did not initialise" in r.getMessage() for r in caplog.records)
+
+
+@pytest.mark.parametrize("choice", ["gpu", "CPU", "", "tensorrt"])
+def test_an_invalid_choice_raises(encoder_path, choice):
+    with pytest.raises(ProviderError, match="provider must be one of"):
+        create_session(encoder_path, choice)
+
+
+def test_thread_settings_reach_the_session(encoder_path):
+    session = create_session(encoder_path, "cpu", intra_op_threads=1, inter_op_threads=1)
+    options = session.get_session_options()
+    assert (options.intra_op_num_threads, options.inter_op_num_threads) == (1, 1)
