@@ -153,7 +153,7 @@ class Scheduler:
             return
         request.cancelled = True
         request.future.cancel()
-        self._remove(request, "cancelled")
+        self._remove(request, "client_disconnected")
 
     def _remove(self, request: Request, reason: str) -> None:
         before = len(self.queue)

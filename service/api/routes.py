@@ -74,8 +74,7 @@ async def _submit(request: Request, model: LoadedModel, kind: str, key, payloads
         if done:
             return task.result()
         if await request.is_disconnected():
-            task.cancel()
-            request.app.state.mt.metrics.dropped.labels(model.name, "client_disconnected").inc()
+            task.cancel()  # the scheduler drops the unstarted work and counts it (reason client_disconnected)
             raise asyncio.CancelledError
 
 

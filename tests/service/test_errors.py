@@ -253,3 +253,30 @@ def test_deadline_passing_in_the_queue_504_without_engine_work(constrained):
     assert delta("mt_batch_size_count", model="de-en") == 0  # no engine batch ran for it
     assert delta("mt_inference_duration_seconds_count", model="de-en") == 0
     assert delta("mt_requests_total", endpoint="/v1/translate", status="504") == 1
+
+
+# --- client gone --------------------------------------------------------------------------------
+
+
+def test_client_disconnect_drops_its_queued_work(constrained):
+    """A client that gives up while its sentence waits for a batch costs no engine work."""
+    url = constrained.url
+    before = scrape(url)
+    with pytest.raises(httpx.ReadTimeout):  # the batcher holds the sentence for MAX_WAIT_MS; the client leaves first
+        httpx.post(url + "/v1/translate", json={"texts": [SAMPLES[3]]}, timeout=httpx.Timeout(30, read=0.5))
+    for _ in range(100):
+        after = scrape(url)
+        dropped = after.value("mt_dropped_requests_total", model="de-en") - before.value(
+            "mt_dropped_requests_total", model="de-en"
+        )
+        if dropped:
+            break
+        time.sleep(0.05)
+    assert dropped == 1
+    assert (
+        after.value("mt_dropped_requests_total", model="de-en", reason="client_disconnected")
+        - before.value("mt_dropped_requests_total", model="de-en", reason="client_disconnected")
+        == 1
+    )
+    assert after.value("mt_queue_depth", model="de-en") == 0  # removed from the queue: no batch will run it
+    assert after.value("mt_batch_size_count", model="de-en") == before.value("mt_batch_size_count", model="de-en")

@@ -316,7 +316,7 @@ def test_cancelled_request_is_dropped_before_engine_work():
     assert depth == 1
     assert answer == [(KEY_A, "stays")]
     assert not {"gone1", "gone2"} & {t for batch in runner.texts() for t in batch}
-    assert sample(metrics, "mt_dropped_requests_total", reason="cancelled") == 1
+    assert sample(metrics, "mt_dropped_requests_total", reason="client_disconnected") == 1
 
 
 def test_stop_finishes_accepted_work_then_refuses_new_work():
