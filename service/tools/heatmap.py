@@ -113,7 +113,10 @@ def render_heatmap(
     dpi: int = 100,
 ) -> Path:
     """Draw ``matrix`` (rows x cols) with viridis, token labels (columns on top) and a colour bar; save a PNG."""
-    from matplotlib.figure import Figure  # no pyplot: no global state, no GUI backend
+    try:
+        from matplotlib.figure import Figure  # no pyplot: no global state, no GUI backend
+    except ImportError:
+        raise ImportError("the PNG export needs matplotlib: pip install matplotlib (or the 'train' extra)") from None
 
     values = np.asarray(matrix, dtype=np.float64)
     if values.shape != (len(row_tokens), len(col_tokens)):
