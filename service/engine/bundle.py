@@ -46,7 +46,7 @@ def write_manifest(directory: Path, manifest: dict[str, Any]) -> Path:
     manifest["files"] = {rel: describe_file(directory / rel) for rel in sorted(manifest["files"])}
     manifest["manifest_sha256"] = manifest_digest(manifest)
     path = directory / MANIFEST
-    path.write_text(json.dumps(manifest, indent=2, ensure_ascii=False) + "\n")
+    path.write_text(json.dumps(manifest, indent=2, ensure_ascii=False, allow_nan=False) + "\n")
     return path
 
 
