@@ -43,9 +43,10 @@ def build_manifest(
     default_variant: str = "fp32",
 ) -> dict[str, Any]:
     files = ["tokenizer.model"] + [
-        path for v in variants.values() for key, path in v.items() if key in ("encoder", "decoder")
+        path for v in variants.values() for key, path in v.items() if key in ("encoder", "decoder", "decoder_step")
     ]
     fp32 = variants["fp32"]
+    graphs = {g: graph_signature(bundle_dir / fp32[g]) for g in ("encoder", "decoder", "decoder_step") if g in fp32}
     return {
         "format": FORMAT,
         "name": name,
@@ -63,10 +64,7 @@ def build_manifest(
         "variants": variants,
         "default_variant": default_variant,
         "opset": OPSET,
-        "graphs": {
-            "encoder": graph_signature(bundle_dir / fp32["encoder"]),
-            "decoder": graph_signature(bundle_dir / fp32["decoder"]),
-        },
+        "graphs": graphs,
         "training": training,
         "created": dt.datetime.now(dt.UTC).replace(microsecond=0).isoformat(),
         "git_commit": git_commit(),

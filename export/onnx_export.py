@@ -10,6 +10,7 @@ import onnx
 import torch
 from torch.export import Dim
 
+from export.decoder_step import build_decoder_step, supports_decoder_step
 from export.graphs import (
     DECODER_INPUTS,
     DECODER_OUTPUTS,
@@ -34,8 +35,12 @@ def _dims(model: Transformer) -> dict[str, Dim]:
     }
 
 
-def export_graphs(model: Transformer, out_dir: Path) -> dict[str, Path]:
-    """Write encoder.onnx and decoder.onnx (fp32, one file each) into ``out_dir``; onnx.checker passes."""
+def export_graphs(model: Transformer, out_dir: Path, decoder_step: bool = False) -> dict[str, Path]:
+    """Write encoder.onnx and decoder.onnx (fp32, one file each) into ``out_dir``; onnx.checker passes.
+
+    With ``decoder_step``, also the lean search graph decoder_step.onnx (export/decoder_step.py) when the
+    architecture has one (not for relative positions: engines then search with decoder.onnx).
+    """
     model = model.eval()
     out_dir.mkdir(parents=True, exist_ok=True)
     d = _dims(model)
@@ -77,6 +82,9 @@ def export_graphs(model: Transformer, out_dir: Path) -> dict[str, Path]:
             },
             verbose=False,
         )
+    if decoder_step and supports_decoder_step(model):
+        paths["decoder_step"] = out_dir / "decoder_step.onnx"
+        onnx.save(build_decoder_step(model), str(paths["decoder_step"]))
     for path in paths.values():
         onnx.checker.check_model(str(path), full_check=True)
     return paths

@@ -38,6 +38,40 @@ def graph_max_diff(model: Transformer, engine: Engine, shapes: Sequence[tuple[in
     return worst
 
 
+@torch.no_grad()
+def step_max_diff(model: Transformer, session, shapes: Sequence[tuple[int, int, int, int]]) -> dict[str, float]:
+    """Max |ORT - PyTorch| of the lean decoder_step graph (one new token) over (batch, src, _, past) shapes."""
+    from export.decoder_step import step_input_names, step_output_names
+
+    model.eval()
+    n_layers = model.cfg.n_decoder_layers
+    worst: dict[str, float] = {}
+    for batch, src, _, past in shapes:
+        ex = example_inputs(model, batch=batch, src=src, tgt=1, past=past)
+        cross = [(ex["cross_keys"][i], ex["cross_values"][i]) for i in range(n_layers)]
+        cache = [(ex["past_keys"][i], ex["past_values"][i]) for i in range(n_layers)]
+        out = model.decode(ex["tokens"], cross, ex["src_mask"], cache)
+        ref = torch.log_softmax(out.logits[:, -1].float(), dim=-1).numpy()
+        feeds = {"tokens": ex["tokens"].numpy(), "src_mask": ex["src_mask"].numpy()}
+        for i in range(n_layers):
+            feeds[f"cross_keys_{i}"], feeds[f"cross_values_{i}"] = cross[i][0].numpy(), cross[i][1].numpy()
+            feeds[f"past_keys_{i}"], feeds[f"past_values_{i}"] = cache[i][0].numpy(), cache[i][1].numpy()
+        got = dict(zip(step_output_names(n_layers), session.run(None, feeds), strict=True))
+        assert set(feeds) == set(step_input_names(n_layers))
+        keep = ref > -30  # compare where probabilities are not vanishingly small
+        diffs = {"step.log_probs": float(np.abs(got["log_probs"][keep] - ref[keep]).max())}
+        for i, (k, v) in enumerate(out.cache):
+            diffs["step.present_keys"] = max(
+                diffs.get("step.present_keys", 0.0), float(np.abs(got[f"present_keys_{i}"] - k.numpy()).max())
+            )
+            diffs["step.present_values"] = max(
+                diffs.get("step.present_values", 0.0), float(np.abs(got[f"present_values_{i}"] - v.numpy()).max())
+            )
+        for name, value in diffs.items():
+            worst[name] = max(worst.get(name, 0.0), value)
+    return worst
+
+
 @dataclass
 class TranslationParity:
     beam_size: int

@@ -55,20 +55,61 @@ def pad_batch(sequences: Sequence[Sequence[int]]) -> np.ndarray:
 
 
 class _DecoderState:
-    """Key/value cache of the live rows; ``step`` reorders it (beam moves, finished rows leave) and runs one step."""
+    """Key/value cache of the live rows; ``step`` reorders it (beam moves, finished rows leave) and runs one step.
 
-    def __init__(self, session, cross_keys: np.ndarray, cross_values: np.ndarray, src_mask: np.ndarray) -> None:
-        self.session = session
-        self.cross_keys, self.cross_values, self.src_mask = cross_keys, cross_values, src_mask
-        layers, rows, heads, _, d_head = cross_keys.shape
-        self.past_keys = np.zeros((layers, rows, heads, 0, d_head), dtype=cross_keys.dtype)
-        self.past_values = self.past_keys
+    Works with either decoder graph: the lean ``decoder_step`` graph (``lean=True``: per-layer cache inputs,
+    no attention outputs) or ``decoder`` (stacked (layers, ...) caches). ``cross_keys`` / ``cross_values`` /
+    ``src_mask`` hold one row per source; row r of the batch reads source ``row_sources[r]`` (default: row r).
+    They depend only on the source, so they are gathered again only when the rows' sources change (a
+    sentence left the batch), not when beams of one sentence trade places.
+    """
+
+    def __init__(
+        self,
+        session,
+        cross_keys: np.ndarray,
+        cross_values: np.ndarray,
+        src_mask: np.ndarray,
+        lean: bool = False,
+        row_sources: np.ndarray | None = None,
+    ) -> None:
+        self.session, self.lean = session, lean
+        self._sources = (cross_keys, cross_values, src_mask)
+        layers, n_sources, heads, _, d_head = cross_keys.shape
+        self.row_sources = np.arange(n_sources) if row_sources is None else np.asarray(row_sources)
+        if row_sources is None:
+            self.cross_keys, self.cross_values, self.src_mask = cross_keys, cross_values, src_mask
+        else:
+            self._select(self.row_sources)
+        empty = np.zeros((layers, len(self.row_sources), heads, 0, d_head), dtype=cross_keys.dtype)
+        self.past_keys: np.ndarray | list[np.ndarray] = list(empty) if lean else empty
+        self.past_values: np.ndarray | list[np.ndarray] = list(empty) if lean else empty
+
+    def _select(self, sources: np.ndarray) -> None:
+        keys, values, mask = self._sources  # np.take keeps the result C-contiguous (a[:, rows] does not)
+        self.cross_keys, self.cross_values = np.take(keys, sources, axis=1), np.take(values, sources, axis=1)
+        self.src_mask = mask[sources]
 
     def step(self, tokens: np.ndarray, rows: np.ndarray | None) -> np.ndarray:
         if rows is not None:
-            self.cross_keys, self.cross_values = self.cross_keys[:, rows], self.cross_values[:, rows]
-            self.src_mask = self.src_mask[rows]
-            self.past_keys, self.past_values = self.past_keys[:, rows], self.past_values[:, rows]
+            sources = self.row_sources[rows]
+            if len(sources) != len(self.row_sources) or (sources != self.row_sources).any():
+                self._select(sources)
+                self.row_sources = sources
+            if self.lean:
+                self.past_keys = [k[rows] for k in self.past_keys]
+                self.past_values = [v[rows] for v in self.past_values]
+            else:
+                self.past_keys = np.take(self.past_keys, rows, axis=1)
+                self.past_values = np.take(self.past_values, rows, axis=1)
+        if self.lean:
+            feeds = {"tokens": tokens, "src_mask": self.src_mask}
+            for i in range(len(self.past_keys)):
+                feeds[f"cross_keys_{i}"], feeds[f"cross_values_{i}"] = self.cross_keys[i], self.cross_values[i]
+                feeds[f"past_keys_{i}"], feeds[f"past_values_{i}"] = self.past_keys[i], self.past_values[i]
+            log_probs, *present = self.session.run(None, feeds)  # (rows, vocab), then keys_0, values_0, keys_1, ...
+            self.past_keys, self.past_values = present[0::2], present[1::2]
+            return log_probs
         log_probs, self.past_keys, self.past_values = self.session.run(
             ["log_probs", "present_keys", "present_values"],
             {
@@ -91,6 +132,7 @@ class Engine:
         providers: str = "auto",
         intra_op_threads: int = 1,
         inter_op_threads: int = 1,
+        lean_decoder: bool = True,
     ) -> None:
         self.bundle = bundle
         self.variant = variant or bundle.default_variant
@@ -99,6 +141,11 @@ class Engine:
         threads = {"intra_op_threads": intra_op_threads, "inter_op_threads": inter_op_threads}
         self.encoder = create_session(bundle.graph(self.variant, "encoder"), providers, **threads)
         self.decoder = create_session(bundle.graph(self.variant, "decoder"), providers, **threads)
+        # search runs on the lean decoder_step graph when the bundle has one (bundles exported before it
+        # existed fall back to decoder.onnx); decoder.onnx keeps serving attention and teacher forcing
+        self.step_decoder = None
+        if lean_decoder and "decoder_step" in bundle.manifest["variants"][self.variant]:
+            self.step_decoder = create_session(bundle.graph(self.variant, "decoder_step"), providers, **threads)
         self.providers = self.encoder.get_providers()
         self.max_source_tokens = int(self.config["max_positions"])  # EOS included
 
@@ -182,15 +229,12 @@ class Engine:
     ) -> list[list[Hypothesis]]:
         limits = length_limits([len(s) for s in sources], self.max_source_tokens, options.max_length)
         k = options.beam_size
+        session, lean = (self.step_decoder, True) if self.step_decoder is not None else (self.decoder, False)
+        keys, values, mask = enc["cross_keys"], enc["cross_values"], enc["src_mask"]
         if k == 1:
-            state = _DecoderState(self.decoder, enc["cross_keys"], enc["cross_values"], enc["src_mask"])
+            state = _DecoderState(session, keys, values, mask, lean)
             return [[h] for h in greedy_search(state.step, limits, BOS_ID, EOS_ID)]
-        state = _DecoderState(
-            self.decoder,
-            np.repeat(enc["cross_keys"], k, axis=1),
-            np.repeat(enc["cross_values"], k, axis=1),
-            np.repeat(enc["src_mask"], k, axis=0),
-        )
+        state = _DecoderState(session, keys, values, mask, lean, row_sources=np.repeat(np.arange(len(sources)), k))
         return beam_search(state.step, limits, BOS_ID, EOS_ID, k, options.length_penalty, options.num_hypotheses)
 
     def _attach_attention(self, results: list[Translation]) -> None:

@@ -1,0 +1,122 @@
+"""The lean decoder_step graph: parity with PyTorch for every architecture it covers, same translations as
+decoder.onnx, present in new bundles (fp32 and int8), and engines fall back to decoder.onnx without it.
+"""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import onnx
+import onnxruntime as ort
+import pytest
+import torch
+from export_variants import ARCHITECTURES, random_model, random_shapes, tiny_random_config, write_bundle
+from tiny_bundle import SAMPLE_SENTENCES
+
+from export.decoder_step import build_decoder_step, step_input_names, step_output_names, supports_decoder_step
+from export.parity import step_max_diff
+from model.checkpoint import load_release
+from service.engine import Engine, TranslateOptions, load_bundle
+from service.tokenizer import Tokenizer
+
+TOLERANCE = 1e-4
+STEP_OUTPUTS = {"step.log_probs", "step.present_keys", "step.present_values"}
+
+
+def _session(model) -> ort.InferenceSession:
+    options = ort.SessionOptions()
+    options.intra_op_num_threads = 1
+    proto = build_decoder_step(model).SerializeToString()
+    return ort.InferenceSession(proto, options, providers=["CPUExecutionProvider"])
+
+
+@pytest.fixture(scope="module", autouse=True)
+def _one_thread():
+    previous = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(previous)
+
+
+@pytest.fixture(scope="module")
+def tiny(tiny_model_dir, tiny_bundle_dir):
+    model, _ = load_release(tiny_model_dir / "release")
+    return model, load_bundle(tiny_bundle_dir)
+
+
+LEAN_ARCHITECTURES = sorted(name for name, o in ARCHITECTURES.items() if o.get("positional_encoding") != "relative")
+
+
+@pytest.mark.parametrize("name", LEAN_ARCHITECTURES)
+def test_step_graph_matches_pytorch_for_every_covered_architecture(name, tiny_bundle_dir):
+    vocab = Tokenizer(tiny_bundle_dir / "tokenizer.model").vocab_size
+    model = random_model(tiny_random_config(vocab, **ARCHITECTURES[name]), seed=5)
+    shapes = random_shapes(8, model.cfg.max_positions, seed=3) + [(2, 3, 1, model.cfg.max_positions - 1)]
+    worst = step_max_diff(model, _session(model), shapes)
+    assert set(worst) == STEP_OUTPUTS
+    assert max(worst.values()) <= TOLERANCE, worst
+
+
+def test_tiny_bundle_step_graph_matches_pytorch_and_its_parity_check_can_fail(tiny):
+    model, bundle = tiny
+    session = ort.InferenceSession(str(bundle.graph("fp32", "decoder_step")), providers=["CPUExecutionProvider"])
+    shapes = random_shapes(8, model.cfg.max_positions, seed=4)
+    assert max(step_max_diff(model, session, shapes).values()) <= TOLERANCE
+    other = random_model(model.cfg, seed=99)
+    assert step_max_diff(other, session, [(2, 5, 1, 3)])["step.log_probs"] > 1e-2
+
+
+def test_step_graph_interface(tiny):
+    model, bundle = tiny
+    proto = onnx.load(str(bundle.graph("fp32", "decoder_step")))
+    n = model.cfg.n_decoder_layers
+    assert [i.name for i in proto.graph.input] == step_input_names(n)
+    assert [o.name for o in proto.graph.output] == step_output_names(n)
+    ops = {node.op_type for node in proto.graph.node}
+    assert "MultiHeadAttention" in ops and "Concat" not in ops  # fused attention appends to the cache itself
+
+
+def test_relative_positions_have_no_step_graph(tiny_bundle_dir):
+    vocab = Tokenizer(tiny_bundle_dir / "tokenizer.model").vocab_size
+    model = random_model(tiny_random_config(vocab, positional_encoding="relative"))
+    assert not supports_decoder_step(model)
+    with pytest.raises(ValueError, match="relative"):
+        build_decoder_step(model)
+
+
+def test_new_bundles_list_the_step_graph_for_fp32_and_int8(tiny):
+    _, bundle = tiny
+    manifest = json.loads((bundle.path / "manifest.json").read_text())
+    for variant in ("fp32", "int8"):
+        assert manifest["variants"][variant]["decoder_step"] == f"{variant}/decoder_step.onnx"
+        assert f"{variant}/decoder_step.onnx" in manifest["files"]
+    assert [i["name"] for i in manifest["graphs"]["decoder_step"]["inputs"]][:2] == ["tokens", "src_mask"]
+    assert Engine(bundle, variant="int8", providers="cpu").step_decoder is not None
+
+
+@pytest.mark.parametrize("beam_size", [1, 4])
+def test_lean_and_full_decoder_give_the_same_translations(tiny, beam_size):
+    """fp32 only: int8 graphs are quantized separately (fused Q|K|V shares one scale), so they may differ."""
+    _, bundle = tiny
+    lean = Engine(bundle, variant="fp32", providers="cpu")
+    full = Engine(bundle, variant="fp32", providers="cpu", lean_decoder=False)
+    assert lean.step_decoder is not None and full.step_decoder is None
+    options = TranslateOptions(beam_size=beam_size, num_hypotheses=beam_size)
+    texts = SAMPLE_SENTENCES * 3  # batch of 15, sentences finishing at different steps
+    for a, b in zip(lean.translate(texts, options), full.translate(texts, options), strict=True):
+        assert a.token_ids == b.token_ids
+        assert [h[2] for h in a.hypotheses] == [h[2] for h in b.hypotheses]
+        assert np.isclose(a.score, b.score, atol=1e-3)
+
+
+def test_bundle_without_step_graph_falls_back_to_decoder(tiny, tmp_path):
+    model, bundle = tiny
+    out = write_bundle(model, bundle.tokenizer_file, tmp_path / "1")  # encoder + decoder only
+    engine = Engine(load_bundle(out), variant="fp32", providers="cpu")
+    assert engine.step_decoder is None
+    reference = Engine(bundle, variant="fp32", providers="cpu")
+    for beam in (1, 4):
+        options = TranslateOptions(beam_size=beam)
+        got = [t.token_ids for t in engine.translate(SAMPLE_SENTENCES, options)]
+        assert got == [t.token_ids for t in reference.translate(SAMPLE_SENTENCES, options)]
