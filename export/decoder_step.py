@@ -9,7 +9,8 @@ graph for attention and teacher forcing. Differences from ``decoder.onnx`` that 
   self-attention appends to the cache itself, cross-attention reads the precomputed keys/values;
 - one fused Q|K|V projection per self-attention; activations stay 2-D (batch, d_model) as the step
   has one target position;
-- ``log_probs`` is (batch, vocab) for the new token.
+- ``log_probs`` is (batch, vocab) for the new token, and ``top_log_probs`` / ``top_ids`` (batch, top_k) its
+  ``top_k`` (an input) best tokens, best first: the search reads only these.
 The position of the new token is the cache length, read from ``past_keys_0``'s shape.
 Parity with PyTorch (max abs diff <= 1e-4) is checked by ``export.parity.step_max_diff`` and the tests.
 """
@@ -29,7 +30,7 @@ MS_DOMAIN = "com.microsoft"
 
 
 def step_input_names(n_layers: int) -> list[str]:
-    names = ["tokens", "src_mask"]
+    names = ["tokens", "src_mask", "top_k"]
     for i in range(n_layers):
         names += [f"cross_keys_{i}", f"cross_values_{i}"]
     for i in range(n_layers):
@@ -38,7 +39,7 @@ def step_input_names(n_layers: int) -> list[str]:
 
 
 def step_output_names(n_layers: int) -> list[str]:
-    names = ["log_probs"]
+    names = ["log_probs", "top_log_probs", "top_ids"]
     for i in range(n_layers):
         names += [f"present_keys_{i}", f"present_values_{i}"]
     return names
@@ -174,6 +175,11 @@ def build_decoder_step(model: Transformer) -> onnx.ModelProto:
     if model.output.bias is not None:
         logits = b.one("Add", [logits, b.const("output.bias", _w(model.output.bias))])
     b.nodes.append(helper.make_node("LogSoftmax", [logits], ["log_probs"], name="LogSoftmax_out", axis=-1))
+    # the top_k best tokens per row, best first, ties to the lower id: all that greedy (1) and beam (2 * beam)
+    # search read, so the engine need not fetch and rank the whole (batch, vocab) array
+    b.nodes.append(
+        helper.make_node("TopK", ["log_probs", "top_k"], ["top_log_probs", "top_ids"], name="TopK_out", axis=-1)
+    )
 
     cache = ["batch", heads, "past_len", cfg.d_head]
     cross = ["batch", heads, "src_len", cfg.d_head]
@@ -181,11 +187,17 @@ def build_decoder_step(model: Transformer) -> onnx.ModelProto:
     inputs = [
         helper.make_tensor_value_info("tokens", TensorProto.INT64, ["batch", 1]),
         helper.make_tensor_value_info("src_mask", TensorProto.BOOL, ["batch", "src_len"]),
+        helper.make_tensor_value_info("top_k", TensorProto.INT64, [1]),
     ]
-    inputs += [helper.make_tensor_value_info(n, f32, cross) for n in step_input_names(n_layers)[2 : 2 + 2 * n_layers]]
-    inputs += [helper.make_tensor_value_info(n, f32, cache) for n in step_input_names(n_layers)[2 + 2 * n_layers :]]
-    outputs = [helper.make_tensor_value_info("log_probs", f32, ["batch", cfg.vocab_size])]
-    outputs += [helper.make_tensor_value_info(n, f32, present) for n in step_output_names(n_layers)[1:]]
+    names = step_input_names(n_layers)
+    inputs += [helper.make_tensor_value_info(n, f32, cross) for n in names[3 : 3 + 2 * n_layers]]
+    inputs += [helper.make_tensor_value_info(n, f32, cache) for n in names[3 + 2 * n_layers :]]
+    outputs = [
+        helper.make_tensor_value_info("log_probs", f32, ["batch", cfg.vocab_size]),
+        helper.make_tensor_value_info("top_log_probs", f32, ["batch", "top_k"]),
+        helper.make_tensor_value_info("top_ids", TensorProto.INT64, ["batch", "top_k"]),
+    ]
+    outputs += [helper.make_tensor_value_info(n, f32, present) for n in step_output_names(n_layers)[3:]]
     graph = helper.make_graph(b.nodes, "decoder_step", inputs, outputs, b.initializers, value_info=b.value_info)
     opsets = [helper.make_opsetid("", 18), helper.make_opsetid(MS_DOMAIN, 1)]
     proto = helper.make_model(graph, opset_imports=opsets, producer_name="mtserve.export.decoder_step")

@@ -52,7 +52,8 @@ def step_max_diff(model: Transformer, session, shapes: Sequence[tuple[int, int, 
         cache = [(ex["past_keys"][i], ex["past_values"][i]) for i in range(n_layers)]
         out = model.decode(ex["tokens"], cross, ex["src_mask"], cache)
         ref = torch.log_softmax(out.logits[:, -1].float(), dim=-1).numpy()
-        feeds = {"tokens": ex["tokens"].numpy(), "src_mask": ex["src_mask"].numpy()}
+        top_k = min(8, model.cfg.vocab_size)
+        feeds = {"tokens": ex["tokens"].numpy(), "src_mask": ex["src_mask"].numpy(), "top_k": np.array([top_k])}
         for i in range(n_layers):
             feeds[f"cross_keys_{i}"], feeds[f"cross_values_{i}"] = cross[i][0].numpy(), cross[i][1].numpy()
             feeds[f"past_keys_{i}"], feeds[f"past_values_{i}"] = cache[i][0].numpy(), cache[i][1].numpy()
@@ -60,6 +61,13 @@ def step_max_diff(model: Transformer, session, shapes: Sequence[tuple[int, int, 
         assert set(feeds) == set(step_input_names(n_layers))
         keep = ref > -30  # compare where probabilities are not vanishingly small
         diffs = {"step.log_probs": float(np.abs(got["log_probs"][keep] - ref[keep]).max())}
+        # the top-k outputs: the values of the ids they name, best first
+        top_ref = np.take_along_axis(ref, got["top_ids"], axis=1)
+        diffs["step.top_log_probs"] = float(np.abs(got["top_log_probs"] - top_ref).max())
+        if (np.diff(got["top_log_probs"], axis=1) > 0).any() or not (
+            got["top_log_probs"][:, -1] >= np.sort(ref, 1)[:, -top_k] - 1e-4
+        ).all():
+            diffs["step.top_log_probs"] = float("inf")  # not the best top_k, or not best first
         for i, (k, v) in enumerate(out.cache):
             diffs["step.present_keys"] = max(
                 diffs.get("step.present_keys", 0.0), float(np.abs(got[f"present_keys_{i}"] - k.numpy()).max())

@@ -15,7 +15,7 @@ import numpy as np
 
 from service.engine.bundle import Bundle
 from service.engine.runtime import create_session
-from service.engine.search import Hypothesis, beam_search, greedy_search, length_limits
+from service.engine.search import Hypothesis, TopCandidates, beam_search, greedy_search, length_limits
 from service.tokenizer import BOS_ID, EOS_ID, PAD_ID, Tokenizer
 
 
@@ -72,8 +72,13 @@ class _DecoderState:
         src_mask: np.ndarray,
         lean: bool = False,
         row_sources: np.ndarray | None = None,
+        top_k: int = 1,
     ) -> None:
         self.session, self.lean = session, lean
+        self.top_k = np.array([top_k], dtype=np.int64)  # lean graph: candidates per row the search reads
+        self._fetch: list[str] | None = None
+        self._has_top_k = True
+        self._buffers: dict[tuple[str, int], np.ndarray] = {}
         self._sources = (cross_keys, cross_values, src_mask)
         layers, n_sources, heads, _, d_head = cross_keys.shape
         self.row_sources = np.arange(n_sources) if row_sources is None else np.asarray(row_sources)
@@ -84,6 +89,20 @@ class _DecoderState:
         empty = np.zeros((layers, len(self.row_sources), heads, 0, d_head), dtype=cross_keys.dtype)
         self.past_keys: np.ndarray | list[np.ndarray] = list(empty) if lean else empty
         self.past_values: np.ndarray | list[np.ndarray] = list(empty) if lean else empty
+
+    def _take(self, array: np.ndarray, rows: np.ndarray, slot: tuple[str, int]) -> np.ndarray:
+        """``array[rows]`` written into a buffer kept for this cache tensor (no fresh pages every step).
+
+        ``array`` is always the session's last output, never the buffer itself, so one buffer per slot does.
+        """
+        shape = (len(rows), *array.shape[1:])
+        size = int(np.prod(shape))
+        buffer = self._buffers.get(slot)
+        if buffer is None or buffer.size < size:
+            buffer = self._buffers[slot] = np.empty(size + size // 2, dtype=array.dtype)  # room to grow
+        out = buffer[:size].reshape(shape)  # a contiguous prefix, as onnxruntime wants its inputs
+        np.take(array, rows, axis=0, out=out, mode="clip")  # mode="raise" would copy through a temporary
+        return out
 
     def _select(self, sources: np.ndarray) -> None:
         keys, values, mask = self._sources  # np.take keeps the result C-contiguous (a[:, rows] does not)
@@ -97,19 +116,29 @@ class _DecoderState:
                 self._select(sources)
                 self.row_sources = sources
             if self.lean:
-                self.past_keys = [k[rows] for k in self.past_keys]
-                self.past_values = [v[rows] for v in self.past_values]
+                self.past_keys = [self._take(k, rows, ("k", i)) for i, k in enumerate(self.past_keys)]
+                self.past_values = [self._take(v, rows, ("v", i)) for i, v in enumerate(self.past_values)]
             else:
                 self.past_keys = np.take(self.past_keys, rows, axis=1)
                 self.past_values = np.take(self.past_values, rows, axis=1)
         if self.lean:
+            n_layers = len(self.past_keys)
+            if self._fetch is None:
+                presents = [f"present_{kind}_{i}" for i in range(n_layers) for kind in ("keys", "values")]
+                self._has_top_k = "top_k" in {i.name for i in self.session.get_inputs()}  # graphs before top_k: no
+                self._fetch = ["top_log_probs", "top_ids", *presents] if self._has_top_k else ["log_probs", *presents]
             feeds = {"tokens": tokens, "src_mask": self.src_mask}
-            for i in range(len(self.past_keys)):
+            if self._has_top_k:
+                feeds["top_k"] = self.top_k
+            for i in range(n_layers):
                 feeds[f"cross_keys_{i}"], feeds[f"cross_values_{i}"] = self.cross_keys[i], self.cross_values[i]
                 feeds[f"past_keys_{i}"], feeds[f"past_values_{i}"] = self.past_keys[i], self.past_values[i]
-            log_probs, *present = self.session.run(None, feeds)  # (rows, vocab), then keys_0, values_0, keys_1, ...
-            self.past_keys, self.past_values = present[0::2], present[1::2]
-            return log_probs
+            outputs = self.session.run(self._fetch, feeds)
+            if not self._has_top_k:
+                self.past_keys, self.past_values = outputs[1::2], outputs[2::2]
+                return outputs[0]  # (rows, vocab)
+            self.past_keys, self.past_values = outputs[2::2], outputs[3::2]
+            return TopCandidates(outputs[0], outputs[1])  # (rows, top_k) each, best first
         log_probs, self.past_keys, self.past_values = self.session.run(
             ["log_probs", "present_keys", "present_values"],
             {
@@ -234,7 +263,8 @@ class Engine:
         if k == 1:
             state = _DecoderState(session, keys, values, mask, lean)
             return [[h] for h in greedy_search(state.step, limits, BOS_ID, EOS_ID)]
-        state = _DecoderState(session, keys, values, mask, lean, row_sources=np.repeat(np.arange(len(sources)), k))
+        rows = np.repeat(np.arange(len(sources)), k)
+        state = _DecoderState(session, keys, values, mask, lean, row_sources=rows, top_k=2 * k)
         return beam_search(state.step, limits, BOS_ID, EOS_ID, k, options.length_penalty, options.num_hypotheses)
 
     def _attach_attention(self, results: list[Translation]) -> None:

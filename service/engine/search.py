@@ -12,9 +12,19 @@ from dataclasses import dataclass
 
 import numpy as np
 
-# step(tokens (rows, 1), rows) -> log_probs (rows, vocab); ``rows`` selects and orders the cache rows
-# (indices into the previous call's rows) before the step.
-StepFn = Callable[[np.ndarray, np.ndarray | None], np.ndarray]
+# step(tokens (rows, 1), rows) -> log_probs (rows, vocab), or the rows' best candidates (TopCandidates);
+# ``rows`` selects and orders the cache rows (indices into the previous call's rows) before the step.
+
+
+@dataclass
+class TopCandidates:
+    """The best tokens of each row, best first (ties: lower id first), as a decoder graph with TopK returns them."""
+
+    log_probs: np.ndarray  # (rows, count) float32
+    ids: np.ndarray  # (rows, count) int64
+
+
+StepFn = Callable[[np.ndarray, np.ndarray | None], "np.ndarray | TopCandidates"]
 
 
 @dataclass
@@ -33,39 +43,43 @@ def length_penalty(length: int, alpha: float) -> float:
     return ((5.0 + length) / 6.0) ** alpha
 
 
+def top_candidates(log_probs: np.ndarray, count: int) -> TopCandidates:
+    """Per-row ``count`` best entries of a full (rows, vocab) array, best first (ties: lower id first)."""
+    if count == 1:
+        ids = log_probs.argmax(axis=1)[:, None]
+    else:
+        vocab = log_probs.shape[1]
+        part = np.argpartition(log_probs, vocab - count, axis=1)[:, vocab - count :]  # the count largest, unordered
+        order = np.lexsort((part, -np.take_along_axis(log_probs, part, axis=1)), axis=1)
+        ids = np.take_along_axis(part, order, axis=1)
+    return TopCandidates(np.take_along_axis(log_probs, ids, axis=1), ids)
+
+
+def _candidates(out: np.ndarray | TopCandidates, count: int) -> TopCandidates:
+    return out if isinstance(out, TopCandidates) else top_candidates(out, count)
+
+
 def greedy_search(step: StepFn, limits: list[int], bos: int, eos: int) -> list[Hypothesis]:
     n = len(limits)
+    limit = np.asarray(limits)
     active = np.arange(n)
     last = np.full((n, 1), bos, dtype=np.int64)
     scores = np.zeros(n, dtype=np.float64)
     tokens: list[list[int]] = [[] for _ in range(n)]
-    ended_with_eos = np.zeros(n, dtype=bool)
     rows: np.ndarray | None = None
     for t in range(max(limits)):
-        log_probs = step(last, rows)  # (active, vocab)
-        best = log_probs.argmax(axis=-1)
-        scores[active] += log_probs[np.arange(len(active)), best].astype(np.float64)
+        top = _candidates(step(last, rows), 1)  # (active, 1)
+        best = top.ids[:, 0]
+        scores[active] += top.log_probs[:, 0].astype(np.float64)
         is_eos = best == eos
-        for i, sentence in enumerate(active):
-            if is_eos[i]:
-                ended_with_eos[sentence] = True
-            else:
-                tokens[sentence].append(int(best[i]))
-        limit_reached = np.array([t + 1 >= limits[s] for s in active], dtype=bool)
-        keep = ~(is_eos | limit_reached)
+        for sentence, token in zip(active[~is_eos].tolist(), best[~is_eos].tolist(), strict=True):
+            tokens[sentence].append(token)
+        keep = ~(is_eos | (t + 1 >= limit[active]))
         if not keep.any():
             break
         rows = np.flatnonzero(keep)
         active, last = active[keep], best[keep].reshape(-1, 1).astype(np.int64)
     return [Hypothesis(tokens[i], float(scores[i]), float(scores[i])) for i in range(n)]
-
-
-def _top_candidates(scores: np.ndarray, count: int) -> np.ndarray:
-    """Indices of the ``count`` largest entries per row, largest first (ties: lower index first)."""
-    part = np.argpartition(-scores, count - 1, axis=1)[:, :count]
-    picked = np.take_along_axis(scores, part, axis=1)
-    order = np.lexsort((part, -picked), axis=1)
-    return np.take_along_axis(part, order, axis=1)
 
 
 def beam_search(
@@ -77,54 +91,60 @@ def beam_search(
     alpha: float,
     n_best: int,
 ) -> list[list[Hypothesis]]:
-    """``step`` rows start as each sentence repeated ``beam_size`` times (sentence-major)."""
+    """``step`` rows start as each sentence repeated ``beam_size`` times (sentence-major).
+
+    The 2 * beam best continuations of a sentence are among the 2 * beam best tokens of each of its beams
+    (a beam adds one score to all its tokens), so only those are ranked: (sentences, beam * 2 * beam)
+    candidates instead of (sentences, beam * vocab), in one vectorized pass over the batch.
+    """
     if not 1 <= n_best <= beam_size:
         raise ValueError(f"n_best must be in 1..beam_size ({beam_size}), got {n_best}")
     n, k = len(limits), beam_size
+    limit = np.asarray(limits)
     finished: list[list[Hypothesis]] = [[] for _ in range(n)]
-    active = list(range(n))  # sentence ids of the live rows, k rows each
+    n_finished = np.zeros(n, dtype=np.int64)
+    active = np.arange(n)  # sentence ids of the live rows, k rows each
     beam_scores = np.zeros((n, k), dtype=np.float64)
     beam_scores[:, 1:] = -np.inf  # identical start beams: keep one alive
     history = np.full((n * k, 0), bos, dtype=np.int64)  # generated tokens of each live row
     last = np.full((n * k, 1), bos, dtype=np.int64)
     rows: np.ndarray | None = None
     for t in range(max(limits)):
-        log_probs = step(last, rows).astype(np.float64)  # (active*k, vocab)
-        vocab = log_probs.shape[1]
-        candidates = (beam_scores.reshape(-1, 1) + log_probs).reshape(len(active), k * vocab)
-        top = _top_candidates(candidates, 2 * k)
-        top_scores = np.take_along_axis(candidates, top, axis=1)
-        next_rows, next_tokens, next_scores, still = [], [], [], []
-        for i, sentence in enumerate(active):
-            chosen = []
-            for rank in range(2 * k):
-                beam, token = divmod(int(top[i, rank]), vocab)
-                row, score = i * k + beam, float(top_scores[i, rank])
-                if token == eos:
-                    if rank < k:
-                        seq = history[row].tolist()
-                        finished[sentence].append(Hypothesis(seq, score, score / length_penalty(t + 1, alpha)))
-                    continue
-                chosen.append((row, token, score))
-                if len(chosen) == k:
-                    break
-            if len(finished[sentence]) >= k:
-                continue
-            if t + 1 >= limits[sentence]:
-                for row, token, score in chosen:
-                    seq = history[row].tolist() + [token]
-                    finished[sentence].append(Hypothesis(seq, score, score / length_penalty(len(seq), alpha)))
-                continue
-            still.append(sentence)
-            for row, token, score in chosen:
-                next_rows.append(row)
-                next_tokens.append(token)
-                next_scores.append(score)
-        if not still:
+        top = _candidates(step(last, rows), 2 * k)  # (active*k, c), c >= 2k
+        m, c = len(active), top.ids.shape[1]
+        scores = (beam_scores[:, :, None] + top.log_probs.astype(np.float64).reshape(m, k, c)).reshape(m, k * c)
+        ids = top.ids.reshape(m, k * c)
+        origin = np.repeat(np.arange(k, dtype=np.int64), c)[None, :]  # beam of each candidate
+        # rank by score, ties by (beam, token): the order of beam * vocab + token in a full ranking
+        order = np.lexsort((origin * (1 << 32) + ids, -scores), axis=1)[:, : 2 * k]  # (m, 2k)
+        cand_scores = np.take_along_axis(scores, order, axis=1)
+        cand_ids = np.take_along_axis(ids, order, axis=1)
+        cand_rows = np.arange(m)[:, None] * k + order // c
+        is_eos = cand_ids == eos
+        for i, rank in zip(*np.nonzero(is_eos[:, :k]), strict=True):  # EOS among the k best ends a hypothesis
+            score = float(cand_scores[i, rank])
+            seq = history[cand_rows[i, rank]].tolist()
+            finished[active[i]].append(Hypothesis(seq, score, score / length_penalty(t + 1, alpha)))
+            n_finished[active[i]] += 1
+        # the k best other candidates continue (a sentence has at most k EOS candidates among its 2k)
+        chosen = np.flatnonzero(((~is_eos) & (np.cumsum(~is_eos, axis=1) <= k)).reshape(-1))
+        next_rows, next_ids, next_scores = (
+            a.reshape(-1)[chosen].reshape(m, k) for a in (cand_rows, cand_ids, cand_scores)
+        )
+        done = n_finished[active] >= k
+        at_limit = ~done & (t + 1 >= limit[active])
+        for i in np.flatnonzero(at_limit):  # length limit: the live hypotheses end as they are
+            for row, token, score in zip(
+                next_rows[i].tolist(), next_ids[i].tolist(), next_scores[i].tolist(), strict=True
+            ):
+                seq = history[row].tolist() + [token]
+                finished[active[i]].append(Hypothesis(seq, score, score / length_penalty(len(seq), alpha)))
+        still = ~(done | at_limit)
+        if not still.any():
             break
-        rows = np.asarray(next_rows, dtype=np.int64)
-        last = np.asarray(next_tokens, dtype=np.int64).reshape(-1, 1)
+        rows = next_rows[still].reshape(-1)
+        last = next_ids[still].reshape(-1, 1).astype(np.int64)
         history = np.concatenate([history[rows], last], axis=1)
-        beam_scores = np.asarray(next_scores, dtype=np.float64).reshape(len(still), k)
-        active = still
+        beam_scores = next_scores[still]
+        active = active[still]
     return [sorted(f, key=lambda h: -h.normalized)[:n_best] for f in finished]

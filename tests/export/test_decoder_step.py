@@ -21,7 +21,7 @@ from service.engine import Engine, TranslateOptions, load_bundle
 from service.tokenizer import Tokenizer
 
 TOLERANCE = 1e-4
-STEP_OUTPUTS = {"step.log_probs", "step.present_keys", "step.present_values"}
+STEP_OUTPUTS = {"step.log_probs", "step.top_log_probs", "step.present_keys", "step.present_values"}
 
 
 def _session(model) -> ort.InferenceSession:
