@@ -67,7 +67,8 @@ def create_app(settings: Settings | None = None) -> FastAPI:
             CORSMiddleware,
             allow_origins=settings.cors_origins,
             allow_methods=["GET", "POST"],
-            allow_headers=["Authorization", "X-API-Key", "Content-Type", "X-Request-ID"],
+            allow_headers=["Authorization", "X-API-Key", "Content-Type", "X-Request-ID", "X-Request-Timeout"],
+            expose_headers=["X-Request-ID", "Retry-After"],
         )
     app.add_middleware(ServiceMiddleware, state=state)
     return app

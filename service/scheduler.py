@@ -124,7 +124,13 @@ class Scheduler:
         lengths: Sequence[int],
         timeout_s: float,
         request_id: str = "",
+        batch_ids: list[int] | None = None,
     ) -> list[Any]:
+        """Queue one request's sentences and wait for their results (in order).
+
+        ``batch_ids``, when given, receives the id of every engine batch that ran (or failed) this request's
+        work (for the access log). At the deadline, work that has not started is dropped (504).
+        """
         if self._closing:
             raise ShuttingDown("the service is shutting down; retry on another instance")
         depth = len(self.queue)
@@ -135,16 +141,30 @@ class Scheduler:
         request = Request(
             kind, key, len(payloads), time.monotonic() + timeout_s, loop.create_future(), request_id=request_id
         )
+        if batch_ids is not None:
+            request.batch_ids = batch_ids
         request.results = [None] * len(payloads)
         request.remaining = len(payloads)
         self.queue.extend(Item(request, i, p, n) for i, (p, n) in enumerate(zip(payloads, lengths, strict=True)))
         self.metrics.queue_depth.labels(self.model).set(len(self.queue))
         self._wakeup.set()
+        timer = loop.call_later(timeout_s, self._deadline_passed, request)
         try:
             return await request.future
         except asyncio.CancelledError:
             self.cancel(request)
             raise
+        finally:
+            timer.cancel()
+
+    def _deadline_passed(self, request: Request) -> None:
+        """The deadline came while the request still waited (e.g. behind a long max_wait): fail it now."""
+        if request.started or request.future.done():
+            return  # started work is finished and answered
+        self._remove(request, "deadline")
+        request.fail(
+            DeadlineExceeded("the request's deadline passed before its work could start; retry, or raise timeout_s")
+        )
 
     def cancel(self, request: Request) -> None:
         """The client went away: drop the request's sentences that have not started."""
@@ -254,6 +274,8 @@ class Scheduler:
                 extra={"batch_id": batch_id, "request_ids": sorted({it.request.request_id for it in batch})},
             )
             for request in {it.request for it in batch}:
+                if batch_id not in request.batch_ids:
+                    request.batch_ids.append(batch_id)
                 self._remove(request, "failed")
                 request.fail(BatchFailed(f"internal error in engine batch {batch_id}; the request was not completed"))
             return
@@ -270,7 +292,8 @@ class Scheduler:
         self.metrics.generated_tokens.labels(m).inc(stats.get("generated_tokens", 0))
         for it, result in zip(batch, results, strict=True):
             request = it.request
-            request.batch_ids.append(batch_id)
+            if batch_id not in request.batch_ids:
+                request.batch_ids.append(batch_id)
             if request.future.done():
                 continue
             request.results[it.index] = result

@@ -59,7 +59,9 @@ class Settings(BaseSettings):
 
     # access and logs
     api_keys: CsvList = Field(default_factory=list, description="when set, /v1/* needs one of these keys")
-    open_paths: CsvList = Field(default_factory=lambda: ["/healthz", "/readyz", "/metrics"])
+    open_paths: CsvList = Field(
+        default_factory=lambda: ["/healthz", "/readyz", "/metrics"], description="paths that need no API key"
+    )
     cors_origins: CsvList = Field(default_factory=list)
     log_level: str = "info"
     log_requests_text: bool = False

@@ -3,9 +3,15 @@
 from __future__ import annotations
 
 import logging
+import math
+from typing import Any
 
 from fastapi import FastAPI, Request
+from fastapi.encoders import jsonable_encoder
+from fastapi.exception_handlers import http_exception_handler
+from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
+from starlette.exceptions import HTTPException
 
 from service.api.middleware import BodyTooLarge
 from service.engine.engine import SourceTooLongError
@@ -34,7 +40,24 @@ ERROR_RESPONSES = {
 }
 
 
+def _json_safe(value: Any) -> Any:
+    """What a validation error echoes back must itself be JSON: lone surrogates and NaN / Infinity are not."""
+    if isinstance(value, str):
+        return value.encode("utf-8", "replace").decode("utf-8")
+    if isinstance(value, float) and not math.isfinite(value):
+        return str(value)
+    if isinstance(value, dict):
+        return {_json_safe(k): _json_safe(v) for k, v in value.items()}
+    if isinstance(value, list | tuple):
+        return [_json_safe(v) for v in value]
+    return value
+
+
 def install(app: FastAPI) -> None:
+    @app.exception_handler(RequestValidationError)
+    async def invalid_request(_: Request, exc: RequestValidationError) -> JSONResponse:
+        return JSONResponse({"detail": _json_safe(jsonable_encoder(exc.errors()))}, status_code=422)
+
     @app.exception_handler(UnknownModel)
     async def unknown_model(_: Request, exc: UnknownModel) -> JSONResponse:
         return JSONResponse({"detail": str(exc)}, status_code=404)
@@ -49,6 +72,17 @@ def install(app: FastAPI) -> None:
         return JSONResponse(
             {"detail": f"request body exceeds the limit of {limit} bytes; send fewer or shorter texts"}, status_code=413
         )
+
+    @app.exception_handler(HTTPException)
+    async def http_error(request: Request, exc: HTTPException):
+        # FastAPI answers 400 when a body cannot be decoded at all (not UTF-8, ...): report it like a JSON error.
+        if exc.status_code == 400 and exc.__cause__ is not None:
+            cause = type(exc.__cause__).__name__
+            message = f"request body could not be parsed ({cause}); send UTF-8 encoded JSON"
+            return JSONResponse(
+                {"detail": [{"type": "json_invalid", "loc": ["body"], "msg": message, "input": None}]}, status_code=422
+            )
+        return await http_exception_handler(request, exc)
 
     @app.exception_handler(SourceTooLongError)
     async def too_long(_: Request, exc: SourceTooLongError) -> JSONResponse:

@@ -9,10 +9,12 @@ import re
 import time
 import uuid
 
+from starlette.exceptions import HTTPException
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 log = logging.getLogger("service.access")
 _SAFE_ID = re.compile(r"^[A-Za-z0-9._:-]{1,128}$")
+OPERATIONS_PATHS = ("/healthz", "/readyz", "/metrics")  # open by default (MT_OPEN_PATHS), closable with API keys
 KNOWN_ENDPOINTS = {"/v1/translate", "/v1/embed", "/v1/attention", "/v1/models", "/healthz", "/readyz", "/metrics", "/"}
 
 
@@ -32,8 +34,11 @@ async def _send_json(send: Send, status: int, body: dict, headers: list[tuple[by
     await send({"type": "http.response.body", "body": payload})
 
 
-class BodyTooLarge(Exception):
-    pass
+class BodyTooLarge(HTTPException):
+    """Raised while the body streams in; an HTTPException so body parsing re-raises it rather than answering 400."""
+
+    def __init__(self) -> None:
+        super().__init__(413, "request body too large")
 
 
 class ServiceMiddleware:
@@ -66,7 +71,7 @@ class ServiceMiddleware:
         self.state.metrics.in_flight.inc()
         self.state.in_flight += 1
         try:
-            if not self._authorized(path, headers):
+            if not self._authorized(scope["method"], path, headers):
                 await _send_json(
                     send_wrapper,
                     401,
@@ -117,10 +122,14 @@ class ServiceMiddleware:
                 }
                 log.info("%s %s %d", scope["method"], path[:200], status, extra=extra)
 
-    def _authorized(self, path: str, headers: dict[str, str]) -> bool:
-        keys = self.state.settings.api_keys
-        if not keys or not path.startswith("/v1/") or path in self.state.settings.open_paths:
+    def _authorized(self, method: str, path: str, headers: dict[str, str]) -> bool:
+        """With MT_API_KEYS set, /v1/* and the operations endpoints need a key unless listed in MT_OPEN_PATHS."""
+        s = self.state.settings
+        keys = s.api_keys
+        if not keys or path in s.open_paths or not (path.startswith("/v1/") or path in OPERATIONS_PATHS):
             return True
+        if method == "OPTIONS" and s.cors_origins and "access-control-request-method" in headers:
+            return True  # a CORS preflight: browsers send it without credentials
         offered = headers.get("x-api-key", "")
         auth = headers.get("authorization", "")
         if auth.lower().startswith("bearer "):

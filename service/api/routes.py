@@ -25,15 +25,17 @@ def _validation_error(field: str, index: int | None, message: str, value: Any = 
 
 
 def _timeout(request: Request, asked: float | None) -> float:
+    """The request's deadline: body timeout_s, else the X-Request-Timeout header, else the default; capped."""
     s = request.app.state.mt.settings
     header = request.headers.get("x-request-timeout")
-    if asked is None and header is not None:
+    if header is not None:  # checked even when the body's timeout_s wins: invalid input is never ignored
         try:
-            asked = float(header)
+            seconds = float(header)
         except ValueError:
             raise _validation_error("X-Request-Timeout", None, "header X-Request-Timeout must be seconds") from None
-        if not 0 < asked <= 3600 or asked != asked:
+        if not 0 < seconds <= 3600 or seconds != seconds:
             raise _validation_error("X-Request-Timeout", None, "header X-Request-Timeout must be in (0, 3600]")
+        asked = seconds if asked is None else asked
     return min(asked if asked is not None else s.request_timeout_s, s.max_request_timeout_s)
 
 
@@ -66,7 +68,13 @@ async def _submit(request: Request, model: LoadedModel, kind: str, key, payloads
     scheduler = model.scheduler
     task = asyncio.ensure_future(
         scheduler.submit(
-            kind, key, payloads, [len(p["ids"]) for p in payloads], timeout, request.scope["state"]["request_id"]
+            kind,
+            key,
+            payloads,
+            [len(p["ids"]) for p in payloads],
+            timeout,
+            request.scope["state"]["request_id"],
+            request.scope["state"].setdefault("batch_ids", []),  # filled by the scheduler, read by the access log
         )
     )
     while True:
@@ -117,12 +125,26 @@ def build_router(app: FastAPI) -> APIRouter:
     models = request_models(settings)
     TranslateRequest, EmbedRequest, AttentionRequest = models.translate, models.embed, models.attention
     router = APIRouter()
+    # X-Request-Timeout is read in _timeout (so its errors say what to change); declared here for /openapi.json.
+    timeout_header = {
+        "parameters": [
+            {
+                "name": "X-Request-Timeout",
+                "in": "header",
+                "required": False,
+                "description": f"deadline in seconds, in (0, 3600], capped at {settings.max_request_timeout_s}; the "
+                "body's timeout_s wins when both are given. Work not started by then is dropped and answered 504.",
+                "schema": {"type": "number", "exclusiveMinimum": 0, "maximum": 3600},
+            }
+        ]
+    }
 
     @router.post(
         "/v1/translate",
         response_model=TranslateResponse,
         response_model_exclude_none=True,
         responses=ERROR_RESPONSES,
+        openapi_extra=timeout_header,
         summary="Translate a batch of texts",
     )
     async def translate(body: TranslateRequest, request: Request) -> dict[str, Any]:  # type: ignore[valid-type]
@@ -146,6 +168,7 @@ def build_router(app: FastAPI) -> APIRouter:
         "/v1/embed",
         response_model=EmbedResponse,
         responses=ERROR_RESPONSES,
+        openapi_extra=timeout_header,
         summary="Sentence embeddings from the encoder",
     )
     async def embed(body: EmbedRequest, request: Request) -> dict[str, Any]:  # type: ignore[valid-type]
@@ -167,6 +190,7 @@ def build_router(app: FastAPI) -> APIRouter:
         response_model=AttentionResponse,
         response_model_exclude_none=True,
         responses=ERROR_RESPONSES,
+        openapi_extra=timeout_header,
         summary="Encoder, decoder and cross attention, every layer and head",
     )
     async def attention(body: AttentionRequest, request: Request) -> dict[str, Any]:  # type: ignore[valid-type]

@@ -5,7 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Annotated, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, StringConstraints, model_validator
+from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, StringConstraints, model_validator
 
 from service.settings import Settings
 
@@ -78,6 +78,14 @@ class ModelsResponse(BaseModel):
     models: list[ModelInfo]
 
 
+def _integral(value: object) -> object:
+    """Request models are strict (no "4" for 4, no 1 for true), but JSON Schema counts 2.0 as an integer."""
+    return int(value) if isinstance(value, float) and value.is_integer() else value
+
+
+Int = Annotated[int, BeforeValidator(_integral)]
+
+
 @dataclass
 class RequestModels:
     translate: type[BaseModel]
@@ -103,13 +111,16 @@ def request_models(s: Settings) -> RequestModels:
     class TranslateRequest(BaseModel):
         model_config = ConfigDict(
             extra="forbid",
+            strict=True,  # types as the schema states them: no "4" for 4, no 1 for true (see _integral)
             json_schema_extra={"examples": [{"texts": [DE_EXAMPLE], "beam_size": 4, "return_alignment": True}]},
         )
         texts: list[Text] = Field(min_length=1, max_length=s.max_texts_translate)
         model: ModelName = None
-        beam_size: int = Field(4, ge=1, le=s.max_beam_size)
-        max_length: int | None = Field(None, ge=1, le=s.max_length_cap, description="generated tokens per text")
-        num_hypotheses: int = Field(1, ge=1, le=s.max_beam_size, description="n-best size, at most beam_size")
+        beam_size: Int = Field(4, ge=1, le=s.max_beam_size)
+        max_length: Annotated[int, Field(ge=1, le=s.max_length_cap), BeforeValidator(_integral)] | None = Field(
+            None, description="generated tokens per text"
+        )
+        num_hypotheses: Int = Field(1, ge=1, le=s.max_beam_size, description="n-best size, at most beam_size")
         length_penalty: float = Field(0.6, ge=0.0, le=5.0)
         return_attention: bool = False
         return_alignment: bool = False
@@ -124,6 +135,7 @@ def request_models(s: Settings) -> RequestModels:
     class EmbedRequest(BaseModel):
         model_config = ConfigDict(
             extra="forbid",
+            strict=True,  # types as the schema states them: no "4" for 4, no 1 for true (see _integral)
             json_schema_extra={"examples": [{"texts": [DE_EXAMPLE, "Ein Hund läuft."], "normalize": True}]},
         )
         texts: list[Text] = Field(min_length=1, max_length=s.max_texts_embed)
@@ -135,6 +147,7 @@ def request_models(s: Settings) -> RequestModels:
     class AttentionRequest(BaseModel):
         model_config = ConfigDict(
             extra="forbid",
+            strict=True,  # types as the schema states them: no "4" for 4, no 1 for true (see _integral)
             json_schema_extra={"examples": [{"source": DE_EXAMPLE, "kinds": ["cross"], "aggregate": "mean"}]},
         )
         source: Annotated[str, StringConstraints(min_length=1, max_length=s.max_chars_per_text)]
@@ -143,8 +156,12 @@ def request_models(s: Settings) -> RequestModels:
         kinds: list[Literal["encoder", "decoder", "cross"]] = Field(
             default_factory=lambda: ["encoder", "decoder", "cross"], min_length=1, max_length=3
         )
-        layers: list[Annotated[int, Field(ge=0)]] | None = Field(None, max_length=64)
-        heads: list[Annotated[int, Field(ge=0)]] | None = Field(None, max_length=64)
+        layers: list[Annotated[int, Field(ge=0), BeforeValidator(_integral)]] | None = Field(
+            None, min_length=1, max_length=64, description="layer indices; all layers when absent"
+        )
+        heads: list[Annotated[int, Field(ge=0), BeforeValidator(_integral)]] | None = Field(
+            None, min_length=1, max_length=64, description="head indices; all heads when absent"
+        )
         aggregate: Literal["none", "mean"] = "none"
         timeout_s: Timeout = None
 
