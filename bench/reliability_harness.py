@@ -1,0 +1,166 @@
+"""Shared parts of bench/load.py and bench/overload.py: the server under test, request bodies, reports.
+
+The server is either one these scripts start (``python -m service`` on a free loopback port, with the given
+MT_* settings) or one already running (``--url``). Only loopback addresses are used.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import os
+import platform
+import random
+import re
+import shlex
+import signal
+import socket
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import httpx
+
+ROOT = Path(__file__).resolve().parent.parent
+DOC = ROOT / "docs" / "reliability.md"
+
+# Toy German words (the tiny test bundle knows them; a real de-en model translates them too).
+WORDS = (
+    "der die das ein eine mann frau hund katze kind ball rot blau gross klein auf unter spielt rennt sitzt und im park"
+)
+
+
+def free_port() -> int:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+class ServerProcess:
+    """``python -m service`` as a subprocess on a free loopback port, or an already running server (pid unknown)."""
+
+    def __init__(self, repository: Path | None, env: dict[str, str], log_path: Path, url: str | None = None) -> None:
+        self.external = url is not None
+        self.port = free_port() if url is None else None
+        self.url = url.rstrip("/") if url else f"http://127.0.0.1:{self.port}"
+        if not self.url.startswith(("http://127.0.0.1", "http://localhost", "http://[::1]")):
+            raise SystemExit(f"only loopback servers may be loaded: {self.url}")
+        self.env = {
+            **os.environ,
+            "MT_HOST": "127.0.0.1",
+            "MT_PORT": str(self.port),
+            "MT_PROVIDERS": os.environ.get("MT_PROVIDERS", "cpu"),
+            "OMP_NUM_THREADS": "1",
+            **({"MT_MODEL_REPOSITORY": str(Path(repository).resolve())} if repository else {}),
+            **env,
+        }
+        self.settings = env
+        self.log_path = log_path
+        self.process: subprocess.Popen | None = None
+
+    def start(self, timeout: float = 180.0) -> ServerProcess:
+        if not self.external:
+            with open(self.log_path, "ab") as out:
+                self.process = subprocess.Popen(
+                    [sys.executable, "-m", "service"], cwd=ROOT, env=self.env, stdout=out, stderr=subprocess.STDOUT
+                )
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            if self.process is not None and self.process.poll() is not None:
+                raise SystemExit(f"the service exited with {self.process.returncode}; see {self.log_path}")
+            try:
+                if httpx.get(self.url + "/readyz", timeout=2).status_code == 200:
+                    return self
+            except httpx.HTTPError:
+                pass
+            time.sleep(0.2)
+        raise SystemExit(f"the service was not ready within {timeout} s; see {self.log_path}")
+
+    @property
+    def pid(self) -> int | None:
+        return self.process.pid if self.process else None
+
+    def alive(self) -> bool:
+        return self.process is None or self.process.poll() is None
+
+    def rss_mb(self) -> float | None:
+        """Resident set size of the server process (VmRSS from /proc), in MiB; None for an external server."""
+        if self.pid is None:
+            return None
+        try:
+            text = Path(f"/proc/{self.pid}/status").read_text()
+        except OSError:
+            return None
+        match = re.search(r"^VmRSS:\s+(\d+) kB", text, re.MULTILINE)
+        return int(match.group(1)) / 1024 if match else None
+
+    def stop(self) -> int | None:
+        if self.process is None or self.process.poll() is not None:
+            return self.process.returncode if self.process else None
+        self.process.send_signal(signal.SIGTERM)
+        try:
+            return self.process.wait(60)
+        except subprocess.TimeoutExpired:
+            self.process.kill()
+            return self.process.wait()
+
+
+def sentences(source_file: Path | None, n: int, seed: int = 0, max_words: int = 8) -> list[str]:
+    """``n`` distinct source sentences: lines of ``source_file``, or random strings of the toy German words."""
+    rng = random.Random(seed)
+    if source_file:
+        lines = [line.strip() for line in source_file.read_text(encoding="utf-8").splitlines() if line.strip()]
+        unique = list(dict.fromkeys(lines))
+        rng.shuffle(unique)
+        return unique[:n]
+    words = WORDS.split()
+    out: dict[str, None] = {}
+    while len(out) < n:
+        out[" ".join(rng.choice(words) for _ in range(rng.randint(1, max_words)))] = None
+    return list(out)
+
+
+def percentile(values: list[float], q: float) -> float:
+    if not values:
+        return float("nan")
+    ordered = sorted(values)
+    index = min(len(ordered) - 1, max(0, round(q / 100 * (len(ordered) - 1))))
+    return ordered[index]
+
+
+def machine() -> str:
+    cpu = platform.processor() or platform.machine()
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                cpu = line.split(":", 1)[1].strip()
+                break
+    except OSError:
+        pass
+    load = os.getloadavg()[0] if hasattr(os, "getloadavg") else float("nan")
+    return (
+        f"{platform.node()}: {cpu}, {os.cpu_count()} CPUs, Python {platform.python_version()}, "
+        f"load average {load:.1f} at start"
+    )
+
+
+def command_line() -> str:
+    return "python " + " ".join(shlex.quote(a) for a in sys.argv)
+
+
+def now() -> str:
+    return dt.datetime.now(dt.UTC).strftime("%Y-%m-%d %H:%M UTC")
+
+
+def write_section(name: str, body: str, doc: Path = DOC) -> None:
+    """Replace (or append) the marked section ``name`` of docs/reliability.md with ``body``."""
+    begin, end = f"<!-- {name}: begin -->", f"<!-- {name}: end -->"
+    text = doc.read_text(encoding="utf-8") if doc.exists() else "# Reliability\n"
+    block = f"{begin}\n{body.rstrip()}\n{end}"
+    if begin in text and end in text:
+        head, rest = text.split(begin, 1)
+        _, tail = rest.split(end, 1)
+        text = head + block + tail
+    else:
+        text = text.rstrip() + "\n\n" + block + "\n"
+    doc.write_text(text, encoding="utf-8")

@@ -1,0 +1,16 @@
+"""Fixtures for the reliability tests: a real server with small limits (cheap requests, reachable limits)."""
+
+from __future__ import annotations
+
+import pytest
+from reliability_helpers import SMALL_LIMITS, start_server
+
+
+@pytest.fixture(scope="session")
+def strict_server(tiny_repository, tmp_path_factory):
+    """The service with small request limits and the failure test hook on; its log is a file the tests read."""
+    log_path = tmp_path_factory.mktemp("strict") / "service.log"
+    env = {**SMALL_LIMITS, "MT_MAX_BODY_BYTES": "4096", "MT_ENABLE_TEST_HOOKS": "true", "MT_MAX_WAIT_MS": "20"}
+    server = start_server(tiny_repository, env, log_path)
+    yield server
+    server.stop()

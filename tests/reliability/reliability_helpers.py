@@ -1,0 +1,75 @@
+"""Shared helpers of the reliability tests: small limits, metric parsing, JSON log reading."""
+
+from __future__ import annotations
+
+import importlib
+import json
+import re
+import sys
+from pathlib import Path
+
+import httpx
+from live_server import LiveServer
+
+BENCH = Path(__file__).resolve().parents[2] / "bench"
+START_TIMEOUT = 240.0  # seconds for a server to become ready: generous, the CI machine is shared
+
+# Every request is cheap under these limits, and each limit is easy to reach from a test.
+SMALL_LIMITS = {
+    "MT_MAX_TEXTS_TRANSLATE": "4",
+    "MT_MAX_TEXTS_EMBED": "4",
+    "MT_MAX_CHARS_PER_TEXT": "200",
+    "MT_MAX_TOKENS_PER_TEXT": "40",
+    "MT_MAX_LENGTH_CAP": "20",
+    "MT_MAX_BEAM_SIZE": "4",
+}
+
+
+def start_server(repository: Path, env: dict[str, str], log_path: Path) -> LiveServer:
+    """A ready LiveServer; stopped again (not left running) when it does not become ready."""
+    server = LiveServer(repository, env=env, log_path=log_path)
+    try:
+        server.start(timeout=START_TIMEOUT)
+    except BaseException:
+        server.stop()
+        raise
+    return server
+
+
+def metric(url: str, name: str, **labels: str) -> float:
+    """Sum of the samples of ``name`` (exact series name) whose labels include ``labels``; 0 when absent."""
+    text = httpx.get(url + "/metrics", timeout=10).text
+    total = 0.0
+    for line in text.splitlines():
+        if line.startswith("#"):
+            continue
+        match = re.match(r"^([a-zA-Z_:][a-zA-Z0-9_:]*)(\{(.*)\})? (\S+)$", line)
+        if not match or match.group(1) != name:
+            continue
+        found = dict(re.findall(r'(\w+)="((?:[^"\\]|\\.)*)"', match.group(3) or ""))
+        if all(found.get(k) == v for k, v in labels.items()):
+            total += float(match.group(4))
+    return total
+
+
+def log_entries(path: Path) -> list[dict]:
+    """Every line of a server log parsed as JSON (fails on a line that is not JSON)."""
+    entries = []
+    for line in path.read_text(encoding="utf-8").splitlines():
+        if line.strip():
+            entries.append(json.loads(line))
+    return entries
+
+
+def bench_module(name: str):
+    """A module of bench/ (the load and overload scripts), so the tests run the scripts' own code."""
+    if str(BENCH) not in sys.path:
+        sys.path.insert(0, str(BENCH))
+    return importlib.import_module(name)
+
+
+def rss_mb(pid: int) -> float:
+    """VmRSS of a process, MiB."""
+    match = re.search(r"^VmRSS:\s+(\d+) kB", Path(f"/proc/{pid}/status").read_text(), re.MULTILINE)
+    assert match, f"no VmRSS for pid {pid}"
+    return int(match.group(1)) / 1024

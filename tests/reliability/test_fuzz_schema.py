@@ -1,0 +1,174 @@
+"""Schema fuzzing: schemathesis generates requests from the live server's /openapi.json, valid and invalid.
+
+Every operation gets positive (schema-valid) and negative (schema-violating) cases, at least 1000 in all.
+No response may be a 5xx, use an undocumented status or content type, miss a documented header or break
+its documented schema; invalid data must be refused with a 4xx; valid data may only be refused for a
+reason the schema cannot express (token count, n-best vs beam, layer/head range, unknown model name,
+a deadline shorter than the work).
+"""
+
+from __future__ import annotations
+
+import os
+
+import httpx
+import pytest
+import schemathesis
+from hypothesis import HealthCheck, Phase, given, seed, settings
+from reliability_helpers import SMALL_LIMITS, start_server
+from schemathesis import GenerationMode
+from schemathesis.checks import (
+    content_type_conformance,
+    negative_data_rejection,
+    response_headers_conformance,
+    response_schema_conformance,
+    status_code_conformance,
+)
+
+# Per operation and generation mode: 3 POST x 2 x 180 = 1080 cases on the POSTs. Deterministic in CI; for a deeper
+# search set MT_FUZZ_SEED (random exploration from that seed) and MT_FUZZ_EXAMPLES (cases per POST and mode).
+FUZZ_SEED = os.environ.get("MT_FUZZ_SEED")
+EXAMPLES = {"POST": int(os.environ.get("MT_FUZZ_EXAMPLES", "180")), "GET": 20}
+MIN_CASES = 1000
+# Refusals of schema-valid input the JSON schema cannot express (messages from the service).
+SEMANTIC_422 = ("subword tokens; the limit is", "must not exceed beam_size", "out of range: this model has")
+
+
+def _timeout_asked(case) -> float | None:
+    body = case.body if isinstance(case.body, dict) else {}
+    asked = [body.get("timeout_s")]
+    for name, value in (case.headers or {}).items():
+        if name.lower() == "x-request-timeout":
+            asked.append(value)
+    values = []
+    for value in asked:
+        try:
+            values.append(float(value))
+        except (TypeError, ValueError):
+            continue
+    return min(values) if values else None
+
+
+@schemathesis.check
+def no_server_error(ctx, response, case) -> None:
+    """No 5xx, except the documented 504 for a deadline the client set shorter than the work (< 2 s)."""
+    if response.status_code == 504:
+        asked = _timeout_asked(case)
+        assert asked is not None and asked < 2.0, f"504 with a deadline of {asked}: {response.text}"
+        return
+    assert response.status_code < 500, f"server error {response.status_code}: {response.text[:500]}"
+
+
+@schemathesis.check
+def valid_data_accepted(ctx, response, case) -> None:
+    """Schema-valid requests are answered, or refused only for a documented reason the schema cannot state."""
+    if case.meta is None or not case.meta.generation.mode.is_positive:
+        return
+    status = response.status_code
+    body = case.body if isinstance(case.body, dict) else {}
+    if status == 200:
+        return
+    if status == 404:
+        assert body.get("model") not in (None, "de-en"), f"404 for a known model: {response.text}"
+        return
+    if status == 422:
+        messages = [error["msg"] for error in response.json()["detail"]]
+        assert all(any(p in m for p in SEMANTIC_422) for m in messages), f"valid data refused: {messages}"
+        return
+    if status == 504:
+        return  # judged by no_server_error
+    raise AssertionError(f"valid data answered {status}: {response.text[:500]}")
+
+
+CHECKS = [
+    no_server_error,
+    status_code_conformance,
+    content_type_conformance,
+    response_headers_conformance,
+    response_schema_conformance,
+    negative_data_rejection,
+    valid_data_accepted,
+]
+
+
+@pytest.fixture(scope="module")
+def fuzz_server(tiny_repository, tmp_path_factory):
+    log_path = tmp_path_factory.mktemp("fuzz") / "service.log"
+    server = start_server(tiny_repository, {**SMALL_LIMITS, "MT_MAX_WAIT_MS": "1"}, log_path)
+    yield server
+    server.stop()
+
+
+def _fuzz(operation, mode, base_url: str, counts: dict[str, int]) -> None:
+    label = f"{operation.method.upper()} {operation.path} {mode.value}"
+    counts[label] = 0
+
+    @settings(
+        max_examples=EXAMPLES.get(operation.method.upper(), 20),
+        deadline=None,
+        database=None,
+        derandomize=FUZZ_SEED is None,
+        phases=[Phase.explicit, Phase.generate, Phase.shrink],
+        suppress_health_check=list(HealthCheck),
+    )
+    @given(case=operation.as_strategy(generation_mode=mode))
+    def run(case):
+        counts[label] += 1
+        case.call_and_validate(base_url=base_url, checks=CHECKS, timeout=30)
+
+    if FUZZ_SEED is not None:
+        run = seed(int(FUZZ_SEED))(run)
+    run()
+
+
+def test_fuzz_every_operation(fuzz_server):
+    schema = schemathesis.openapi.from_url(fuzz_server.url + "/openapi.json")
+    operations = [result.ok() for result in schema.get_all_operations()]
+    paths = {op.path for op in operations}
+    assert {"/v1/translate", "/v1/embed", "/v1/attention", "/v1/models", "/healthz", "/readyz", "/metrics"} <= paths
+    counts: dict[str, int] = {}
+    for operation in operations:
+        _fuzz(operation, GenerationMode.POSITIVE, fuzz_server.url, counts)
+        if operation.method.upper() == "POST":  # operations without parameters have no invalid input
+            _fuzz(operation, GenerationMode.NEGATIVE, fuzz_server.url, counts)
+    total = sum(counts.values())
+    print("fuzz cases per operation:", counts, "total", total)
+    assert total >= MIN_CASES, counts
+    assert fuzz_server.process.poll() is None, "the server died during fuzzing"
+
+
+# Inputs a JSON-schema generator does not produce: bodies that are not (strict) JSON, lone surrogates,
+# NaN / Infinity literals, numbers beyond float range, deep nesting, lists far beyond the limits.
+HOSTILE = [
+    ("/v1/translate", b'{"texts": ["\\ud800"]}'),
+    ("/v1/translate", b'{"texts": ["a"], "model": "\\udfff"}'),
+    ("/v1/embed", b'{"texts": ["ok", "\\udbff"]}'),
+    ("/v1/attention", b'{"source": "a", "target": "\\ud800"}'),
+    ("/v1/translate", b'{"texts": ["a"], "length_penalty": NaN}'),
+    ("/v1/translate", b'{"texts": ["a"], "timeout_s": Infinity}'),
+    ("/v1/translate", b'{"texts": ["a"], "beam_size": 1e400}'),
+    ("/v1/translate", b'{"texts": ["a"], "max_length": 99999999999999999999999999999}'),
+    ("/v1/translate", b'{"texts": ["a"], "beam_size": "2"}'),
+    ("/v1/translate", b'{"texts": ["a"], "return_alignment": 1}'),
+    ("/v1/attention", b'{"source": "a", "layers": [99999999999999999999999]}'),
+    ("/v1/attention", b'{"source": "a", "heads": [], "aggregate": "mean"}'),
+    ("/v1/translate", b'{"texts": ["a\\u0000b", "\\u202e\\ufeff\\u200b"]}'),
+    ("/v1/translate", b"\xff\xfe\x00{"),
+    ("/v1/embed", b'{"texts": ["\xc3\x28"]}'),
+    ("/v1/translate", b'{"texts": ["a"], "x": ' + b"[" * 50_000 + b"]" * 50_000 + b"}"),
+    ("/v1/translate", b'{"texts": [' + b'"a",' * 20_000 + b'"a"]}'),
+    ("/v1/translate", b""),
+    ("/v1/translate", b"null"),
+    ("/v1/translate", b'{"texts": ["a"]} trailing'),
+]
+
+
+@pytest.mark.parametrize("path, body", HOSTILE, ids=[f"{i}" for i in range(len(HOSTILE))])
+def test_hostile_bodies_get_a_4xx_or_an_answer(fuzz_server, path, body):
+    headers = {"content-type": "application/json"}
+    response = httpx.post(fuzz_server.url + path, content=body, headers=headers, timeout=60)
+    assert response.status_code in (200, 413, 422), response.text[:500]
+    payload = response.json()  # always JSON, never a stack trace
+    if response.status_code != 200:
+        assert "detail" in payload and "Traceback" not in response.text
+    assert fuzz_server.process.poll() is None

@@ -1,0 +1,55 @@
+"""Load, CI-sized (bench/load.py runs the full 20,000 x 64): concurrent requests with mixed options are batched
+together, and every answer equals that request's answer computed alone: no errors, no crossed answers."""
+
+from __future__ import annotations
+
+import asyncio
+import copy
+
+from reliability_helpers import bench_module, metric
+
+REQUESTS, CLIENTS, POOL = 300, 16, 48
+
+
+def test_concurrent_answers_equal_the_answers_alone(strict_server):
+    load = bench_module("load")
+    harness = bench_module("reliability_harness")
+    url = strict_server.url
+    pool = load.build_pool(harness.sentences(None, 64, seed=5), POOL, max_texts=3, seed=5)
+    assert {path for path, _ in pool} == {"/v1/translate", "/v1/embed", "/v1/attention"}
+    references = asyncio.run(load.reference_answers(url, pool))
+    batches = metric(url, "mt_batch_size_count", model="de-en"), metric(url, "mt_batch_size_sum", model="de-en")
+
+    result = asyncio.run(load.run_load(url, pool, references, REQUESTS, CLIENTS))
+
+    assert result.errors == [], result.errors[:5]
+    assert result.mismatches == [], result.mismatches[:5]
+    assert result.requests == REQUESTS and result.statuses == {"200": REQUESTS}
+    count = metric(url, "mt_batch_size_count", model="de-en") - batches[0]
+    sentences = metric(url, "mt_batch_size_sum", model="de-en") - batches[1]
+    assert sentences >= result.sentences  # (attention requests run as batches of one sentence)
+    assert sentences / count > 1.2, "the load did not make the batcher merge requests: the test proves nothing"
+
+
+def test_the_comparison_catches_a_crossed_answer():
+    load = bench_module("load")
+    answer = {
+        "model": "de-en",
+        "translations": [
+            {"text": "the dog", "score": -0.5, "source_tokens": ["▁der", "▁hund", "</s>"], "target_tokens": ["▁the"]},
+            {"text": "a cat", "score": -0.7, "source_tokens": ["▁eine", "▁katze", "</s>"], "target_tokens": ["▁a"]},
+        ],
+    }
+    assert load.compare("/v1/translate", copy.deepcopy(answer), answer) is None
+    crossed = copy.deepcopy(answer)
+    crossed["translations"].reverse()
+    assert "expected 'the dog'" in load.compare("/v1/translate", crossed, answer)
+    rescored = copy.deepcopy(answer)
+    rescored["translations"][1]["score"] = -0.9
+    assert load.compare("/v1/translate", rescored, answer) is not None
+    close = copy.deepcopy(answer)
+    close["translations"][1]["score"] = -0.7 + 1e-6  # float noise of a different batch shape is not a crossing
+    assert load.compare("/v1/translate", close, answer) is None
+    vectors = {"model": "de-en", "dimension": 2, "embeddings": [[0.6, 0.8], [1.0, 0.0]]}
+    swapped = {**vectors, "embeddings": vectors["embeddings"][::-1]}
+    assert load.compare("/v1/embed", swapped, vectors) is not None
