@@ -20,9 +20,6 @@ from service.tokenizer import SPECIAL_IDS
 
 BUNDLE_DIR = Path(__file__).resolve().parents[2] / "model_repository" / "de-en" / "1"
 
-pytestmark = pytest.mark.skipif(
-    not (BUNDLE_DIR / "manifest.json").exists(), reason="model_repository/de-en/1 is not committed yet"
-)
 
 SENTENCES = [
     "Ein Mann fährt Fahrrad.",
