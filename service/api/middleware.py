@@ -120,6 +120,8 @@ class ServiceMiddleware:
                     "method": scope["method"],
                     "batch_ids": scope["state"].get("batch_ids", []),
                 }
+                if "texts" in scope["state"]:  # only with MT_LOG_REQUESTS_TEXT=true
+                    extra["texts"] = scope["state"]["texts"]
                 log.info("%s %s %d", scope["method"], path[:200], status, extra=extra)
 
     def _authorized(self, method: str, path: str, headers: dict[str, str]) -> bool:

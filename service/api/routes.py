@@ -52,6 +52,8 @@ def _model(request: Request, name: str | None) -> LoadedModel:
 
 def _source_ids(request: Request, model: LoadedModel, texts: list[str], field: str) -> list[list[int]]:
     limit = min(request.app.state.mt.settings.max_tokens_per_text, model.engine.max_source_tokens - 1)
+    if request.app.state.mt.settings.log_requests_text:  # opt-in debugging only: texts go to the access log
+        request.scope["state"].setdefault("texts", []).extend(texts)
     ids = model.engine.tokenizer.encode_batch(texts)
     for i, seq in enumerate(ids):
         if len(seq) > limit:
