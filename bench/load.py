@@ -159,7 +159,8 @@ async def run_load(
             try:
                 response = await _post(client, path, body)
             except httpx.HTTPError as exc:
-                result.errors.append(f"request {n}: {type(exc).__name__}: {exc}")
+                at, waited = time.perf_counter() - load_started, time.perf_counter() - started
+                result.errors.append(f"request {n}: {type(exc).__name__} {exc} at {at:.1f} s, after {waited:.2f} s")
                 result.statuses["transport error"] = result.statuses.get("transport error", 0) + 1
                 continue
             result.latencies_s.append(time.perf_counter() - started)
@@ -173,10 +174,11 @@ async def run_load(
             if problem:
                 result.mismatches.append(f"request {n} ({path}, pool {k}): {problem}")
 
+    load_started = time.perf_counter()
     async with httpx.AsyncClient(base_url=url, timeout=timeout, limits=limits) as client:
-        started = time.perf_counter()
+        load_started = time.perf_counter()
         await asyncio.gather(*(client_loop(client) for _ in range(clients)))
-        result.elapsed_s = time.perf_counter() - started
+        result.elapsed_s = time.perf_counter() - load_started
     return result
 
 

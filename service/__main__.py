@@ -58,6 +58,7 @@ def main() -> int:
         log_config=None,
         log_level=settings.log_level,
         timeout_graceful_shutdown=max(settings.drain_seconds, 1),
+        timeout_keep_alive=settings.keep_alive_s,
         access_log=False,
     )
     server = DrainingServer(config, app.state.mt)

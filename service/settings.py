@@ -46,6 +46,12 @@ class Settings(BaseSettings):
     request_timeout_s: float = Field(30.0, gt=0, description="default deadline of a request")
     max_request_timeout_s: float = Field(120.0, gt=0, description="cap on a deadline a client asks for")
     drain_seconds: float = Field(20.0, ge=0)
+    keep_alive_s: float = Field(
+        75.0,
+        gt=0,
+        description="idle HTTP keep-alive connections close after this; keep it above clients' pool expiry "
+        "(httpx: 5 s) so a client never reuses a connection the server is closing",
+    )
     load_delay_s: float = Field(0.0, ge=0, description="wait before loading models (tests, staged roll-outs)")
 
     # request limits

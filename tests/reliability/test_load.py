@@ -5,6 +5,9 @@ from __future__ import annotations
 
 import asyncio
 import copy
+import re
+import socket
+import time
 
 from reliability_helpers import bench_module, metric
 
@@ -53,3 +56,34 @@ def test_the_comparison_catches_a_crossed_answer():
     vectors = {"model": "de-en", "dimension": 2, "embeddings": [[0.6, 0.8], [1.0, 0.0]]}
     swapped = {**vectors, "embeddings": vectors["embeddings"][::-1]}
     assert load.compare("/v1/embed", swapped, vectors) is not None
+
+
+def _raw_request(sock: socket.socket, body: bytes) -> bytes:
+    sock.sendall(
+        b"POST /v1/embed HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/json\r\n"
+        + f"Content-Length: {len(body)}\r\n\r\n".encode()
+        + body
+    )
+    data = b""
+    while b"\r\n\r\n" not in data:
+        chunk = sock.recv(65536)
+        assert chunk, "the server closed the connection"
+        data += chunk
+    head, rest = data.split(b"\r\n\r\n", 1)
+    length = int(re.search(rb"content-length: (\d+)", head.lower()).group(1))
+    while len(rest) < length:
+        chunk = sock.recv(65536)
+        assert chunk, "the server closed the connection"
+        rest += chunk
+    return head
+
+
+def test_keep_alive_outlasts_the_clients_pool_expiry(strict_server):
+    """httpx keeps idle connections 5 s: the server must not close them first, or a request sent on a connection
+    the server is closing fails (the ReadErrors bench/load.py met at 64 clients before MT_KEEP_ALIVE_S)."""
+    port = int(strict_server.url.rsplit(":", 1)[1])
+    body = b'{"texts": ["der hund"]}'
+    with socket.create_connection(("127.0.0.1", port), timeout=30) as sock:
+        assert _raw_request(sock, body).startswith(b"HTTP/1.1 200")
+        time.sleep(5.5)
+        assert _raw_request(sock, body).startswith(b"HTTP/1.1 200")  # same connection, still open
