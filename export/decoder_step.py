@@ -1,18 +1,23 @@
 """The lean decoder-step graph (``decoder_step.onnx``): one new token per row, no attention outputs.
 
 Built node by node from the model's weights (onnx.helper), for search only; ``decoder.onnx`` stays the
-graph for attention and teacher forcing. Differences from ``decoder.onnx`` that make a step cheaper:
+graph for attention and teacher forcing. What makes a step cheaper than with ``decoder.onnx``:
 - no attention-probability outputs, and per-layer caches (``past_keys_<i>`` ... ``present_values_<i>``,
-  each (batch, heads, past_len, d_head)) instead of stacked (layers, ...) tensors that every step split
-  and re-stacked; cross keys/values per layer too (``cross_keys_<i>``), so the engine feeds views;
+  each (rows, heads, past_len, d_head)) instead of stacked (layers, ...) tensors that every step split
+  and re-stacked;
 - attention through onnxruntime's fused ``com.microsoft.MultiHeadAttention`` (CPU and CUDA kernels):
   self-attention appends to the cache itself, cross-attention reads the precomputed keys/values;
-- one fused Q|K|V projection per self-attention; activations stay 2-D (batch, d_model) as the step
-  has one target position;
-- ``log_probs`` is (batch, vocab) for the new token, and ``top_log_probs`` / ``top_ids`` (batch, top_k) its
-  ``top_k`` (an input) best tokens, best first: the search reads only these.
+- cross keys/values and ``src_mask`` have one row per *source*; the rows of a step are grouped by source
+  (rows = sources x rows_per_source: 1 for greedy, the beam for beam search), so the beams of a sentence
+  share one cross-attention call (queries (sources, beam, d)) and the engine never repeats them per beam;
+- one fused Q|K|V projection per self-attention;
+  activations stay 2-D (rows, d_model), as a step has one target position;
+- ``log_probs`` (rows, vocab) for the new token, and ``top_log_probs`` / ``top_ids`` (rows, top_k) its
+  ``top_k`` (an input) best tokens, best first, ties to the lower id (onnxruntime TopK): beam search reads
+  only these; greedy asks for top_k 0 (empty, free) and takes numpy's argmax of log_probs, cheaper than TopK.
 The position of the new token is the cache length, read from ``past_keys_0``'s shape.
-Parity with PyTorch (max abs diff <= 1e-4) is checked by ``export.parity.step_max_diff`` and the tests.
+Interface version (``STEP_INTERFACE``) is stored in the model's metadata; version 1 graphs (cross keys per
+row) have no such entry. Parity with PyTorch (max abs diff <= 1e-4): ``export.parity.step_max_diff``.
 """
 
 from __future__ import annotations
@@ -27,6 +32,7 @@ from model.positional import sinusoidal_table
 from model.transformer import Transformer
 
 MS_DOMAIN = "com.microsoft"
+STEP_INTERFACE = "2"  # metadata "mtserve.decoder_step": cross keys/values per source
 
 
 def step_input_names(n_layers: int) -> list[str]:
@@ -62,6 +68,8 @@ class _Builder:
         self.nodes.append(
             helper.make_node(op_type, inputs, outs, name=f"{op_type}_{self._count}", domain=domain, **attrs)
         )
+        if domain == MS_DOMAIN:  # onnx shape inference skips contrib ops: their (float) outputs get a type here
+            self.value_info += [helper.make_tensor_value_info(o, TensorProto.FLOAT, None) for o in outs]
         return outs
 
     def one(self, op_type: str, inputs: list[str], **attrs) -> str:
@@ -84,8 +92,10 @@ def build_decoder_step(model: Transformer) -> onnx.ModelProto:
     n_layers, d, heads = cfg.n_decoder_layers, cfg.d_model, cfg.n_heads
     b = _Builder()
     pre = cfg.norm_placement == "pre"
-    shape_2d = b.const("shape_rows_d", np.array([0, d], dtype=np.int64))  # 0 copies the batch dim
-    shape_3d = b.const("shape_rows_1_d", np.array([0, 1, d], dtype=np.int64))
+    shape_2d = b.const("shape_rows_d", np.array([-1, d], dtype=np.int64))
+    # queries grouped by source: (sources, rows_per_source, d)
+    n_sources = b.one("Shape", ["src_mask"], start=0, end=1)
+    by_source = b.one("Concat", [n_sources, b.const("shape_any_d", np.array([-1, d], dtype=np.int64))], axis=0)
 
     # embedding * sqrt(d) + position (the cache length), as in Transformer._embed
     table = _w(model.tgt_embed.weight)
@@ -98,11 +108,12 @@ def build_decoder_step(model: Transformer) -> onnx.ModelProto:
         positions = _w(model.positions.embedding.weight)
     position = b.one("Shape", ["past_keys_0"], start=2, end=3)  # (1,) = past_len
     x = b.one("Add", [x, b.one("Gather", [b.const("positions", positions), position], axis=0)])
-    key_mask = b.one("Cast", ["src_mask"], to=TensorProto.INT32)  # (batch, src) 1 = attend
-    # (batch, 1): 0 for a row whose source is all padding; PyTorch then gets all-zero cross-attention
+    key_mask = b.one("Cast", ["src_mask"], to=TensorProto.INT32)  # (sources, src) 1 = attend
+    # (sources, 1, 1): 0 for a source that is all padding; PyTorch then gets all-zero cross-attention
     # probabilities, the fused kernel a uniform average, so its output is zeroed to match
     src_float = b.one("Cast", ["src_mask"], to=TensorProto.FLOAT)
     any_key = b.one("ReduceMax", [src_float, b.const("axis_1", np.array([1], dtype=np.int64))], keepdims=1)
+    any_key = b.one("Unsqueeze", [any_key, b.const("axis_2", np.array([2], dtype=np.int64))])
 
     def linear(h: str, layer, name: str) -> str:
         out = b.one("MatMul", [h, b.const(f"{name}.weight", _w(layer.weight).T)])
@@ -119,6 +130,7 @@ def build_decoder_step(model: Transformer) -> onnx.ModelProto:
     def residual(h: str, residual_module, sublayer, name: str) -> str:
         if pre:
             return b.one("Add", [h, sublayer(norm(h, residual_module.norm, name + ".norm"))])
+        # Add + LayerNormalization: com.microsoft.SkipLayerNormalization measured 4x slower on 2-D rows (CPU)
         return norm(b.one("Add", [h, sublayer(h)]), residual_module.norm, name + ".norm")
 
     for i, layer in enumerate(model.decoder_layers):
@@ -129,8 +141,8 @@ def build_decoder_step(model: Transformer) -> onnx.ModelProto:
             w_qkv = np.concatenate([_w(sa.q_proj.weight), _w(sa.k_proj.weight), _w(sa.v_proj.weight)]).T
             b_qkv = np.concatenate([_w(sa.q_proj.bias), _w(sa.k_proj.bias), _w(sa.v_proj.bias)])
             qkv = b.one("MatMul", [h, b.const(f"{p}.self.qkv.weight", w_qkv)])  # (batch, 3d)
-            qkv = b.one("Reshape", [qkv, b.const(f"{p}.shape_qkv", np.array([0, 1, 3 * d], dtype=np.int64))])
-            q, k, v = b.op("Split", [qkv], 3, axis=2, num_outputs=3)  # each (batch, 1, d)
+            qkv = b.one("Reshape", [qkv, b.const(f"{p}.shape_qkv", np.array([-1, 1, 3 * d], dtype=np.int64))])
+            q, k, v = b.op("Split", [qkv], 3, axis=2, num_outputs=3)  # each (rows, 1, d)
             attn = b.op(
                 "MultiHeadAttention",
                 [q, k, v, b.const(f"{p}.self.qkv.bias", b_qkv), "", "", f"past_keys_{i}", f"past_values_{i}"],
@@ -138,20 +150,19 @@ def build_decoder_step(model: Transformer) -> onnx.ModelProto:
                 domain=MS_DOMAIN,
                 num_heads=heads,
             )
-            b.nodes[-1].output[1:] = [f"present_keys_{i}", f"present_values_{i}"]
-            b.value_info.append(helper.make_tensor_value_info(attn[0], TensorProto.FLOAT, ["batch", 1, d]))
+            b.nodes[-1].output[1:] = [f"present_keys_{i}", f"present_values_{i}"]  # graph outputs
+            b.value_info[-2:] = []
             return linear(b.one("Reshape", [attn[0], shape_2d]), sa.out_proj, f"{p}.self.out")
 
         def cross_attention(h: str, i=i, p=p, ca=ca) -> str:
-            q = b.one("Reshape", [linear(h, ca.q_proj, f"{p}.cross.q"), shape_3d])
+            q = b.one("Reshape", [linear(h, ca.q_proj, f"{p}.cross.q"), by_source])  # (sources, per source, d)
             attn = b.one(
                 "MultiHeadAttention",
                 [q, f"cross_keys_{i}", f"cross_values_{i}", "", key_mask],
                 domain=MS_DOMAIN,
                 num_heads=heads,
             )
-            b.value_info.append(helper.make_tensor_value_info(attn, TensorProto.FLOAT, ["batch", 1, d]))
-            attn = b.one("Mul", [b.one("Reshape", [attn, shape_2d]), any_key])
+            attn = b.one("Reshape", [b.one("Mul", [attn, any_key]), shape_2d])
             return linear(attn, ca.out_proj, f"{p}.cross.out")
 
         def feed_forward(h: str, p=p, ffn=ffn) -> str:
@@ -175,31 +186,31 @@ def build_decoder_step(model: Transformer) -> onnx.ModelProto:
     if model.output.bias is not None:
         logits = b.one("Add", [logits, b.const("output.bias", _w(model.output.bias))])
     b.nodes.append(helper.make_node("LogSoftmax", [logits], ["log_probs"], name="LogSoftmax_out", axis=-1))
-    # the top_k best tokens per row, best first, ties to the lower id: all that greedy (1) and beam (2 * beam)
-    # search read, so the engine need not fetch and rank the whole (batch, vocab) array
+    # top_k 0 gives (rows, 0) outputs at no cost: greedy takes numpy's argmax of log_probs, cheaper than TopK
     b.nodes.append(
         helper.make_node("TopK", ["log_probs", "top_k"], ["top_log_probs", "top_ids"], name="TopK_out", axis=-1)
     )
 
-    cache = ["batch", heads, "past_len", cfg.d_head]
-    cross = ["batch", heads, "src_len", cfg.d_head]
-    f32, present = TensorProto.FLOAT, ["batch", heads, "past_len_plus_1", cfg.d_head]
+    cache = ["rows", heads, "past_len", cfg.d_head]
+    cross = ["sources", heads, "src_len", cfg.d_head]
+    f32, present = TensorProto.FLOAT, ["rows", heads, "past_len_plus_1", cfg.d_head]
     inputs = [
-        helper.make_tensor_value_info("tokens", TensorProto.INT64, ["batch", 1]),
-        helper.make_tensor_value_info("src_mask", TensorProto.BOOL, ["batch", "src_len"]),
+        helper.make_tensor_value_info("tokens", TensorProto.INT64, ["rows", 1]),
+        helper.make_tensor_value_info("src_mask", TensorProto.BOOL, ["sources", "src_len"]),
         helper.make_tensor_value_info("top_k", TensorProto.INT64, [1]),
     ]
     names = step_input_names(n_layers)
     inputs += [helper.make_tensor_value_info(n, f32, cross) for n in names[3 : 3 + 2 * n_layers]]
     inputs += [helper.make_tensor_value_info(n, f32, cache) for n in names[3 + 2 * n_layers :]]
     outputs = [
-        helper.make_tensor_value_info("log_probs", f32, ["batch", cfg.vocab_size]),
-        helper.make_tensor_value_info("top_log_probs", f32, ["batch", "top_k"]),
-        helper.make_tensor_value_info("top_ids", TensorProto.INT64, ["batch", "top_k"]),
+        helper.make_tensor_value_info("log_probs", f32, ["rows", cfg.vocab_size]),
+        helper.make_tensor_value_info("top_log_probs", f32, ["rows", "top_k"]),
+        helper.make_tensor_value_info("top_ids", TensorProto.INT64, ["rows", "top_k"]),
     ]
     outputs += [helper.make_tensor_value_info(n, f32, present) for n in step_output_names(n_layers)[3:]]
     graph = helper.make_graph(b.nodes, "decoder_step", inputs, outputs, b.initializers, value_info=b.value_info)
     opsets = [helper.make_opsetid("", 18), helper.make_opsetid(MS_DOMAIN, 1)]
     proto = helper.make_model(graph, opset_imports=opsets, producer_name="mtserve.export.decoder_step")
     proto.ir_version = 9
+    helper.set_model_props(proto, {"mtserve.decoder_step": STEP_INTERFACE})
     return proto

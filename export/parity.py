@@ -7,6 +7,7 @@ from dataclasses import dataclass
 
 import numpy as np
 import torch
+from torch import Tensor
 
 from export.graphs import DECODER_INPUTS, DECODER_OUTPUTS, ENCODER_OUTPUTS, DecoderGraph, EncoderGraph, example_inputs
 from model.data import pad
@@ -40,20 +41,32 @@ def graph_max_diff(model: Transformer, engine: Engine, shapes: Sequence[tuple[in
 
 @torch.no_grad()
 def step_max_diff(model: Transformer, session, shapes: Sequence[tuple[int, int, int, int]]) -> dict[str, float]:
-    """Max |ORT - PyTorch| of the lean decoder_step graph (one new token) over (batch, src, _, past) shapes."""
+    """Max |ORT - PyTorch| of the lean decoder_step graph (one new token) over (batch, src, _, past) shapes.
+
+    Interface-2 graphs take cross keys/values per source: an even batch then runs as batch / 2 sources of
+    two rows each (as beam search does), compared with PyTorch on the sources repeated per row.
+    """
     from export.decoder_step import step_input_names, step_output_names
 
     model.eval()
     n_layers = model.cfg.n_decoder_layers
+    per_source = session.get_modelmeta().custom_metadata_map.get("mtserve.decoder_step", "1") >= "2"
     worst: dict[str, float] = {}
     for batch, src, _, past in shapes:
-        ex = example_inputs(model, batch=batch, src=src, tgt=1, past=past)
+        group = 2 if per_source and batch % 2 == 0 else 1  # rows per source
+        ex = example_inputs(model, batch=batch // group, src=src, tgt=1, past=past)
+        rows = example_inputs(model, batch=batch, src=src, tgt=1, past=past)  # tokens and caches per row
+
+        def per_row(t: Tensor, group=group) -> Tensor:
+            return t.repeat_interleave(group, dim=0)
+
         cross = [(ex["cross_keys"][i], ex["cross_values"][i]) for i in range(n_layers)]
-        cache = [(ex["past_keys"][i], ex["past_values"][i]) for i in range(n_layers)]
-        out = model.decode(ex["tokens"], cross, ex["src_mask"], cache)
+        cache = [(rows["past_keys"][i], rows["past_values"][i]) for i in range(n_layers)]
+        row_cross = [(per_row(k), per_row(v)) for k, v in cross] if per_source else cross
+        out = model.decode(rows["tokens"], row_cross, per_row(ex["src_mask"]), cache)
         ref = torch.log_softmax(out.logits[:, -1].float(), dim=-1).numpy()
-        top_k = min(8, model.cfg.vocab_size)
-        feeds = {"tokens": ex["tokens"].numpy(), "src_mask": ex["src_mask"].numpy(), "top_k": np.array([top_k])}
+        top_k = min(8, model.cfg.vocab_size)  # > 0: interface-2 graphs run their TopK
+        feeds = {"tokens": rows["tokens"].numpy(), "src_mask": ex["src_mask"].numpy(), "top_k": np.array([top_k])}
         for i in range(n_layers):
             feeds[f"cross_keys_{i}"], feeds[f"cross_values_{i}"] = cross[i][0].numpy(), cross[i][1].numpy()
             feeds[f"past_keys_{i}"], feeds[f"past_values_{i}"] = cache[i][0].numpy(), cache[i][1].numpy()

@@ -60,8 +60,9 @@ class _DecoderState:
     Works with either decoder graph: the lean ``decoder_step`` graph (``lean=True``: per-layer cache inputs,
     no attention outputs) or ``decoder`` (stacked (layers, ...) caches). ``cross_keys`` / ``cross_values`` /
     ``src_mask`` hold one row per source; row r of the batch reads source ``row_sources[r]`` (default: row r).
-    They depend only on the source, so they are gathered again only when the rows' sources change (a
-    sentence left the batch), not when beams of one sentence trade places.
+    They depend only on the source, so they are gathered again only when the live sources change (a sentence
+    left the batch), never when beams of one sentence trade places. Step graphs of interface 2 take them
+    once per live source (rows grouped by source); older graphs once per row.
     """
 
     def __init__(
@@ -74,18 +75,19 @@ class _DecoderState:
         row_sources: np.ndarray | None = None,
         top_k: int = 1,
     ) -> None:
-        self.session, self.lean = session, lean
-        self.top_k = np.array([top_k], dtype=np.int64)  # lean graph: candidates per row the search reads
+        self.session, self.lean, self.top_k = session, lean, top_k
+        interface = session.get_modelmeta().custom_metadata_map.get("mtserve.decoder_step", "1") if lean else "0"
+        self.per_source = interface >= "2"  # cross keys/values per source, rows grouped by source
+        self.has_top_k = lean and "top_k" in {i.name for i in session.get_inputs()}
+        # interface 2 runs TopK only when asked (top_k > 0); greedy takes numpy's argmax of log_probs instead
+        self.fetch_top = self.has_top_k and (top_k > 1 or not self.per_source)
         self._fetch: list[str] | None = None
-        self._has_top_k = True
         self._buffers: dict[tuple[str, int], np.ndarray] = {}
         self._sources = (cross_keys, cross_values, src_mask)
+        self._selected: np.ndarray | None = None
         layers, n_sources, heads, _, d_head = cross_keys.shape
         self.row_sources = np.arange(n_sources) if row_sources is None else np.asarray(row_sources)
-        if row_sources is None:
-            self.cross_keys, self.cross_values, self.src_mask = cross_keys, cross_values, src_mask
-        else:
-            self._select(self.row_sources)
+        self._select(self.row_sources)
         empty = np.zeros((layers, len(self.row_sources), heads, 0, d_head), dtype=cross_keys.dtype)
         self.past_keys: np.ndarray | list[np.ndarray] = list(empty) if lean else empty
         self.past_values: np.ndarray | list[np.ndarray] = list(empty) if lean else empty
@@ -104,17 +106,27 @@ class _DecoderState:
         np.take(array, rows, axis=0, out=out, mode="clip")  # mode="raise" would copy through a temporary
         return out
 
-    def _select(self, sources: np.ndarray) -> None:
-        keys, values, mask = self._sources  # np.take keeps the result C-contiguous (a[:, rows] does not)
-        self.cross_keys, self.cross_values = np.take(keys, sources, axis=1), np.take(values, sources, axis=1)
-        self.src_mask = mask[sources]
+    def _select(self, row_sources: np.ndarray) -> None:
+        """Cross keys/values and mask of the sources the rows read (per row, or per source for interface 2)."""
+        wanted = row_sources
+        if self.per_source:
+            wanted = row_sources[np.r_[True, row_sources[1:] != row_sources[:-1]]]  # first row of each group
+            if not np.array_equal(row_sources, np.repeat(wanted, len(row_sources) // len(wanted))):
+                raise RuntimeError("decoder_step rows must be grouped by source, the same number per source")
+        if self._selected is not None and np.array_equal(wanted, self._selected):
+            return
+        keys, values, mask = self._sources
+        if np.array_equal(wanted, np.arange(keys.shape[1])):
+            self.cross_keys, self.cross_values, self.src_mask = keys, values, mask
+        else:  # np.take keeps the result C-contiguous (a[:, rows] does not)
+            self.cross_keys, self.cross_values = np.take(keys, wanted, axis=1), np.take(values, wanted, axis=1)
+            self.src_mask = mask[wanted]
+        self._selected = wanted
 
-    def step(self, tokens: np.ndarray, rows: np.ndarray | None) -> np.ndarray:
+    def step(self, tokens: np.ndarray, rows: np.ndarray | None) -> np.ndarray | TopCandidates:
         if rows is not None:
-            sources = self.row_sources[rows]
-            if len(sources) != len(self.row_sources) or (sources != self.row_sources).any():
-                self._select(sources)
-                self.row_sources = sources
+            self.row_sources = self.row_sources[rows]
+            self._select(self.row_sources)
             if self.lean:
                 self.past_keys = [self._take(k, rows, ("k", i)) for i, k in enumerate(self.past_keys)]
                 self.past_values = [self._take(v, rows, ("v", i)) for i, v in enumerate(self.past_values)]
@@ -122,23 +134,7 @@ class _DecoderState:
                 self.past_keys = np.take(self.past_keys, rows, axis=1)
                 self.past_values = np.take(self.past_values, rows, axis=1)
         if self.lean:
-            n_layers = len(self.past_keys)
-            if self._fetch is None:
-                presents = [f"present_{kind}_{i}" for i in range(n_layers) for kind in ("keys", "values")]
-                self._has_top_k = "top_k" in {i.name for i in self.session.get_inputs()}  # graphs before top_k: no
-                self._fetch = ["top_log_probs", "top_ids", *presents] if self._has_top_k else ["log_probs", *presents]
-            feeds = {"tokens": tokens, "src_mask": self.src_mask}
-            if self._has_top_k:
-                feeds["top_k"] = self.top_k
-            for i in range(n_layers):
-                feeds[f"cross_keys_{i}"], feeds[f"cross_values_{i}"] = self.cross_keys[i], self.cross_values[i]
-                feeds[f"past_keys_{i}"], feeds[f"past_values_{i}"] = self.past_keys[i], self.past_values[i]
-            outputs = self.session.run(self._fetch, feeds)
-            if not self._has_top_k:
-                self.past_keys, self.past_values = outputs[1::2], outputs[2::2]
-                return outputs[0]  # (rows, vocab)
-            self.past_keys, self.past_values = outputs[2::2], outputs[3::2]
-            return TopCandidates(outputs[0], outputs[1])  # (rows, top_k) each, best first
+            return self._lean_step(tokens)
         log_probs, self.past_keys, self.past_values = self.session.run(
             ["log_probs", "present_keys", "present_values"],
             {
@@ -151,6 +147,24 @@ class _DecoderState:
             },
         )
         return log_probs[:, -1]
+
+    def _lean_step(self, tokens: np.ndarray) -> np.ndarray | TopCandidates:
+        n_layers = len(self.past_keys)
+        if self._fetch is None:
+            presents = [f"present_{kind}_{i}" for i in range(n_layers) for kind in ("keys", "values")]
+            self._fetch = ["top_log_probs", "top_ids", *presents] if self.fetch_top else ["log_probs", *presents]
+        feeds = {"tokens": tokens, "src_mask": self.src_mask}
+        if self.has_top_k:
+            feeds["top_k"] = np.array([self.top_k if self.fetch_top else 0], dtype=np.int64)
+        for i in range(n_layers):
+            feeds[f"cross_keys_{i}"], feeds[f"cross_values_{i}"] = self.cross_keys[i], self.cross_values[i]
+            feeds[f"past_keys_{i}"], feeds[f"past_values_{i}"] = self.past_keys[i], self.past_values[i]
+        outputs = self.session.run(self._fetch, feeds)
+        if not self.fetch_top:
+            self.past_keys, self.past_values = outputs[1::2], outputs[2::2]
+            return outputs[0]  # (rows, vocab)
+        self.past_keys, self.past_values = outputs[2::2], outputs[3::2]
+        return TopCandidates(outputs[0], outputs[1])  # (rows, top_k) each, best first
 
 
 class Engine:

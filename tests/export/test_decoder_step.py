@@ -14,7 +14,13 @@ import torch
 from export_variants import ARCHITECTURES, random_model, random_shapes, tiny_random_config, write_bundle
 from tiny_bundle import SAMPLE_SENTENCES
 
-from export.decoder_step import build_decoder_step, step_input_names, step_output_names, supports_decoder_step
+from export.decoder_step import (
+    STEP_INTERFACE,
+    build_decoder_step,
+    step_input_names,
+    step_output_names,
+    supports_decoder_step,
+)
 from export.parity import step_max_diff
 from model.checkpoint import load_release
 from service.engine import Engine, TranslateOptions, load_bundle
@@ -73,8 +79,11 @@ def test_step_graph_interface(tiny):
     n = model.cfg.n_decoder_layers
     assert [i.name for i in proto.graph.input] == step_input_names(n)
     assert [o.name for o in proto.graph.output] == step_output_names(n)
-    ops = {node.op_type for node in proto.graph.node}
-    assert "MultiHeadAttention" in ops and "Concat" not in ops  # fused attention appends to the cache itself
+    assert {node.op_type for node in proto.graph.node} >= {"MultiHeadAttention", "TopK", "LogSoftmax"}
+    caches = set(step_input_names(n)[3:])
+    concat = [node for node in proto.graph.node if node.op_type == "Concat" and caches & set(node.input)]
+    assert not concat  # the fused attention appends to the cache itself
+    assert {p.key: p.value for p in proto.metadata_props}["mtserve.decoder_step"] == STEP_INTERFACE
 
 
 def test_relative_positions_have_no_step_graph(tiny_bundle_dir):
@@ -120,3 +129,19 @@ def test_bundle_without_step_graph_falls_back_to_decoder(tiny, tmp_path):
         options = TranslateOptions(beam_size=beam)
         got = [t.token_ids for t in engine.translate(SAMPLE_SENTENCES, options)]
         assert got == [t.token_ids for t in reference.translate(SAMPLE_SENTENCES, options)]
+
+
+def test_step_graphs_of_the_first_interface_are_fed_per_row(tiny, tmp_path):
+    """Bundles exported before interface 2 take cross keys/values per row: the engine still serves them."""
+    model, bundle = tiny
+    proto = onnx.load(str(bundle.graph("fp32", "decoder_step")))
+    del proto.metadata_props[:]  # no interface entry = version 1 (a graph fed per row is valid for version 2)
+    path = tmp_path / "decoder_step_v1.onnx"
+    onnx.save(proto, str(path))
+    current = Engine(bundle, variant="fp32", providers="cpu")
+    legacy = Engine(bundle, variant="fp32", providers="cpu")
+    legacy.step_decoder = ort.InferenceSession(str(path), providers=["CPUExecutionProvider"])
+    for beam in (1, 4):
+        options = TranslateOptions(beam_size=beam)
+        got = [t.token_ids for t in legacy.translate(SAMPLE_SENTENCES * 2, options)]
+        assert got == [t.token_ids for t in current.translate(SAMPLE_SENTENCES * 2, options)]

@@ -1,0 +1,113 @@
+"""Per-step cost of decoder graphs: decoder.onnx vs decoder_step.onnx (any interface), fp32 / int8, CPU time.
+
+    nice -n 10 python bench/step_graphs.py --bundle model_repository/de-en/1 [--bundle other/bundle ...] \
+        [--rows 32 128] [--past 10] [--src 15] [--beam 4]
+
+One decoder step (one new token per row, a cache of --past tokens, a source of --src tokens) with random
+inputs, timed as the process's CPU time (one intra-op thread), repeats interleaved across graphs, median
+per step. ``rows`` = 32 is greedy at batch 32 (top_k 1); ``rows`` = 128 is beam 4 at batch 32 (32 sources,
+top_k 8). What each graph is asked for is what the engine asks for: decoder.onnx log_probs + presents;
+decoder_step top candidates (or log_probs for greedy on interface 2) + presents.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+import onnxruntime as ort
+
+
+def _session(path: Path) -> ort.InferenceSession:
+    options = ort.SessionOptions()
+    options.intra_op_num_threads = 1
+    options.inter_op_num_threads = 1
+    options.log_severity_level = 3
+    return ort.InferenceSession(str(path), options, providers=["CPUExecutionProvider"])
+
+
+def _feeds(session, config: dict, rows: int, sources: int, src: int, past: int, top_k: int, rng):
+    layers, heads, d_head = config["n_decoder_layers"], config["n_heads"], config["d_model"] // config["n_heads"]
+    names = {i.name for i in session.get_inputs()}
+    meta = session.get_modelmeta().custom_metadata_map.get("mtserve.decoder_step", "1")
+    per_source = meta >= "2"
+    n_cross = sources if per_source else rows
+
+    def rand(*shape):
+        return rng.standard_normal(shape, dtype=np.float32)
+
+    feeds = {"tokens": rng.integers(4, config["vocab_size"], (rows, 1)), "src_mask": np.ones((n_cross, src), bool)}
+    if "cross_keys" in names:  # decoder.onnx: stacked caches
+        feeds.update(
+            cross_keys=rand(layers, rows, heads, src, d_head),
+            cross_values=rand(layers, rows, heads, src, d_head),
+            past_keys=rand(layers, rows, heads, past, d_head),
+            past_values=rand(layers, rows, heads, past, d_head),
+        )
+        return feeds, ["log_probs", "present_keys", "present_values"]
+    for i in range(layers):
+        feeds[f"cross_keys_{i}"], feeds[f"cross_values_{i}"] = (
+            rand(n_cross, heads, src, d_head),
+            rand(n_cross, heads, src, d_head),
+        )
+        feeds[f"past_keys_{i}"], feeds[f"past_values_{i}"] = (
+            rand(rows, heads, past, d_head),
+            rand(rows, heads, past, d_head),
+        )
+    presents = [f"present_{kind}_{i}" for i in range(layers) for kind in ("keys", "values")]
+    fetch_top = "top_k" in names and (top_k > 1 or not per_source)
+    if "top_k" in names:
+        feeds["top_k"] = np.array([top_k if fetch_top else 0])
+    return feeds, (["top_log_probs", "top_ids"] if fetch_top else ["log_probs"]) + presents
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--bundle", nargs="+", required=True)
+    parser.add_argument("--variants", nargs="+", default=["fp32", "int8"])
+    parser.add_argument("--rows", type=int, nargs="+", default=[32, 128])
+    parser.add_argument("--beam", type=int, default=4, help="rows per source when rows > 32")
+    parser.add_argument("--past", type=int, default=10)
+    parser.add_argument("--src", type=int, default=15)
+    parser.add_argument("--repeats", type=int, default=7)
+    parser.add_argument("--steps", type=int, default=30, help="steps per timing")
+    args = parser.parse_args(argv)
+    rng = np.random.default_rng(0)
+    cases = []
+    for bundle in args.bundle:
+        manifest = json.loads((Path(bundle) / "manifest.json").read_text())
+        for variant in args.variants:
+            for graph in ("decoder", "decoder_step"):
+                if graph in manifest["variants"].get(variant, {}):
+                    path = Path(bundle) / manifest["variants"][variant][graph]
+                    cases.append((f"{bundle}:{variant}/{graph}", _session(path), manifest["model"]))
+    results: dict[tuple[str, int], list[float]] = {}
+    for rows in args.rows:
+        beam = args.beam if rows > 32 else 1
+        prepared = [
+            (name, s, *_feeds(s, cfg, rows, rows // beam, args.src, args.past, 2 * beam if beam > 1 else 1, rng))
+            for name, s, cfg in cases
+        ]
+        for _, session, feeds, fetch in prepared:
+            for _ in range(3):
+                session.run(fetch, feeds)
+        for _ in range(args.repeats):
+            for name, session, feeds, fetch in prepared:
+                started = time.process_time()
+                for _ in range(args.steps):
+                    session.run(fetch, feeds)
+                results.setdefault((name, rows), []).append((time.process_time() - started) / args.steps * 1e3)
+    print(f"| graph | rows | CPU ms / step (median of {args.repeats}) |")
+    print("|---|---:|---:|")
+    for (name, rows), times in results.items():
+        print(f"| {name} | {rows} | {statistics.median(times):.2f} |")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
