@@ -52,7 +52,11 @@ def create_session(
         "all": ort.GraphOptimizationLevel.ORT_ENABLE_ALL,
     }[optimization]
     options.log_severity_level = 3
-    session = ort.InferenceSession(str(path), sess_options=options, providers=requested_providers(choice))
+    providers = requested_providers(choice)
+    # onnxruntime fuses Add + LayerNormalization into SkipLayerNormalization, whose CPU kernel measured 4-6x
+    # slower than the two ops on this project's shapes (docs/engine-speed-log.md); CUDA keeps the fusion
+    disabled = ["SkipLayerNormFusion"] if providers == ["CPUExecutionProvider"] else []
+    session = ort.InferenceSession(str(path), sess_options=options, providers=providers, disabled_optimizers=disabled)
     actual = session.get_providers()
     if choice == "cuda" and "CUDAExecutionProvider" not in actual:
         raise ProviderError(f"{path.name}: CUDA was requested but the session runs on {actual}")
