@@ -4,10 +4,11 @@
         [--rows 32 128] [--past 10] [--src 15] [--beam 4]
 
 One decoder step (one new token per row, a cache of --past tokens, a source of --src tokens) with random
-inputs, timed as the process's CPU time (one intra-op thread), repeats interleaved across graphs, median
-per step. ``rows`` = 32 is greedy at batch 32 (top_k 1); ``rows`` = 128 is beam 4 at batch 32 (32 sources,
-top_k 8). What each graph is asked for is what the engine asks for: decoder.onnx log_probs + presents;
-decoder_step top candidates (or log_probs for greedy on interface 2) + presents.
+inputs, timed as the process's CPU time (one intra-op thread, the engine's session options), repeats
+interleaved across graphs, median per step. ``rows`` = 32 is greedy at batch 32 (top_k 1); ``rows`` = 128
+is beam 4 at batch 32 (32 sources, top_k 8). Each graph is asked for what the engine asks of it:
+decoder.onnx log_probs + presents; decoder_step top candidates (log_probs for greedy on interface 2)
++ presents.
 """
 
 from __future__ import annotations
@@ -20,15 +21,16 @@ import time
 from pathlib import Path
 
 import numpy as np
-import onnxruntime as ort
+
+ROOT = Path(__file__).resolve().parent.parent
+# run as a script, bench/ comes first on sys.path, where bench/service.py would hide the service package
+sys.path[:] = [str(ROOT)] + [p for p in sys.path if Path(p or ".").resolve() != ROOT / "bench"]
 
 
-def _session(path: Path) -> ort.InferenceSession:
-    options = ort.SessionOptions()
-    options.intra_op_num_threads = 1
-    options.inter_op_num_threads = 1
-    options.log_severity_level = 3
-    return ort.InferenceSession(str(path), options, providers=["CPUExecutionProvider"])
+def _session(path: Path):
+    from service.engine.runtime import create_session  # the engine's own session settings
+
+    return create_session(path, "cpu", intra_op_threads=1, inter_op_threads=1)
 
 
 def _feeds(session, config: dict, rows: int, sources: int, src: int, past: int, top_k: int, rng):

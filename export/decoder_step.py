@@ -10,8 +10,8 @@ graph for attention and teacher forcing. What makes a step cheaper than with ``d
 - cross keys/values and ``src_mask`` have one row per *source*; the rows of a step are grouped by source
   (rows = sources x rows_per_source: 1 for greedy, the beam for beam search), so the beams of a sentence
   share one cross-attention call (queries (sources, beam, d)) and the engine never repeats them per beam;
-- one fused Q|K|V projection per self-attention;
-  activations stay 2-D (rows, d_model), as a step has one target position;
+- one fused Q|K|V projection per self-attention; activations (rows, 1, d_model), the layout the fused
+  attention reads, so no reshapes around it;
 - ``log_probs`` (rows, vocab) for the new token, and ``top_log_probs`` / ``top_ids`` (rows, top_k) its
   ``top_k`` (an input) best tokens, best first, ties to the lower id (onnxruntime TopK): beam search reads
   only these; greedy asks for top_k 0 (empty, free) and takes numpy's argmax of log_probs, cheaper than TopK.
@@ -92,15 +92,14 @@ def build_decoder_step(model: Transformer) -> onnx.ModelProto:
     n_layers, d, heads = cfg.n_decoder_layers, cfg.d_model, cfg.n_heads
     b = _Builder()
     pre = cfg.norm_placement == "pre"
-    shape_2d = b.const("shape_rows_d", np.array([-1, d], dtype=np.int64))
+    shape_rows = b.const("shape_rows_1_d", np.array([-1, 1, d], dtype=np.int64))
     # queries grouped by source: (sources, rows_per_source, d)
     n_sources = b.one("Shape", ["src_mask"], start=0, end=1)
     by_source = b.one("Concat", [n_sources, b.const("shape_any_d", np.array([-1, d], dtype=np.int64))], axis=0)
 
     # embedding * sqrt(d) + position (the cache length), as in Transformer._embed
     table = _w(model.tgt_embed.weight)
-    ids = b.one("Reshape", ["tokens", b.const("shape_rows", np.array([-1], dtype=np.int64))])
-    x = b.one("Gather", [b.const("embedding", table), ids], axis=0)  # (batch, d)
+    x = b.one("Gather", [b.const("embedding", table), "tokens"], axis=0)  # (rows, 1, d)
     x = b.one("Mul", [x, b.const("embedding_scale", np.array(math.sqrt(d), dtype=np.float32))])
     if cfg.positional_encoding == "sinusoidal":
         positions = sinusoidal_table(cfg.max_positions, d).numpy()
@@ -108,12 +107,9 @@ def build_decoder_step(model: Transformer) -> onnx.ModelProto:
         positions = _w(model.positions.embedding.weight)
     position = b.one("Shape", ["past_keys_0"], start=2, end=3)  # (1,) = past_len
     x = b.one("Add", [x, b.one("Gather", [b.const("positions", positions), position], axis=0)])
-    key_mask = b.one("Cast", ["src_mask"], to=TensorProto.INT32)  # (sources, src) 1 = attend
-    # (sources, 1, 1): 0 for a source that is all padding; PyTorch then gets all-zero cross-attention
-    # probabilities, the fused kernel a uniform average, so its output is zeroed to match
-    src_float = b.one("Cast", ["src_mask"], to=TensorProto.FLOAT)
-    any_key = b.one("ReduceMax", [src_float, b.const("axis_1", np.array([1], dtype=np.int64))], keepdims=1)
-    any_key = b.one("Unsqueeze", [any_key, b.const("axis_2", np.array([2], dtype=np.int64))])
+    # (sources, src) 1 = attend. A source needs one real token (the engine's always end with EOS): where all
+    # are padding, PyTorch's cross-attention gives zeros, the fused kernel a uniform average
+    key_mask = b.one("Cast", ["src_mask"], to=TensorProto.INT32)
 
     def linear(h: str, layer, name: str) -> str:
         out = b.one("MatMul", [h, b.const(f"{name}.weight", _w(layer.weight).T)])
@@ -130,7 +126,7 @@ def build_decoder_step(model: Transformer) -> onnx.ModelProto:
     def residual(h: str, residual_module, sublayer, name: str) -> str:
         if pre:
             return b.one("Add", [h, sublayer(norm(h, residual_module.norm, name + ".norm"))])
-        # Add + LayerNormalization: com.microsoft.SkipLayerNormalization measured 4x slower on 2-D rows (CPU)
+        # Add + LayerNormalization: com.microsoft.SkipLayerNormalization measured 4x slower here (CPU)
         return norm(b.one("Add", [h, sublayer(h)]), residual_module.norm, name + ".norm")
 
     for i, layer in enumerate(model.decoder_layers):
@@ -140,8 +136,7 @@ def build_decoder_step(model: Transformer) -> onnx.ModelProto:
         def self_attention(h: str, i=i, p=p, sa=sa) -> str:
             w_qkv = np.concatenate([_w(sa.q_proj.weight), _w(sa.k_proj.weight), _w(sa.v_proj.weight)]).T
             b_qkv = np.concatenate([_w(sa.q_proj.bias), _w(sa.k_proj.bias), _w(sa.v_proj.bias)])
-            qkv = b.one("MatMul", [h, b.const(f"{p}.self.qkv.weight", w_qkv)])  # (batch, 3d)
-            qkv = b.one("Reshape", [qkv, b.const(f"{p}.shape_qkv", np.array([-1, 1, 3 * d], dtype=np.int64))])
+            qkv = b.one("MatMul", [h, b.const(f"{p}.self.qkv.weight", w_qkv)])  # (rows, 1, 3d)
             q, k, v = b.op("Split", [qkv], 3, axis=2, num_outputs=3)  # each (rows, 1, d)
             attn = b.op(
                 "MultiHeadAttention",
@@ -152,7 +147,7 @@ def build_decoder_step(model: Transformer) -> onnx.ModelProto:
             )
             b.nodes[-1].output[1:] = [f"present_keys_{i}", f"present_values_{i}"]  # graph outputs
             b.value_info[-2:] = []
-            return linear(b.one("Reshape", [attn[0], shape_2d]), sa.out_proj, f"{p}.self.out")
+            return linear(attn[0], sa.out_proj, f"{p}.self.out")
 
         def cross_attention(h: str, i=i, p=p, ca=ca) -> str:
             q = b.one("Reshape", [linear(h, ca.q_proj, f"{p}.cross.q"), by_source])  # (sources, per source, d)
@@ -162,8 +157,7 @@ def build_decoder_step(model: Transformer) -> onnx.ModelProto:
                 domain=MS_DOMAIN,
                 num_heads=heads,
             )
-            attn = b.one("Reshape", [b.one("Mul", [attn, any_key]), shape_2d])
-            return linear(attn, ca.out_proj, f"{p}.cross.out")
+            return linear(b.one("Reshape", [attn, shape_rows]), ca.out_proj, f"{p}.cross.out")
 
         def feed_forward(h: str, p=p, ffn=ffn) -> str:
             hidden = linear(h, ffn.w1, f"{p}.ffn.w1")
@@ -182,6 +176,7 @@ def build_decoder_step(model: Transformer) -> onnx.ModelProto:
         x = residual(x, layer.ffn_residual, feed_forward, f"{p}.ffn")
     if pre:
         x = norm(x, model.decoder_norm, "decoder.final_norm")
+    x = b.one("Reshape", [x, b.const("shape_rows_d", np.array([-1, d], dtype=np.int64))])  # (rows, d)
     logits = b.one("MatMul", [x, b.const("output.weight", _w(model.output.weight).T)])
     if model.output.bias is not None:
         logits = b.one("Add", [logits, b.const("output.bias", _w(model.output.bias))])

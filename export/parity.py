@@ -44,7 +44,8 @@ def step_max_diff(model: Transformer, session, shapes: Sequence[tuple[int, int, 
     """Max |ORT - PyTorch| of the lean decoder_step graph (one new token) over (batch, src, _, past) shapes.
 
     Interface-2 graphs take cross keys/values per source: an even batch then runs as batch / 2 sources of
-    two rows each (as beam search does), compared with PyTorch on the sources repeated per row.
+    two rows each (as beam search does), compared with PyTorch on the sources repeated per row. Every
+    source keeps one real token (the fused cross-attention is undefined on all-padding sources).
     """
     from export.decoder_step import step_input_names, step_output_names
 
@@ -55,6 +56,7 @@ def step_max_diff(model: Transformer, session, shapes: Sequence[tuple[int, int, 
     for batch, src, _, past in shapes:
         group = 2 if per_source and batch % 2 == 0 else 1  # rows per source
         ex = example_inputs(model, batch=batch // group, src=src, tgt=1, past=past)
+        ex["src_mask"][:, 0] = True  # the step graph needs one real source token (engine sources end with EOS)
         rows = example_inputs(model, batch=batch, src=src, tgt=1, past=past)  # tokens and caches per row
 
         def per_row(t: Tensor, group=group) -> Tensor:

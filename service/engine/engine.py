@@ -81,6 +81,7 @@ class _DecoderState:
         self.has_top_k = lean and "top_k" in {i.name for i in session.get_inputs()}
         # interface 2 runs TopK only when asked (top_k > 0); greedy takes numpy's argmax of log_probs instead
         self.fetch_top = self.has_top_k and (top_k > 1 or not self.per_source)
+        self._top_k_input = np.array([top_k if self.fetch_top else 0], dtype=np.int64)
         self._fetch: list[str] | None = None
         self._buffers: dict[tuple[str, int], np.ndarray] = {}
         self._sources = (cross_keys, cross_values, src_mask)
@@ -155,7 +156,7 @@ class _DecoderState:
             self._fetch = ["top_log_probs", "top_ids", *presents] if self.fetch_top else ["log_probs", *presents]
         feeds = {"tokens": tokens, "src_mask": self.src_mask}
         if self.has_top_k:
-            feeds["top_k"] = np.array([self.top_k if self.fetch_top else 0], dtype=np.int64)
+            feeds["top_k"] = self._top_k_input
         for i in range(n_layers):
             feeds[f"cross_keys_{i}"], feeds[f"cross_values_{i}"] = self.cross_keys[i], self.cross_values[i]
             feeds[f"past_keys_{i}"], feeds[f"past_values_{i}"] = self.past_keys[i], self.past_values[i]

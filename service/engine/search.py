@@ -68,17 +68,23 @@ def greedy_search(step: StepFn, limits: list[int], bos: int, eos: int) -> list[H
     tokens: list[list[int]] = [[] for _ in range(n)]
     rows: np.ndarray | None = None
     for t in range(max(limits)):
-        top = _candidates(step(last, rows), 1)  # (active, 1)
-        best = top.ids[:, 0]
-        scores[active] += top.log_probs[:, 0].astype(np.float64)
+        out = step(last, rows)
+        if isinstance(out, TopCandidates):
+            best, best_log_prob = out.ids[:, 0], out.log_probs[:, 0]
+        else:  # (active, vocab): argmax takes the lowest id among ties, like TopK
+            best = out.argmax(axis=1)
+            best_log_prob = out[np.arange(len(best)), best]
+        scores[active] += best_log_prob.astype(np.float64)
         is_eos = best == eos
         for sentence, token in zip(active[~is_eos].tolist(), best[~is_eos].tolist(), strict=True):
             tokens[sentence].append(token)
         keep = ~(is_eos | (t + 1 >= limit[active]))
         if not keep.any():
             break
-        rows = np.flatnonzero(keep)
-        active, last = active[keep], best[keep].reshape(-1, 1).astype(np.int64)
+        rows = None if keep.all() else np.flatnonzero(keep)  # None: every row goes on, the cache stays as it is
+        if rows is not None:
+            active = active[keep]
+        last = best[keep].reshape(-1, 1).astype(np.int64)
     return [Hypothesis(tokens[i], float(scores[i]), float(scores[i])) for i in range(n)]
 
 
