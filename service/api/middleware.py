@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import hashlib
 import hmac
 import json
 import logging
@@ -136,9 +137,12 @@ class ServiceMiddleware:
         auth = headers.get("authorization", "")
         if auth.lower().startswith("bearer "):
             offered = auth[7:].strip()
+        # Digests first, so every comparison is of equal length (compare_digest can leak a length mismatch);
+        # every key is compared, in constant time each.
+        digest = hashlib.sha256(offered.encode()).digest()
         ok = False
-        for key in keys:  # compare against every key, in constant time each
-            ok |= hmac.compare_digest(offered.encode(), key.encode())
+        for key in keys:
+            ok |= hmac.compare_digest(digest, hashlib.sha256(key.encode()).digest())
         return ok
 
     @staticmethod

@@ -64,7 +64,7 @@ def log_entries(path: Path) -> list[dict]:
 def bench_module(name: str):
     """A module of bench/ (the load and overload scripts), so the tests run the scripts' own code."""
     if str(BENCH) not in sys.path:
-        sys.path.insert(0, str(BENCH))
+        sys.path.append(str(BENCH))  # last: bench/service.py must not shadow the service package
     return importlib.import_module(name)
 
 
