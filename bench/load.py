@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import json
 import math
 import random
 import tempfile
@@ -27,6 +28,7 @@ from typing import Any
 import httpx
 from reliability_harness import (
     ROOT,
+    RawHttpClient,
     ServerProcess,
     command_line,
     machine,
@@ -105,18 +107,18 @@ def _close(a: Any, b: Any) -> bool:
 
 
 def compare(path: str, got: dict, expected: dict) -> str | None:
-    """None when ``got`` equals the answer alone; otherwise what differs."""
+    """None when ``got`` equals the answer alone; otherwise '<kind>: <what differs>' (kind: count, text, numbers)."""
     if path == "/v1/translate":
         g, e = got.get("translations", []), expected["translations"]
         if len(g) != len(e):
-            return f"{len(g)} translations, expected {len(e)}"
+            return f"count: {len(g)} translations, expected {len(e)}"
         for i, (a, b) in enumerate(zip(g, e, strict=True)):
             if a["text"] != b["text"] or a["source_tokens"] != b["source_tokens"]:
-                return f"text {i}: {a['text']!r} (source {a['source_tokens']}), expected {b['text']!r}"
+                return f"text: text {i} is {a['text']!r} (source {a['source_tokens']}), expected {b['text']!r}"
             if not _close(a, b):
-                return f"text {i}: scores, hypotheses or alignment differ from the request alone"
+                return f"numbers: text {i}: scores, hypotheses or alignment differ beyond {TOLERANCE}"
         return None
-    return None if _close(got, expected) else f"{path}: answer differs from the request alone"
+    return None if _close(got, expected) else f"numbers: differ beyond {TOLERANCE}"
 
 
 async def _post(client: httpx.AsyncClient, path: str, body: dict) -> httpx.Response:
@@ -144,41 +146,45 @@ async def run_load(
     timeout: float = 120.0,
     seed: int = 1,
 ) -> LoadResult:
-    """``n_requests`` pool requests (random order) from ``clients`` concurrent clients; checks every answer."""
+    """``n_requests`` pool requests (random order) from ``clients`` concurrent clients; checks every answer.
+
+    The clients share a light keep-alive HTTP client (bench/reliability_harness.py), so the numbers measure
+    the service rather than the client library.
+    """
     rng = random.Random(seed)
     order = [rng.randrange(len(pool)) for _ in range(n_requests)]
     result = LoadResult()
     next_index = iter(range(n_requests))
-    limits = httpx.Limits(max_connections=clients, max_keepalive_connections=clients)
+    client = RawHttpClient(url, clients)
+    prepared = [client.request_bytes(path, json.dumps(body).encode()) for path, body in pool]
 
-    async def client_loop(client: httpx.AsyncClient) -> None:
+    async def client_loop() -> None:
         for n in next_index:
             k = order[n]
             path, body = pool[k]
             started = time.perf_counter()
             try:
-                response = await _post(client, path, body)
-            except httpx.HTTPError as exc:
+                status, _, content = await client.send(prepared[k], timeout)
+            except (OSError, TimeoutError, asyncio.IncompleteReadError) as exc:
                 at, waited = time.perf_counter() - load_started, time.perf_counter() - started
                 result.errors.append(f"request {n}: {type(exc).__name__} {exc} at {at:.1f} s, after {waited:.2f} s")
                 result.statuses["transport error"] = result.statuses.get("transport error", 0) + 1
                 continue
             result.latencies_s.append(time.perf_counter() - started)
-            result.statuses[str(response.status_code)] = result.statuses.get(str(response.status_code), 0) + 1
+            result.statuses[str(status)] = result.statuses.get(str(status), 0) + 1
             result.requests += 1
             result.sentences += len(body.get("texts", [None]))
-            if response.status_code != 200:
-                result.errors.append(f"request {n} ({path}): {response.status_code} {response.text[:200]}")
+            if status != 200:
+                result.errors.append(f"request {n} ({path}): {status} {content[:200]!r}")
                 continue
-            problem = compare(path, response.json(), references[k])
+            problem = compare(path, json.loads(content), references[k])
             if problem:
-                result.mismatches.append(f"request {n} ({path}, pool {k}): {problem}")
+                result.mismatches.append(f"{path} {problem} (request {n}, pool {k})")
 
     load_started = time.perf_counter()
-    async with httpx.AsyncClient(base_url=url, timeout=timeout, limits=limits) as client:
-        load_started = time.perf_counter()
-        await asyncio.gather(*(client_loop(client) for _ in range(clients)))
-        result.elapsed_s = time.perf_counter() - load_started
+    await asyncio.gather(*(client_loop() for _ in range(clients)))
+    result.elapsed_s = time.perf_counter() - load_started
+    await client.close()
     return result
 
 
@@ -192,7 +198,7 @@ def report(args: argparse.Namespace, server: ServerProcess, result: LoadResult, 
         f"- date: {now()}",
         f"- machine: {machine()}",
         f"- server: {'external ' + server.url if server.external else 'python -m service'}; "
-        f"repository `{args.repository}`; settings: {settings}",
+        f"repository `{args.repository}`{' (' + args.label + ')' if args.label else ''}; settings: {settings}",
         f"- requests: {s['requests']} from {args.clients} concurrent clients, drawn from {args.pool} distinct "
         f"requests (translate 70% with beam 1/2/4, n-best, alignment; embed 20%; attention 10%; 1-{args.max_texts} "
         "texts each), every answer compared with the same request sent alone",
@@ -206,6 +212,15 @@ def report(args: argparse.Namespace, server: ServerProcess, result: LoadResult, 
         "",
         f"Statuses: {result.statuses}. Verdict: **{'pass' if result.ok else 'FAIL'}**.",
     ]
+    if result.mismatches:
+        kinds: dict[str, int] = {}
+        for problem in result.mismatches:
+            kind = problem.split(":", 1)[0]  # e.g. "/v1/translate text"
+            kinds[kind] = kinds.get(kind, 0) + 1
+        lines += [
+            "",
+            "Answers that differ from the request alone, by kind: " + ", ".join(f"{k}: {v}" for k, v in kinds.items()),
+        ]
     for problem in (result.errors + result.mismatches)[:5]:
         lines.append(f"- {problem}")
     return "\n".join(lines)
@@ -219,6 +234,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--repository", type=Path, default=ROOT / "model_repository", help="model repository to serve")
     p.add_argument("--url", help="load an already running loopback server instead of starting one")
+    p.add_argument("--label", default="", help="what the repository holds, for the report (e.g. 'de-en v1')")
     p.add_argument("--requests", type=int, default=20_000)
     p.add_argument("--clients", type=int, default=64)
     p.add_argument("--pool", type=int, default=256, help="distinct requests")

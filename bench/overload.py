@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import json
 import tempfile
 import threading
 import time
@@ -25,6 +26,7 @@ from pathlib import Path
 import httpx
 from reliability_harness import (
     ROOT,
+    RawHttpClient,
     ServerProcess,
     command_line,
     machine,
@@ -35,6 +37,7 @@ from reliability_harness import (
 )
 
 REFUSED = (429, 503)
+NOT_SENT = "not sent (client at its concurrency limit)"
 
 
 @dataclass
@@ -72,51 +75,58 @@ def request_body(texts: list[str], n_texts: int, beam_size: int, max_length: int
 
 async def measure_capacity(url: str, body: dict, clients: int, seconds: float, timeout: float = 60.0) -> float:
     """Requests/s that ``clients`` closed-loop clients get answered (200) in ``seconds``."""
+    client = RawHttpClient(url, clients)
+    request = client.request_bytes("/v1/translate", json.dumps(body).encode())
     done = 0
     stop = time.perf_counter() + seconds
-    limits = httpx.Limits(max_connections=clients, max_keepalive_connections=clients)
-    async with httpx.AsyncClient(base_url=url, timeout=timeout, limits=limits) as client:
 
-        async def loop() -> None:
-            nonlocal done
-            while time.perf_counter() < stop:
-                response = await client.post("/v1/translate", json=body)
-                if response.status_code == 200:
-                    done += 1
+    async def loop() -> None:
+        nonlocal done
+        while time.perf_counter() < stop:
+            status, _, _ = await client.send(request, timeout)
+            done += status == 200
 
-        started = time.perf_counter()
-        await asyncio.gather(*(loop() for _ in range(clients)))
-        return done / (time.perf_counter() - started)
+    started = time.perf_counter()
+    await asyncio.gather(*(loop() for _ in range(clients)))
+    elapsed = time.perf_counter() - started
+    await client.close()
+    return done / elapsed
 
 
 async def open_loop(
-    url: str, body: dict, rate: float, seconds: float, timeout: float = 60.0, max_connections: int = 512
+    url: str, body: dict, rate: float, seconds: float, timeout: float = 60.0, max_in_flight: int = 512
 ) -> tuple[list[Outcome], float]:
-    """Send at ``rate`` requests/s for ``seconds`` regardless of answers; returns outcomes and the rate achieved."""
+    """Send at ``rate`` requests/s for ``seconds`` whatever the answers; returns outcomes and the rate really sent.
+
+    At most ``max_in_flight`` requests are outstanding (one connection each): an arrival beyond that is recorded
+    as 'not sent' rather than queued in the client, so latencies are the server's, not a client pool's.
+    """
+    client = RawHttpClient(url, max_in_flight)
+    request = client.request_bytes("/v1/translate", json.dumps(body).encode())
     outcomes: list[Outcome] = []
-    limits = httpx.Limits(max_connections=max_connections, max_keepalive_connections=max_connections)
-    async with httpx.AsyncClient(base_url=url, timeout=timeout, limits=limits) as client:
 
-        async def one(sent_at: float) -> None:
-            started = time.perf_counter()
-            try:
-                response = await client.post("/v1/translate", json=body)
-                status, retry = response.status_code, response.headers.get("retry-after")
-            except httpx.HTTPError as exc:
-                status, retry = type(exc).__name__, None
-            outcomes.append(Outcome(sent_at, status, time.perf_counter() - started, retry))
+    async def one(sent_at: float) -> None:
+        started = time.perf_counter()
+        try:
+            status, headers, _ = await client.send(request, timeout)
+            retry = headers.get("retry-after")
+        except (OSError, TimeoutError, asyncio.IncompleteReadError) as exc:
+            status, retry = type(exc).__name__, None
+        outcomes.append(Outcome(sent_at, status, time.perf_counter() - started, retry))
 
-        tasks = []
-        start = time.perf_counter()
-        n = int(rate * seconds)
-        for i in range(n):
-            delay = start + i / rate - time.perf_counter()
-            if delay > 0:
-                await asyncio.sleep(delay)
-            tasks.append(asyncio.ensure_future(one(time.perf_counter() - start)))
-        sent_for = time.perf_counter() - start
-        await asyncio.gather(*tasks)
-    return outcomes, n / sent_for if sent_for else 0.0
+    tasks = []
+    start = time.perf_counter()
+    n = int(rate * seconds)
+    for i in range(n):
+        await asyncio.sleep(max(0.0, start + i / rate - time.perf_counter()))
+        if not client.idle and client.open >= max_in_flight:
+            outcomes.append(Outcome(time.perf_counter() - start, NOT_SENT, 0.0))
+            continue
+        tasks.append(asyncio.ensure_future(one(time.perf_counter() - start)))
+    sent_for = time.perf_counter() - start
+    await asyncio.gather(*tasks)
+    await client.close()
+    return outcomes, len(tasks) / sent_for if sent_for else 0.0
 
 
 async def sequential(
@@ -161,7 +171,13 @@ def verdict(result: OverloadResult, args: argparse.Namespace) -> list[str]:
     checks = []
     refused = [o for o in result.outcomes if o.status in REFUSED]
     accepted = result.latencies((200,))
-    other = {k: v for k, v in result.by_status().items() if k not in ("200", "429", "503")}
+    other = {k: v for k, v in result.by_status().items() if k not in ("200", "429", "503", NOT_SENT)}
+    sent_share = result.sent_rps / result.offered_rps if result.offered_rps else 0.0
+    checks.append(
+        ("ok" if sent_share >= 0.8 else "FAIL")
+        + f": the client offered the load: sent {result.sent_rps:.0f}/s of {result.offered_rps:.0f}/s planned "
+        f"({result.by_status().get(NOT_SENT, 0)} arrivals not sent: {NOT_SENT})"
+    )
     checks.append(("ok" if refused else "FAIL") + f": {len(refused)} requests refused (429/503) once the queue filled")
     missing = [o for o in refused if not (o.retry_after or "").isdigit()]
     checks.append(("FAIL" if missing else "ok") + f": Retry-After on every refusal ({len(missing)} without)")
@@ -204,7 +220,7 @@ def report(args: argparse.Namespace, server: ServerProcess, result: OverloadResu
         f"- date: {now()}",
         f"- machine: {machine()}",
         f"- server: {'external ' + server.url if server.external else 'python -m service'}; "
-        f"repository `{args.repository}`; settings: {settings}",
+        f"repository `{args.repository}`{' (' + args.label + ')' if args.label else ''}; settings: {settings}",
         f"- request: translate {args.texts} texts, beam {args.beam_size}, max_length {args.max_length}",
         f"- capacity (closed loop, {args.clients} clients, {args.capacity_seconds:.0f} s): "
         f"{result.capacity_rps:.1f} requests/s; offered {result.offered_rps:.1f} requests/s "
@@ -234,6 +250,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--repository", type=Path, default=ROOT / "model_repository", help="model repository to serve")
     p.add_argument("--url", help="load an already running loopback server instead of starting one")
+    p.add_argument("--label", default="", help="what the repository holds, for the report (e.g. 'de-en v1')")
     p.add_argument("--factor", type=float, default=10.0, help="offered load as a multiple of the capacity")
     p.add_argument("--seconds", type=float, default=20.0, help="duration of the overload phase")
     p.add_argument("--capacity-seconds", type=float, default=10.0)

@@ -6,6 +6,7 @@ MT_* settings) or one already running (``--url``). Only loopback addresses are u
 
 from __future__ import annotations
 
+import asyncio
 import datetime as dt
 import os
 import platform
@@ -164,3 +165,64 @@ def write_section(name: str, body: str, doc: Path = DOC) -> None:
     else:
         text = text.rstrip() + "\n\n" + block + "\n"
     doc.write_text(text, encoding="utf-8")
+
+
+class RawHttpClient:
+    """A minimal HTTP/1.1 keep-alive client on asyncio streams: POST a prepared JSON body, read the status and
+    headers. Far cheaper per request than httpx, so one Python process can offer many times the service's
+    capacity (the overload test needs the load to be real, not limited by the client)."""
+
+    def __init__(self, url: str, max_connections: int) -> None:
+        host_port = url.split("://", 1)[1].rstrip("/")
+        self.host, port = host_port.rsplit(":", 1)
+        self.port = int(port)
+        self.max_connections = max_connections
+        self.open = 0
+        self.idle: list[tuple[asyncio.StreamReader, asyncio.StreamWriter]] = []
+
+    def request_bytes(self, path: str, body: bytes) -> bytes:
+        head = (
+            f"POST {path} HTTP/1.1\r\nHost: {self.host}:{self.port}\r\nContent-Type: application/json\r\n"
+            f"Content-Length: {len(body)}\r\n\r\n"
+        )
+        return head.encode() + body
+
+    async def send(self, request: bytes, timeout: float = 60.0) -> tuple[int, dict[str, str], bytes]:
+        """Send prepared request bytes; returns (status, lower-cased headers, body). Raises OSError / TimeoutError."""
+        if self.idle:
+            reader, writer = self.idle.pop()
+        else:
+            if self.open >= self.max_connections:
+                raise ConnectionError("no connection free")
+            self.open += 1
+            try:
+                reader, writer = await asyncio.open_connection(self.host, self.port)
+            except BaseException:
+                self.open -= 1
+                raise
+        try:
+            writer.write(request)
+            async with asyncio.timeout(timeout):
+                status_line = await reader.readline()
+                if not status_line:
+                    raise ConnectionError("the server closed the connection")
+                headers = {}
+                while (line := await reader.readline()) not in (b"\r\n", b""):
+                    name, _, value = line.decode("latin-1").partition(":")
+                    headers[name.strip().lower()] = value.strip()
+                body = await reader.readexactly(int(headers.get("content-length", "0")))
+        except BaseException:
+            self.open -= 1
+            writer.close()
+            raise
+        if headers.get("connection", "").lower() == "close":
+            self.open -= 1
+            writer.close()
+        else:
+            self.idle.append((reader, writer))
+        return int(status_line.split()[1]), headers, body
+
+    async def close(self) -> None:
+        for _, writer in self.idle:
+            writer.close()
+        self.idle.clear()
