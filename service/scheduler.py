@@ -133,10 +133,9 @@ class Scheduler:
         """
         if self._closing:
             raise ShuttingDown("the service is shutting down; retry on another instance")
-        depth = len(self.queue)
-        if depth + len(payloads) > self.limits.max_queue:
-            retry = max(1, round(depth * self._seconds_per_sentence / self.limits.workers))
-            raise QueueFull(retry, depth, self.limits.max_queue)
+        refusal = self.refusal(len(payloads))
+        if refusal is not None:
+            raise refusal
         loop = asyncio.get_running_loop()
         request = Request(
             kind, key, len(payloads), time.monotonic() + timeout_s, loop.create_future(), request_id=request_id
@@ -156,6 +155,15 @@ class Scheduler:
             raise
         finally:
             timer.cancel()
+
+    def refusal(self, n_items: int = 1) -> QueueFull | None:
+        """The QueueFull a request of ``n_items`` sentences would get now (Retry-After estimated from the queue
+        depth and the measured seconds per sentence), or None when it fits."""
+        depth = len(self.queue)
+        if depth + n_items <= self.limits.max_queue:
+            return None
+        retry = max(1, round(depth * self._seconds_per_sentence / self.limits.workers))
+        return QueueFull(retry, depth, self.limits.max_queue)
 
     def _deadline_passed(self, request: Request) -> None:
         """The deadline came while the request still waited (e.g. behind a long max_wait): fail it now."""

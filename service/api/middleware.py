@@ -15,6 +15,7 @@ from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 log = logging.getLogger("service.access")
 _SAFE_ID = re.compile(r"^[A-Za-z0-9._:-]{1,128}$")
+WORK_PATHS = ("/v1/translate", "/v1/embed", "/v1/attention")  # requests that queue engine work
 OPERATIONS_PATHS = ("/healthz", "/readyz", "/metrics")  # open by default (MT_OPEN_PATHS), closable with API keys
 KNOWN_ENDPOINTS = {"/v1/translate", "/v1/embed", "/v1/attention", "/v1/models", "/healthz", "/readyz", "/metrics", "/"}
 
@@ -91,6 +92,13 @@ class ServiceMiddleware:
                     },
                 )
                 return
+            refusal = self._queue_full(scope["method"], path)
+            if refusal is not None:  # no request could be queued: refuse before parsing, validating, tokenizing
+                await self._discard_body(receive)
+                scope["state"]["model"] = refusal[0]
+                retry = str(refusal[1].retry_after).encode()
+                await _send_json(send_wrapper, 429, {"detail": str(refusal[1])}, [(b"retry-after", retry)])
+                return
             try:
                 await self.app(scope, self._limited(receive, s.max_body_bytes), send_wrapper)
             except BodyTooLarge:
@@ -144,6 +152,24 @@ class ServiceMiddleware:
         for key in keys:
             ok |= hmac.compare_digest(digest, hashlib.sha256(key.encode()).digest())
         return ok
+
+    def _queue_full(self, method: str, path: str):
+        """(model, QueueFull) when every loaded model's queue is full, so no work request can be accepted now."""
+        registry = self.state.registry
+        if method != "POST" or path not in WORK_PATHS or self.state.draining or not registry.ready:
+            return None
+        refusals = [(name, m.scheduler.refusal()) for name, m in registry.models.items()]
+        if not refusals or any(refusal is None for _, refusal in refusals):
+            return None
+        return min(refusals, key=lambda r: r[1].retry_after)
+
+    @staticmethod
+    async def _discard_body(receive: Receive) -> None:
+        """Read the request body to its end (keep-alive needs it consumed); nothing is parsed."""
+        while True:
+            message = await receive()
+            if message["type"] != "http.request" or not message.get("more_body", False):
+                return
 
     @staticmethod
     def _limited(receive: Receive, limit: int) -> Receive:

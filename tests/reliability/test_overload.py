@@ -5,7 +5,10 @@ and the service serves normally as soon as the burst ends."""
 from __future__ import annotations
 
 import asyncio
+import time
+from concurrent.futures import ThreadPoolExecutor
 
+import httpx
 from reliability_helpers import bench_module, metric, rss_mb, start_server
 
 QUEUE = 8  # sentences; a request of 4 texts takes half of it
@@ -44,5 +47,37 @@ def test_burst_beyond_the_queue_is_shed_fast_and_the_service_recovers(tiny_repos
         # recovery: at once, every request is served again
         after = asyncio.run(overload.sequential(url, BODY, 1.0, min_requests=5))
         assert after and {o.status for o in after} == {200}
+    finally:
+        server.stop()
+
+
+def test_full_queue_refuses_before_reading_the_request(tiny_repository, tmp_path):
+    """With every queue full, a work request is refused with 429 before its body is parsed or tokenized: the
+    refusal costs little, whatever the body (here not even JSON), while the held work is still answered."""
+    env = {"MT_MAX_QUEUE_SENTENCES": "4", "MT_MAX_BATCH_SENTENCES": "64", "MT_MAX_WAIT_MS": "3000"}
+    server = start_server(tiny_repository, env, tmp_path / "service.log")
+    try:
+        url = server.url
+        holder = {"texts": ["der hund", "die katze", "ein mann", "das kind"], "beam_size": 1}
+        with ThreadPoolExecutor(1) as pool:
+            held = pool.submit(httpx.post, url + "/v1/translate", json=holder, timeout=60)
+            for _ in range(300):
+                if metric(url, "mt_queue_depth", model="de-en") == 4:
+                    break
+                time.sleep(0.01)
+            else:
+                raise AssertionError("the holder never filled the queue")
+            for path in ("/v1/translate", "/v1/embed", "/v1/attention"):
+                refused = httpx.post(
+                    url + path, content=b"not json at all", headers={"content-type": "application/json"}, timeout=10
+                )
+                assert refused.status_code == 429, (path, refused.text)
+                assert int(refused.headers["retry-after"]) >= 1
+                assert "the queue is full (4 of 4 sentences waiting)" in refused.json()["detail"]
+            assert httpx.get(url + "/readyz", timeout=10).status_code == 200  # full is not unready
+            assert held.result().status_code == 200
+        after = httpx.post(url + "/v1/translate", content=b"not json", headers={"content-type": "application/json"})
+        assert after.status_code == 422  # the queue has room again: the body is read and judged
+        assert metric(url, "mt_requests_total", endpoint="/v1/embed", model="de-en", status="429") == 1
     finally:
         server.stop()
