@@ -199,6 +199,7 @@ def report(args: argparse.Namespace, server: ServerProcess, result: LoadResult, 
         f"- machine: {machine()}",
         f"- server: {'external ' + server.url if server.external else 'python -m service'}; "
         f"repository `{args.repository}`{' (' + args.label + ')' if args.label else ''}; settings: {settings}",
+        f"- served: {server.served}",
         f"- requests: {s['requests']} from {args.clients} concurrent clients, drawn from {args.pool} distinct "
         f"requests (translate 70% with beam 1/2/4, n-best, alignment; embed 20%; attention 10%; 1-{args.max_texts} "
         "texts each), every answer compared with the same request sent alone",

@@ -221,6 +221,7 @@ def report(args: argparse.Namespace, server: ServerProcess, result: OverloadResu
         f"- machine: {machine()}",
         f"- server: {'external ' + server.url if server.external else 'python -m service'}; "
         f"repository `{args.repository}`{' (' + args.label + ')' if args.label else ''}; settings: {settings}",
+        f"- served: {server.served}",
         f"- request: translate {args.texts} texts, beam {args.beam_size}, max_length {args.max_length}",
         f"- capacity (closed loop, {args.clients} clients, {args.capacity_seconds:.0f} s): "
         f"{result.capacity_rps:.1f} requests/s; offered {result.offered_rps:.1f} requests/s "

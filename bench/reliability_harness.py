@@ -58,6 +58,7 @@ class ServerProcess:
         self.settings = env
         self.log_path = log_path
         self.process: subprocess.Popen | None = None
+        self.served = ""
 
     def start(self, timeout: float = 180.0) -> ServerProcess:
         if not self.external:
@@ -71,6 +72,7 @@ class ServerProcess:
                 raise SystemExit(f"the service exited with {self.process.returncode}; see {self.log_path}")
             try:
                 if httpx.get(self.url + "/readyz", timeout=2).status_code == 200:
+                    self.served = served_models(self.url, self.env.get("MT_API_KEYS", ""))
                     return self
             except httpx.HTTPError:
                 pass
@@ -104,6 +106,17 @@ class ServerProcess:
         except subprocess.TimeoutExpired:
             self.process.kill()
             return self.process.wait()
+
+
+def served_models(url: str, api_keys: str = "") -> str:
+    """What the server really runs, from /v1/models: 'de-en v1 (fp32 on CPUExecutionProvider)'."""
+    key = api_keys.split(",")[0].strip()
+    headers = {"X-API-Key": key} if key else {}
+    try:
+        models = httpx.get(url + "/v1/models", headers=headers, timeout=10).json()["models"]
+    except (httpx.HTTPError, KeyError, ValueError):
+        return "unknown (/v1/models did not answer)"
+    return ", ".join(f"{m['name']} v{m['version']} ({m['variant']} on {m['providers'][0]})" for m in models)
 
 
 def sentences(source_file: Path | None, n: int, seed: int = 0, max_words: int = 8) -> list[str]:
