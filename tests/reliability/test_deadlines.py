@@ -20,7 +20,7 @@ from reliability_helpers import metric, start_server
 from service.metrics import Metrics
 from service.scheduler import BatchLimits, DeadlineExceeded, Scheduler
 
-MAX_WAIT_S = 4.0
+MAX_WAIT_S = 8.0
 CAP_S = 1.0
 BODY = {"texts": ["der hund"], "beam_size": 1}
 
@@ -76,7 +76,7 @@ def test_deadline_passing_before_the_work_starts_504_without_engine_work(held_se
         response, elapsed = _timed_post(held_server.url, BODY, {"X-Request-Timeout": "0.3"})
     assert response.status_code == 504
     assert "deadline passed before its work could start" in response.json()["detail"]
-    assert elapsed < MAX_WAIT_S - 1.0  # answered at its deadline, not when the batcher would have run it
+    assert elapsed < MAX_WAIT_S - 2.0  # answered at its deadline, not when the batcher would have run it
     assert counters.delta() == {"deadline": 1, "disconnected": 0, "batches": 0, "inference": 0, "504": 1}
 
 
@@ -84,14 +84,15 @@ def test_deadline_is_capped_by_the_server(held_server):
     counters = Counters(held_server.url)
     response, elapsed = _timed_post(held_server.url, {**BODY, "timeout_s": 100})
     assert response.status_code == 504
-    assert CAP_S * 0.9 <= elapsed < MAX_WAIT_S - 1.0  # the cap (1 s), not the 100 s asked for
+    assert CAP_S * 0.9 <= elapsed < MAX_WAIT_S - 2.0  # the cap (1 s), not the 100 s asked for
     assert counters.delta()["deadline"] == 1
 
 
 def test_body_deadline_wins_over_the_header(held_server):
-    response, elapsed = _timed_post(held_server.url, {**BODY, "timeout_s": 0.2}, {"X-Request-Timeout": "1000"})
+    """Body 100 s (capped to 1 s) against header 0.2 s: the answer comes at the cap, so the body's value ruled."""
+    response, elapsed = _timed_post(held_server.url, {**BODY, "timeout_s": 100}, {"X-Request-Timeout": "0.2"})
     assert response.status_code == 504
-    assert elapsed < CAP_S * 0.9
+    assert elapsed >= CAP_S * 0.9
 
 
 def _wait_for_queue(url: str, depth: int) -> None:
