@@ -46,12 +46,20 @@ def length_penalty(length: int, alpha: float) -> float:
 def top_candidates(log_probs: np.ndarray, count: int) -> TopCandidates:
     """Per-row ``count`` best entries of a full (rows, vocab) array, best first (ties: lower id first)."""
     if count == 1:
-        ids = log_probs.argmax(axis=1)[:, None]
+        ids = log_probs.argmax(axis=1)[:, None]  # the first maximum
     else:
         vocab = log_probs.shape[1]
-        part = np.argpartition(log_probs, vocab - count, axis=1)[:, vocab - count :]  # the count largest, unordered
-        order = np.lexsort((part, -np.take_along_axis(log_probs, part, axis=1)), axis=1)
-        ids = np.take_along_axis(part, order, axis=1)
+        ids = np.argpartition(log_probs, vocab - count, axis=1)[:, vocab - count :]  # the count best, any order
+        values = np.take_along_axis(log_probs, ids, axis=1)
+        threshold = values.min(axis=1, keepdims=True)
+        # a tie across the cut: argpartition may keep any of the tied ids; keep the lowest, as TopK does
+        crossing = np.flatnonzero((log_probs == threshold).sum(axis=1) > (values == threshold).sum(axis=1))
+        for row in crossing:
+            lp, cut = log_probs[row], threshold[row, 0]
+            above = np.flatnonzero(lp > cut)
+            ids[row] = np.concatenate([above, np.flatnonzero(lp == cut)[: count - len(above)]])
+        order = np.lexsort((ids, -np.take_along_axis(log_probs, ids, axis=1)), axis=1)
+        ids = np.take_along_axis(ids, order, axis=1)
     return TopCandidates(np.take_along_axis(log_probs, ids, axis=1), ids)
 
 
@@ -118,6 +126,8 @@ def beam_search(
     for t in range(max(limits)):
         top = _candidates(step(last, rows), 2 * k)  # (active*k, c), c >= 2k
         m, c = len(active), top.ids.shape[1]
+        if c < 2 * k:
+            raise ValueError(f"beam {k} needs the 2 * beam best tokens of every row; the step returned {c}")
         scores = (beam_scores[:, :, None] + top.log_probs.astype(np.float64).reshape(m, k, c)).reshape(m, k * c)
         ids = top.ids.reshape(m, k * c)
         origin = np.repeat(np.arange(k, dtype=np.int64), c)[None, :]  # beam of each candidate

@@ -145,3 +145,12 @@ def test_step_graphs_of_the_first_interface_are_fed_per_row(tiny, tmp_path):
         options = TranslateOptions(beam_size=beam)
         got = [t.token_ids for t in legacy.translate(SAMPLE_SENTENCES * 2, options)]
         assert got == [t.token_ids for t in current.translate(SAMPLE_SENTENCES * 2, options)]
+
+
+def test_decoder_graph_loads_only_when_attention_needs_it(tiny):
+    _, bundle = tiny
+    engine = Engine(bundle, variant="int8", providers="cpu")
+    engine.translate(SAMPLE_SENTENCES, TranslateOptions(beam_size=4))
+    assert engine._decoder is None  # search ran on decoder_step alone
+    result = engine.attention(SAMPLE_SENTENCES[0])
+    assert engine._decoder is not None and result["cross"].shape[-1] == len(result["source_tokens"])

@@ -1,0 +1,276 @@
+"""Engine benchmark: PyTorch eager reference vs our onnxruntime engine vs CTranslate2, same weights, one run.
+
+    nice -n 10 python bench/engine.py --data ../shared/data/multi30k \
+        [--model checkpoints/de-en] [--bundle model_repository/de-en/1] [--ct2 build/ct2/de-en]
+
+Engines: ``pytorch`` (model.decoding greedy / beam with the key/value cache, fp32), ``ort-fp32`` /
+``ort-int8`` (service.engine.Engine on the bundle's variants), ``ct2-fp32`` / ``ct2-int8`` (CTranslate2
+on the converted checkpoint, see bench/ct2_convert.py). Append ``+decoder`` to an ort engine to search with
+decoder.onnx instead of the lean decoder_step.onnx (for A/B runs).
+
+Method: every engine lives in its own fresh process (its own peak RSS), all get the same token ids
+(tokenisation is outside the timing), the same thread count and the same batches (batch 32: the test set
+sorted by source length; batch 1: the first --batch1-limit sentences). Before timing, every engine
+translates the greedy batch-32 workload once (warm-up); CTranslate2 fp32 must then match the PyTorch
+reference on >= 99% of sentences (token ids), or the run stops. Timed repeats are interleaved (repeat r
+of every engine and setting before repeat r + 1) and the median is reported, both as wall-clock time
+and as the process's CPU time: on a shared machine CPU time is the steadier measure of an engine's work.
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime as dt
+import json
+import multiprocessing as mp
+import os
+import platform
+import resource
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+# run as a script, bench/ comes first on sys.path, where bench/service.py would hide the service package
+sys.path[:] = [str(ROOT)] + [p for p in sys.path if Path(p or ".").resolve() != ROOT / "bench"]
+
+SETTINGS = [("greedy", 1, 32), ("greedy", 1, 1), ("beam4", 4, 32), ("beam4", 4, 1)]  # (name, beam, batch)
+ENGINES = ["pytorch", "ort-fp32", "ort-int8", "ct2-fp32", "ct2-int8"]
+SECTION = "bench/engine.py"  # markers of this script's section in docs/benchmarks.md
+MIN_AGREEMENT = 0.99
+
+
+# --- worker processes --------------------------------------------------------------------------------
+def _runner(engine: str, args: dict):
+    """A function (sources, limits, beam) -> best hypotheses' token ids (EOS excluded)."""
+    threads = args["threads"]
+    if engine == "pytorch":
+        import torch
+
+        from model.checkpoint import load_release
+        from model.data import pad
+        from model.decoding import beam_search, greedy_search
+
+        torch.set_num_threads(threads)
+        torch.set_num_interop_threads(1)
+        model, _ = load_release(args["model"])
+
+        @torch.no_grad()
+        def run(sources, limits, beam):
+            src = pad(sources)
+            if beam == 1:
+                return [h.tokens for h in greedy_search(model, src)]
+            return [nb[0].tokens for nb in beam_search(model, src, beam)]
+
+        return run
+    if engine.startswith("ort-"):
+        from service.engine import Engine, TranslateOptions, load_bundle
+
+        variant = engine.split("-")[1].split("+")[0]
+        extra = {"lean_decoder": False} if "+decoder" in engine else {}  # older engines lack the option
+        ort_engine = Engine(load_bundle(args["bundle"]), variant, "cpu", intra_op_threads=threads, **extra)
+
+        def run(sources, limits, beam):
+            return [t.token_ids for t in ort_engine.translate_ids(sources, TranslateOptions(beam_size=beam))]
+
+        return run
+    if engine.startswith("ct2-"):
+        from bench.ct2_convert import CT2Runner
+
+        ct2_dir = Path(args["ct2"])
+        pieces = json.loads((ct2_dir / "shared_vocabulary.json").read_text(encoding="utf-8"))
+        compute_type = {"ct2-fp32": "float32", "ct2-int8": "int8"}[engine]
+        runner = CT2Runner(ct2_dir, pieces, compute_type=compute_type, threads=threads)
+        return lambda sources, limits, beam: runner.translate_ids(sources, limits, beam)
+    raise ValueError(f"unknown engine {engine!r}; choose from {ENGINES} (ort engines accept +decoder)")
+
+
+def _worker(conn, engine: str, args: dict) -> None:
+    started = time.perf_counter()
+    run = _runner(engine, args)
+    workloads: dict[str, dict] = {}
+    conn.send({"loaded_s": time.perf_counter() - started, "rss_mib": _peak_rss_mib()})
+    while True:
+        msg = conn.recv()
+        if msg[0] == "load":
+            workloads = msg[1]
+            conn.send(True)
+        elif msg[0] == "run":
+            w = workloads[msg[1]]
+            wall, cpu = time.perf_counter(), time.process_time()
+            outputs = [h for b, lim in zip(w["batches"], w["limits"], strict=True) for h in run(b, lim, w["beam"])]
+            conn.send({"wall": time.perf_counter() - wall, "cpu": time.process_time() - cpu, "outputs": outputs})
+        else:
+            conn.send({"peak_rss_mib": _peak_rss_mib()})
+            return
+
+
+def _peak_rss_mib() -> float:
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+
+
+# --- driver --------------------------------------------------------------------------------------------
+def workloads(ids: list[list[int]], limits: list[int], batch1_limit: int) -> dict[str, dict]:
+    """{setting: beam, batches, per-batch limits, index (sentence of each output)}.
+
+    Batch 32 runs over the whole set sorted by source length; batch 1 over the first ``batch1_limit``.
+    """
+    order = sorted(range(len(ids)), key=lambda i: len(ids[i]))
+    out = {}
+    for name, beam, batch in SETTINGS:
+        chosen = order if batch > 1 else list(range(min(batch1_limit, len(ids))))
+        chunks = [chosen[s : s + batch] for s in range(0, len(chosen), batch)]
+        out[f"{name}/b{batch}"] = {
+            "beam": beam,
+            "batches": [[ids[i] for i in c] for c in chunks],
+            "limits": [[limits[i] for i in c] for c in chunks],
+            "index": chosen,
+        }
+    return out
+
+
+def machine() -> str:
+    model = platform.processor() or "unknown CPU"
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                model = line.split(":", 1)[1].strip()
+                break
+    except OSError:
+        pass
+    return f"{os.cpu_count()} CPUs (nproc {len(os.sched_getaffinity(0))}), {model}"
+
+
+def background_load() -> str:
+    """Processes other than this benchmark using CPU right now, as a note for the results."""
+    try:
+        out = subprocess.run(["ps", "-eo", "pid,ni,pcpu,comm", "--sort=-pcpu"], capture_output=True, text=True).stdout
+    except OSError:
+        return "unknown"
+    me = {os.getpid(), *(c.pid for c in mp.active_children())}
+    rows = []
+    for line in out.splitlines()[1:]:
+        pid, ni, pcpu, comm = line.split(None, 3)
+        if int(pid) not in me and float(pcpu) >= 20:
+            rows.append(f"{comm} (nice {ni}, {pcpu}% CPU)")
+    return ", ".join(rows[:4]) or "none above 20% CPU"
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--data", required=True, help="corpus folder with <split>.<src> and <split>.<tgt>")
+    parser.add_argument("--split", default="test_2016_flickr")
+    parser.add_argument("--model", default="checkpoints/de-en")
+    parser.add_argument("--bundle", default="model_repository/de-en/1")
+    parser.add_argument("--ct2", default="build/ct2/de-en", help="CTranslate2 model folder (converted if missing)")
+    parser.add_argument("--engines", nargs="+", default=ENGINES)
+    parser.add_argument("--settings", nargs="+", help="subset of " + " ".join(f"{n}/b{b}" for n, _, b in SETTINGS))
+    parser.add_argument("--threads", type=int, default=1, help="intra-op threads of every engine")
+    parser.add_argument("--repeats", type=int, default=3)
+    parser.add_argument("--limit", type=int, default=0, help="use only the first N sentences (0 = all)")
+    parser.add_argument("--batch1-limit", type=int, default=200, help="sentences translated one at a time")
+    parser.add_argument("--output", default="docs/benchmarks.md", help="markdown file; '' = print only")
+    parser.add_argument("--json", default="build/bench/engine.json", help="raw results")
+    args = parser.parse_args(argv)
+
+    from bench.bench_report import render, summarize, write_section
+    from bench.flops import int8_gemm_rate, sgemm_rate
+
+    for var in ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS"):
+        os.environ[var] = str(args.threads)
+    bundle = json.loads((Path(args.bundle) / "manifest.json").read_text())
+    config = bundle["model"]
+    src_lang, tgt_lang = bundle["source_language"], bundle["target_language"]
+    data = Path(args.data)
+    texts = (data / f"{args.split}.{src_lang}").read_text(encoding="utf-8").splitlines()
+    refs = (data / f"{args.split}.{tgt_lang}").read_text(encoding="utf-8").splitlines()
+    if args.limit:
+        texts, refs = texts[: args.limit], refs[: args.limit]
+    from service.engine.search import length_limits
+    from service.tokenizer import EOS_ID, Tokenizer
+
+    tokenizer = Tokenizer(Path(args.bundle) / bundle["tokenizer"]["file"])
+    ids = [t[: config["max_positions"] - 1] + [EOS_ID] for t in tokenizer.encode_batch(texts)]
+    limits = length_limits([len(s) for s in ids], config["max_positions"])
+    work = workloads(ids, limits, args.batch1_limit)
+    keys = args.settings or list(work)
+    if any(e.startswith("ct2") for e in args.engines) and not (Path(args.ct2) / "model.bin").exists():
+        from bench.ct2_convert import convert
+
+        convert(Path(args.model), Path(args.ct2))
+
+    print(f"machine: {machine()}; background: {background_load()}", file=sys.stderr)
+    ctx = mp.get_context("spawn")
+    worker_args = {"model": args.model, "bundle": args.bundle, "ct2": args.ct2, "threads": args.threads}
+    workers = {}
+    for engine in args.engines:  # one at a time: loading does not overlap with anything else
+        parent, child = ctx.Pipe()
+        proc = ctx.Process(target=_worker, args=(child, engine, worker_args), daemon=True)
+        proc.start()
+        workers[engine] = (proc, parent, parent.recv())
+        parent.send(("load", {k: work[k] for k in keys}))
+        parent.recv()
+    warm = keys[0]
+    warm_outputs = {}
+    for engine, (_, conn, _) in workers.items():
+        conn.send(("run", warm))
+        warm_outputs[engine] = conn.recv()["outputs"]
+        print(f"warm-up {engine} {warm}: done", file=sys.stderr)
+    agreement = {}
+    if "pytorch" in warm_outputs:
+        ref = warm_outputs["pytorch"]
+        for engine, outs in warm_outputs.items():
+            agreement[engine] = sum(a == b for a, b in zip(ref, outs, strict=True)) / len(ref)
+        print(f"greedy token-id agreement with pytorch ({warm}): {agreement}", file=sys.stderr)
+        if "ct2-fp32" in agreement and agreement["ct2-fp32"] < MIN_AGREEMENT:
+            print(
+                f"CTranslate2 fp32 matches the PyTorch reference on {agreement['ct2-fp32']:.2%} of sentences, below"
+                f" {MIN_AGREEMENT:.0%}: the conversion does not run our model, so its timings would mean nothing.",
+                file=sys.stderr,
+            )
+            return 1
+    runs: dict[tuple[str, str], list[dict]] = {}
+    for r in range(args.repeats):
+        for key in keys:
+            for engine, (_, conn, _) in workers.items():
+                conn.send(("run", key))
+                result = conn.recv()
+                runs.setdefault((engine, key), []).append(result)
+                print(
+                    f"repeat {r + 1} {engine:10s} {key:10s} wall {result['wall']:.2f}s cpu {result['cpu']:.2f}s",
+                    file=sys.stderr,
+                )
+    peak = {}
+    for engine, (proc, conn, _) in workers.items():
+        conn.send(("stop",))
+        peak[engine] = conn.recv()["peak_rss_mib"]
+        proc.join()
+    rates = {**sgemm_rate(args.threads), **int8_gemm_rate(args.threads)}
+    rows = summarize(runs, work, ids, refs, tokenizer, config, peak, rates)
+    meta = {
+        "command": "python bench/engine.py " + " ".join(argv if argv is not None else sys.argv[1:]),
+        "date": dt.datetime.now(dt.UTC).strftime("%Y-%m-%d %H:%M UTC"),
+        "machine": machine(),
+        "background": background_load(),
+        "threads": args.threads,
+        "repeats": args.repeats,
+        "agreement": agreement,
+        "sgemm": rates,
+        "model": args.model,
+        "bundle": args.bundle,
+        "sentences": len(ids),
+        "batch1_sentences": min(args.batch1_limit, len(ids)),
+    }
+    text = render(rows, meta, config)
+    print(text)
+    if args.json:
+        Path(args.json).parent.mkdir(parents=True, exist_ok=True)
+        Path(args.json).write_text(json.dumps({"meta": meta, "rows": rows}, indent=2) + "\n")
+    if args.output:
+        write_section(Path(args.output), SECTION, text)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

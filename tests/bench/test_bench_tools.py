@@ -1,0 +1,81 @@
+"""Benchmark helpers: FLOP counts against torch's own counter, the CTranslate2 conversion, the docs section writer."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+from tiny_bundle import SAMPLE_SENTENCES
+
+from bench.bench_report import write_section
+from bench.flops import decoder_step_macs, encoder_macs_per_token, translation_macs
+from model.checkpoint import load_release
+from model.config import ModelConfig
+from model.transformer import Transformer
+
+
+def _counted_flops(fn) -> int:
+    from torch.utils.flop_counter import FlopCounterMode
+
+    with torch.no_grad(), FlopCounterMode(display=False) as counter:
+        fn()
+    return counter.get_total_flops()
+
+
+@pytest.mark.parametrize("activation", ["relu", "swiglu"])
+def test_flop_formulas_match_torch_flop_counter(activation):
+    cfg = ModelConfig(
+        vocab_size=50, d_model=32, n_heads=4, n_encoder_layers=2, n_decoder_layers=3, d_ff=48, activation=activation
+    )
+    model = Transformer(cfg).eval()
+    src_len, position, batch = 7, 5, 3
+    src = torch.randint(4, cfg.vocab_size, (batch, src_len))
+    memory = model.encode(src).memory
+    cross = model.cross_kv(memory)
+    cache = [(torch.randn(batch, cfg.n_heads, position, cfg.d_head),) * 2 for _ in range(cfg.n_decoder_layers)]
+    token = torch.randint(4, cfg.vocab_size, (batch, 1))
+    step = _counted_flops(lambda: model.decode(token, cross, src != 0, cache))
+    assert step == 2 * batch * decoder_step_macs(cfg.to_dict(), src_len, position)
+    encoder = _counted_flops(lambda: model.cross_kv(model.encode(src).memory))
+    assert encoder == 2 * batch * src_len * encoder_macs_per_token(cfg.to_dict(), src_len)
+    total = translation_macs(cfg.to_dict(), src_len, out_len=2, beam=4)
+    assert total == src_len * encoder_macs_per_token(cfg.to_dict(), src_len) + 4 * sum(
+        decoder_step_macs(cfg.to_dict(), src_len, t) for t in range(3)
+    )
+
+
+def test_write_section_replaces_only_its_own_section(tmp_path):
+    path = tmp_path / "benchmarks.md"
+    service = "<!-- bench/service.py: begin -->\n## Service\n\nservice table\n<!-- bench/service.py: end -->\n"
+    path.write_text("# Benchmarks\n\n" + service + "\nnotes after\n")
+    write_section(path, "bench/engine.py", "## Engine\n\nfirst\n")
+    write_section(path, "bench/engine.py", "## Engine\n\nsecond\n")
+    text = path.read_text()
+    assert service in text and "notes after" in text and "second" in text and "first" not in text
+    assert text.count("<!-- bench/engine.py: begin -->") == 1 and text.index("## Service") < text.index("## Engine")
+
+
+def test_ct2_conversion_runs_our_model_and_the_check_notices_a_wrong_one(tiny_model_dir, tmp_path):
+    pytest.importorskip("ctranslate2")
+    from ctranslate2.specs import model_spec
+
+    from bench.ct2_convert import build_spec, check_agreement, convert
+
+    release = tiny_model_dir / "release"
+    out = convert(release, tmp_path / "ct2")
+    report = check_agreement(release, out, SAMPLE_SENTENCES * 4)
+    assert report["rate"] == 1.0, report
+
+    # the same weights with CTranslate2's built-in [sin | cos] position table: no longer our model
+    from service.tokenizer import Tokenizer
+
+    model, _ = load_release(release)
+    tokenizer = Tokenizer(release / "tokenizer.model")
+    spec = build_spec(model, [tokenizer.sp.id_to_piece(i) for i in range(tokenizer.vocab_size)])
+    spec.encoder.position_encodings.encodings = model_spec.OPTIONAL
+    spec.decoder.position_encodings.encodings = model_spec.OPTIONAL
+    spec.validate()
+    spec.optimize(quantization="float32")
+    wrong = tmp_path / "ct2-wrong"
+    wrong.mkdir()
+    spec.save(str(wrong))
+    assert check_agreement(release, wrong, SAMPLE_SENTENCES * 4)["rate"] < 0.9
