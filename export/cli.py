@@ -9,9 +9,10 @@ import sys
 import time
 from pathlib import Path
 
+from export.calibration import read_sentences, record_feeds
 from export.manifest import build_manifest, seal
 from export.onnx_export import export_graphs
-from export.quantize import convert_fp16, quantize_int8
+from export.quantize import convert_fp16, quantize_int8_static
 from model.checkpoint import TOKENIZER_FILE, load_release
 from service.engine import Engine, TranslateOptions, load_bundle
 
@@ -20,6 +21,13 @@ MAX_BLEU_LOSS = 0.5  # a derived variant may be the default only within this muc
 
 
 def cmd_export(args: argparse.Namespace) -> int:
+    if "int8" in args.variants and not args.calibration_data:
+        print(
+            "int8 needs --calibration-data: a text file of source-language sentences, one per line (the training "
+            "split is fine), translated by the fp32 graphs to fix the int8 activation scales",
+            file=sys.stderr,
+        )
+        return 2
     model, meta = load_release(args.model)
     out = Path(args.out)
     if out.exists():
@@ -29,36 +37,55 @@ def cmd_export(args: argparse.Namespace) -> int:
         shutil.rmtree(out)
     started = time.time()
     paths = export_graphs(model, out / "fp32", decoder_step=True)
-    variants = {"fp32": {graph: f"fp32/{graph}.onnx" for graph in paths}}
-    for variant in args.variants:
-        if variant == "fp32":
-            continue
-        variants[variant] = {}
-        for graph, path in paths.items():
-            if variant == "fp16" and graph == "decoder_step":
-                continue  # its fused attention has no fp16 CPU kernel; fp16 engines search with decoder.onnx
-            dst = out / variant / f"{graph}.onnx"
-            quantize_int8(path, dst) if variant == "int8" else convert_fp16(path, dst)
-            variants[variant][graph] = f"{variant}/{graph}.onnx"
     shutil.copy(Path(args.model) / TOKENIZER_FILE, out / TOKENIZER_FILE)
     run = meta.get("run", {})
     training = {"run": run, "summary": meta.get("training", {}), "source_checkpoint": str(args.model)}
     evaluation = Path(args.model) / "evaluation.json"
     if evaluation.exists():
         training["pytorch_evaluation"] = json.loads(evaluation.read_text())
-    manifest = build_manifest(
-        out,
-        name=args.name,
-        version=args.version,
-        source_language=run.get("source_lang", args.source_language),
-        target_language=run.get("target_lang", args.target_language),
-        model_config=model.cfg.to_dict(),
-        parameters=model.num_parameters(),
-        variants=variants,
-        vocab_size=model.cfg.vocab_size,
-        training=training,
-    )
-    seal(out, manifest)
+
+    def sealed(variants: dict[str, dict]) -> None:
+        manifest = build_manifest(
+            out,
+            name=args.name,
+            version=args.version,
+            source_language=run.get("source_lang", args.source_language),
+            target_language=run.get("target_lang", args.target_language),
+            model_config=model.cfg.to_dict(),
+            parameters=model.num_parameters(),
+            variants=variants,
+            vocab_size=model.cfg.vocab_size,
+            training=training,
+        )
+        seal(out, manifest)
+
+    variants: dict[str, dict] = {"fp32": {graph: f"fp32/{graph}.onnx" for graph in paths}}
+    sealed(variants)  # an fp32 bundle first: the engine that records the int8 calibration feeds loads it
+    if "int8" in args.variants:
+        sentences = read_sentences(args.calibration_data, args.calibration_sentences)
+        print(f"calibrating int8 on {len(sentences)} sentences of {args.calibration_data}", file=sys.stderr)
+        feeds = record_feeds(out, sentences)
+        variants["int8"] = {}
+        for graph, path in paths.items():
+            quantize_int8_static(path, out / "int8" / f"{graph}.onnx", feeds[graph])
+            variants["int8"][graph] = f"int8/{graph}.onnx"
+        variants["int8"]["quantization"] = {
+            "method": "static",
+            "weights": "int8, symmetric, per output channel",
+            "activations": "uint8, one scale per tensor fixed at export (min/max over the calibration feeds)",
+            "quantized_ops": "MatMul with constant weights (projections); attention products, softmax and "
+            "LayerNorm stay float",
+            "calibration": {"file": Path(args.calibration_data).name, "sentences": len(sentences), "seed": 0},
+            "batch_independent": True,
+        }
+    if "fp16" in args.variants:
+        # decoder_step's fused attention has no fp16 CPU kernel; fp16 engines search with decoder.onnx
+        variants["fp16"] = {}
+        for graph, path in paths.items():
+            if graph != "decoder_step":
+                convert_fp16(path, out / "fp16" / f"{graph}.onnx")
+                variants["fp16"][graph] = f"fp16/{graph}.onnx"
+    sealed(variants)
     print(f"wrote {out} ({', '.join(variants)}) in {time.time() - started:.1f}s", file=sys.stderr)
     return 0
 
@@ -96,11 +123,14 @@ def cmd_evaluate(args: argparse.Namespace) -> int:
                 manifest["variants"][variant]["within_bleu_budget"] = all(
                     fp32[k]["bleu"] - entry[k]["bleu"] <= MAX_BLEU_LOSS for k in keys
                 )
-    manifest["default_variant"] = "fp32"
+    int8 = manifest["variants"].get("int8", {})
+    static = int8.get("quantization", {}).get("batch_independent", False)
+    manifest["default_variant"] = "int8" if static and int8.get("within_bleu_budget") else "fp32"
     manifest["default_variant_rule"] = (
-        "fp32 is served by default: exact, and a sentence's answer never depends on its batch companions. int8 "
-        "(dynamic quantization) computes activation scales over the whole batch, so its answers can change with the "
-        f"batch; it is an opt-in (MT_VARIANT=int8) and recorded as within budget when it loses <= {MAX_BLEU_LOSS} BLEU"
+        "int8 is served by default on CPU when it is statically quantized (activation scales fixed at export, so a "
+        f"sentence's answer never depends on its batch companions) and loses <= {MAX_BLEU_LOSS} BLEU against fp32 at "
+        "every measured beam size; otherwise fp32 (exact). GPUs serve fp16 when the bundle has it, else fp32. "
+        "MT_VARIANT overrides."
     )
     seal(bundle.path, manifest)
     print(json.dumps({v: manifest["variants"][v].get("bleu") for v in manifest["variants"]}, indent=2))
@@ -159,6 +189,11 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--variants", nargs="+", default=["fp32", "int8"], choices=VARIANTS)
     p.add_argument("--source-language", default="de")
     p.add_argument("--target-language", default="en")
+    p.add_argument(
+        "--calibration-data",
+        help="source-language sentences, one per line, that fix the int8 activation scales (needed for int8)",
+    )
+    p.add_argument("--calibration-sentences", type=int, default=256, help="how many lines to draw (seeded)")
     p.add_argument("--force", action="store_true")
     p.set_defaults(func=cmd_export)
 

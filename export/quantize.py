@@ -1,4 +1,4 @@
-"""Derived variants of the fp32 graphs: int8 dynamic quantization (CPU) and fp16 (GPU)."""
+"""Derived variants of the fp32 graphs: int8 (CPU; static, calibrated, or dynamic for comparisons) and fp16 (GPU)."""
 
 from __future__ import annotations
 
@@ -8,8 +8,48 @@ from pathlib import Path
 import onnx
 
 
-def quantize_int8(src: Path, dst: Path, per_channel: bool = False) -> Path:
-    """Dynamic quantization: int8 weights of MatMul/Gemm, activations quantized at run time."""
+def weight_matmuls(model: onnx.ModelProto) -> list[str]:
+    """Names of the MatMul/Gemm nodes whose second input is a constant (projections, not attention products)."""
+    constants = {i.name for i in model.graph.initializer}
+    constants |= {out for node in model.graph.node if node.op_type == "Constant" for out in node.output}
+    return [n.name for n in model.graph.node if n.op_type in ("MatMul", "Gemm") and n.input[1] in constants]
+
+
+def quantize_int8_static(src: Path, dst: Path, feeds: list[dict]) -> Path:
+    """Static int8: per-channel int8 weights, uint8 activations with scales calibrated (min/max) on ``feeds``.
+
+    Only projections with constant weights are quantized; their outputs stay float (no requantization), which
+    onnxruntime runs as QuantizeLinear + MatMulIntegerToFloat. Every scale is a constant of the graph, so a row's
+    result does not depend on the other rows of the batch (see export/calibration.py).
+    """
+    from onnxruntime.quantization import CalibrationMethod, QuantFormat, QuantType, quantize_static
+
+    from export.calibration import FeedReader
+
+    if not feeds:
+        raise ValueError(f"no calibration feeds for {src.name}")
+    logging.getLogger("onnxruntime").setLevel(logging.ERROR)
+    dst.parent.mkdir(parents=True, exist_ok=True)
+    quantize_static(
+        str(src),
+        str(dst),
+        FeedReader(feeds),
+        quant_format=QuantFormat.QDQ,
+        op_types_to_quantize=["MatMul", "Gemm"],
+        nodes_to_quantize=weight_matmuls(onnx.load(str(src), load_external_data=False)),
+        activation_type=QuantType.QUInt8,
+        weight_type=QuantType.QInt8,
+        per_channel=True,
+        calibrate_method=CalibrationMethod.MinMax,
+        extra_options={"OpTypesToExcludeOutputQuantization": ["MatMul", "Gemm"], "CalibMovingAverage": False},
+    )
+    onnx.checker.check_model(str(dst))
+    return dst
+
+
+def quantize_int8_dynamic(src: Path, dst: Path, per_channel: bool = False) -> Path:
+    """Dynamic quantization: int8 weights of MatMul/Gemm, activations quantized at run time with the scale of
+    the whole batch tensor (so a row's result can change with its batch companions). Kept for comparisons."""
     from onnxruntime.quantization import QuantType, quantize_dynamic
 
     logging.getLogger("onnxruntime").setLevel(logging.ERROR)

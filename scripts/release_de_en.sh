@@ -15,6 +15,7 @@ mkdir -p "$OUT"
 cp "$RUN"/release/model.safetensors "$RUN"/release/config.json "$RUN"/release/tokenizer.model "$OUT"/
 cp "$RUN"/curve.png "$RUN"/log.jsonl "$OUT"/
 "$PY" -m model.cli evaluate --model "$OUT" --data "$DATA" --beam 1 4 --threads 2 --output "$OUT"/evaluation.json
-"$PY" -m export.cli export --model "$OUT" --out "$BUNDLE" --name de-en --version 1 --variants fp32 int8 fp16 --force
+"$PY" -m export.cli export --model "$OUT" --out "$BUNDLE" --name de-en --version 1 --variants fp32 int8 fp16 \
+    --calibration-data "$DATA"/train.de --force
 "$PY" -m export.cli evaluate --bundle "$BUNDLE" --data "$DATA" --beam 1 4
 "$PY" -m export.cli verify --bundle "$BUNDLE" --model "$OUT" --data "$DATA" --beam 1 4 --output docs/parity-de-en.json

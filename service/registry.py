@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import time
 from collections.abc import Hashable
 from dataclasses import dataclass
 from pathlib import Path
@@ -18,6 +19,8 @@ from service.settings import Settings
 log = logging.getLogger(__name__)
 
 FAIL_BATCH_MARKER = "__mt_test_fail_batch__"  # only honoured when MT_ENABLE_TEST_HOOKS=true
+SLOW_BATCH_MARKER = "__mt_test_slow_batch__"  # the same: its batch takes SLOW_BATCH_S longer (a slower machine)
+SLOW_BATCH_S = 0.05
 
 
 class UnknownModel(LookupError):
@@ -57,8 +60,8 @@ def choose_variant(bundle: Bundle, setting: str, providers: list[str]) -> str:
         if setting not in bundle.variants:
             raise BundleError(f"{bundle.path}: MT_VARIANT={setting} but the bundle has {bundle.variants}")
         return setting
-    if providers and providers[0] == "CUDAExecutionProvider" and "fp16" in bundle.variants:
-        return "fp16"
+    if providers and providers[0] == "CUDAExecutionProvider":  # int8 (CPU kernels) is never picked for a GPU
+        return "fp16" if "fp16" in bundle.variants else "fp32"
     return bundle.default_variant
 
 
@@ -121,6 +124,8 @@ class Registry:
             stats: dict[str, float] = {}
             if hooks and any(FAIL_BATCH_MARKER in str(p) for p in payloads):
                 raise RuntimeError("test hook: injected engine failure")
+            if hooks and any(SLOW_BATCH_MARKER in str(p) for p in payloads):
+                time.sleep(SLOW_BATCH_S)
             if kind == "translate":
                 options = TranslateOptions(*key[1:])
                 return [r for r in engine.translate_ids([p["ids"] for p in payloads], options, stats)], stats

@@ -104,6 +104,10 @@ def build_tiny_bundle(work: Path, name: str = "de-en") -> Path:
             "--variants",
             "fp32",
             "int8",
+            "--calibration-data",
+            str(corpus / "train.de"),
+            "--calibration-sentences",
+            "64",
         ]
     )
     assert code == 0

@@ -9,6 +9,7 @@ import torch
 from model.data import pad
 from model.decoding import greedy_search as torch_greedy
 from service.engine.engine import pad_batch
+from service.engine.search import length_limits
 from service.tokenizer import BOS_ID, EOS_ID
 
 TOLERANCE = 1e-4
@@ -81,13 +82,22 @@ def test_padded_batch_scores_each_target_as_alone(fp32_engine, sentences):
 
 
 def test_score_of_a_given_target_equals_its_translation_score(fp32_engine, sentences):
-    for text in sentences[:6]:
+    """A given target is scored as a whole sentence (its tokens + EOS): equal to the translation's score when the
+    search ended with EOS; lower when the search stopped at its length limit (no EOS was generated)."""
+    compared = 0
+    for text in sentences[:8]:
         translation = fp32_engine.translate([text])[0]
         given = fp32_engine.attention_ids(translation.source_ids, translation.token_ids)
         generated = fp32_engine.attention_ids(translation.source_ids)  # no target: the greedy translation
         assert generated["target_ids"] == translation.token_ids
+        (limit,) = length_limits([len(translation.source_ids)], fp32_engine.max_source_tokens)
         for result in (given, generated):
-            assert result["score"] == pytest.approx(translation.score, abs=TOLERANCE)
+            if len(translation.token_ids) < limit:
+                assert result["score"] == pytest.approx(translation.score, abs=TOLERANCE)
+            else:  # cut at the limit: the given target adds log P(EOS) < 0
+                assert result["score"] < translation.score
+        compared += len(translation.token_ids) < limit
+    assert compared >= 4
 
 
 def test_score_prefers_the_models_translation(fp32_engine):

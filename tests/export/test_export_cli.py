@@ -17,7 +17,8 @@ from model.checkpoint import load_release
 from service.engine import load_bundle
 
 ROOT = Path(__file__).resolve().parents[2]
-QUANTIZED_OPS = {"MatMulInteger", "DynamicQuantizeLinear", "DynamicQuantizeMatMul", "QLinearMatMul"}
+QUANTIZED_OPS = {"QuantizeLinear", "DequantizeLinear"}  # static int8 (QDQ); the dynamic ops must not appear
+DYNAMIC_OPS = {"DynamicQuantizeLinear", "DynamicQuantizeMatMul"}
 
 
 @pytest.fixture(scope="module")
@@ -42,17 +43,43 @@ def test_export_wrote_a_bundle_of_the_release(tiny_model_dir, tiny_bundle_dir):
     for graph in ("encoder", "decoder"):
         fp32, int8 = bundle.graph("fp32", graph), bundle.graph("int8", graph)
         assert not _op_types(fp32) & QUANTIZED_OPS
-        assert _op_types(int8) & QUANTIZED_OPS, f"{int8} has no quantized operator"
+        assert _op_types(int8) >= QUANTIZED_OPS, f"{int8} has no quantized operator"
+        assert not _op_types(int8) & DYNAMIC_OPS, f"{int8} computes activation scales at run time"
         assert int8.stat().st_size < fp32.stat().st_size
 
 
 def test_export_refuses_to_overwrite_without_force(tiny_model_dir, tiny_bundle_dir, tmp_path, capsys):
     out = shutil.copytree(tiny_bundle_dir, tmp_path / "1")
     before = (out / "manifest.json").read_bytes()
-    code = main(["export", "--model", str(tiny_model_dir / "release"), "--out", str(out), "--name", "de-en"])
-    assert code == 2
+    args = ["export", "--model", str(tiny_model_dir / "release"), "--out", str(out), "--name", "de-en"]
+    assert main([*args, "--variants", "fp32"]) == 2
     assert "--force" in capsys.readouterr().err
     assert (out / "manifest.json").read_bytes() == before
+
+
+def test_int8_export_needs_calibration_sentences(tiny_model_dir, tmp_path, capsys):
+    out = tmp_path / "1"
+    code = main(["export", "--model", str(tiny_model_dir / "release"), "--out", str(out), "--name", "x"])
+    assert code == 2 and "--calibration-data" in capsys.readouterr().err
+    assert not out.exists()  # refused before any work
+
+
+def test_int8_manifest_says_how_it_was_quantized(tiny_bundle_dir):
+    entry = load_bundle(tiny_bundle_dir).manifest["variants"]["int8"]
+    q = entry["quantization"]
+    assert q["method"] == "static" and q["batch_independent"] is True
+    assert q["calibration"] == {"file": "train.de", "sentences": 64, "seed": 0}
+
+
+def test_int8_scales_are_constants_of_the_graph(tiny_bundle_dir):
+    """Every QuantizeLinear of an activation takes its scale and zero point from initializers (fixed at export)."""
+    bundle = load_bundle(tiny_bundle_dir)
+    for graph in ("encoder", "decoder", "decoder_step"):
+        model = onnx.load(str(bundle.graph("int8", graph)))
+        constants = {i.name for i in model.graph.initializer}
+        quantize = [n for n in model.graph.node if n.op_type == "QuantizeLinear"]
+        assert quantize, graph
+        assert all(n.input[1] in constants and n.input[2] in constants for n in quantize), graph
 
 
 def test_verify_reports_parity_of_graphs_and_translations(tiny_model_dir, tiny_bundle_dir, corpus, tmp_path):
@@ -101,6 +128,8 @@ def test_evaluate_records_bleu_of_every_variant_and_reseals(tiny_bundle_dir, cor
         assert 0.0 <= bleu["beam1"]["bleu"] <= 100.0 and bleu["beam1"]["signature"]
     assert manifest["variants"]["fp32"]["bleu"]["beam1"]["bleu"] > 20  # the tiny model learned its toy task
     fp32, int8 = (manifest["variants"][v]["bleu"]["beam1"]["bleu"] for v in ("fp32", "int8"))
-    assert manifest["default_variant"] == "fp32"  # int8 answers depend on batch companions: opt-in only
-    assert manifest["variants"]["int8"]["within_bleu_budget"] == (fp32 - int8 <= 0.5)
+    within = fp32 - int8 <= 0.5
+    assert manifest["variants"]["int8"]["within_bleu_budget"] == within
+    assert manifest["variants"]["int8"]["quantization"]["batch_independent"] is True
+    assert manifest["default_variant"] == ("int8" if within else "fp32")  # static int8 within budget is the default
     assert "default_variant_rule" in manifest
