@@ -12,7 +12,8 @@ PRECISION = {"pytorch": "fp32", "ort-fp32": "fp32", "ort-int8": "int8", "ct2-fp3
 
 
 def _precision(engine: str) -> str:
-    return PRECISION.get(engine.split("+")[0], "?")
+    name = engine.split("+")[0]  # ort-<variant> engines of extra bundle variants (ort-int8dyn) by their prefix
+    return PRECISION.get(name) or next((p for p in ("int8", "fp16", "fp32") if name.split("-")[-1].startswith(p)), "?")
 
 
 def summarize(runs, work, ids, refs, tokenizer, config, peak, rates) -> list[dict]:

@@ -18,13 +18,15 @@ def weight_matmuls(model: onnx.ModelProto) -> list[str]:
 def quantize_int8_static(src: Path, dst: Path, feeds: list[dict]) -> Path:
     """Static int8: per-channel int8 weights, uint8 activations with scales calibrated (min/max) on ``feeds``.
 
-    Only projections with constant weights are quantized; their outputs stay float (no requantization), which
-    onnxruntime runs as QuantizeLinear + MatMulIntegerToFloat. Every scale is a constant of the graph, so a row's
-    result does not depend on the other rows of the batch (see export/calibration.py).
+    Only projections with constant weights are quantized; their outputs stay float (no requantization): each
+    is QuantizeLinear + MatMulIntegerToFloat with its bias, and only the projection reads the rounded input
+    (export/qdq_fusion.py). Every scale is a constant of the graph, so a row's result does not depend on the
+    other rows of the batch (see export/calibration.py).
     """
     from onnxruntime.quantization import CalibrationMethod, QuantFormat, QuantType, quantize_static
 
     from export.calibration import FeedReader
+    from export.qdq_fusion import fuse_quantized_matmuls
 
     if not feeds:
         raise ValueError(f"no calibration feeds for {src.name}")
@@ -43,6 +45,9 @@ def quantize_int8_static(src: Path, dst: Path, feeds: list[dict]) -> Path:
         calibrate_method=CalibrationMethod.MinMax,
         extra_options={"OpTypesToExcludeOutputQuantization": ["MatMul", "Gemm"], "CalibMovingAverage": False},
     )
+    model = onnx.load(str(dst))
+    fuse_quantized_matmuls(model)  # bias in the integer GEMM, float residuals (export/qdq_fusion.py)
+    onnx.save(model, str(dst))
     onnx.checker.check_model(str(dst))
     return dst
 

@@ -77,11 +77,14 @@ class _DecoderState:
         top_k: int = 1,
     ) -> None:
         self.session, self.lean, self.top_k = session, lean, top_k
-        interface = session.get_modelmeta().custom_metadata_map.get("mtserve.decoder_step", "1") if lean else "0"
+        metadata = session.get_modelmeta().custom_metadata_map if lean else {}
+        interface = metadata.get("mtserve.decoder_step", "1") if lean else "0"
         self.per_source = interface >= "2"  # cross keys/values per source, rows grouped by source
         self.has_top_k = lean and "top_k" in {i.name for i in session.get_inputs()}
-        # interface 2 runs TopK only when asked (top_k > 0); greedy takes numpy's argmax of log_probs instead
-        self.fetch_top = self.has_top_k and (top_k > 1 or not self.per_source)
+        # interface 2 runs TopK only when asked (top_k > 0); greedy takes numpy's argmax of log_probs instead.
+        # A graph's two-stage top-k serves at most mtserve.max_top_k candidates; beyond, numpy ranks log_probs
+        max_top_k = int(metadata.get("mtserve.max_top_k", 1 << 30))
+        self.fetch_top = self.has_top_k and (top_k > 1 or not self.per_source) and top_k <= max_top_k
         self._top_k_input = np.array([top_k if self.fetch_top else 0], dtype=np.int64)
         self._fetch: list[str] | None = None
         self._buffers: dict[tuple[str, int], np.ndarray] = {}

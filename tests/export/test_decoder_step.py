@@ -154,3 +154,15 @@ def test_decoder_graph_loads_only_when_attention_needs_it(tiny):
     assert engine._decoder is None  # search ran on decoder_step alone
     result = engine.attention(SAMPLE_SENTENCES[0])
     assert engine._decoder is not None and result["cross"].shape[-1] == len(result["source_tokens"])
+
+
+def test_beams_wider_than_the_graphs_top_k_rank_in_numpy(tiny):
+    """A step graph's two-stage top-k serves at most mtserve.max_top_k candidates (32 for the tiny vocabulary);
+    a wider beam (17 -> 34 candidates) falls back to ranking the full log_probs, with the same result."""
+    _, bundle = tiny
+    lean = Engine(bundle, variant="fp32", providers="cpu")
+    assert int(lean.step_decoder.get_modelmeta().custom_metadata_map["mtserve.max_top_k"]) == 32
+    full = Engine(bundle, variant="fp32", providers="cpu", lean_decoder=False)
+    options = TranslateOptions(beam_size=17)
+    got = [t.token_ids for t in lean.translate(SAMPLE_SENTENCES, options)]
+    assert got == [t.token_ids for t in full.translate(SAMPLE_SENTENCES, options)]

@@ -17,7 +17,7 @@ from model.checkpoint import load_release
 from service.engine import load_bundle
 
 ROOT = Path(__file__).resolve().parents[2]
-QUANTIZED_OPS = {"QuantizeLinear", "DequantizeLinear"}  # static int8 (QDQ); the dynamic ops must not appear
+QUANTIZED_OPS = {"QuantizeLinear", "MatMulIntegerToFloat"}  # static int8; the dynamic ops must not appear
 DYNAMIC_OPS = {"DynamicQuantizeLinear", "DynamicQuantizeMatMul"}
 
 
