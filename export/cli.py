@@ -10,7 +10,7 @@ import time
 from pathlib import Path
 
 from export.calibration import read_sentences, record_feeds
-from export.manifest import build_manifest, seal
+from export.manifest import build_manifest, git_commit, seal
 from export.onnx_export import export_graphs
 from export.quantize import convert_fp16, quantize_int8_static
 from model.checkpoint import TOKENIZER_FILE, load_release
@@ -28,6 +28,7 @@ def cmd_export(args: argparse.Namespace) -> int:
             file=sys.stderr,
         )
         return 2
+    commit = git_commit()  # before anything is written: the bundle may live inside the repository
     model, meta = load_release(args.model)
     out = Path(args.out)
     if out.exists():
@@ -56,6 +57,7 @@ def cmd_export(args: argparse.Namespace) -> int:
             variants=variants,
             vocab_size=model.cfg.vocab_size,
             training=training,
+            commit=commit,
         )
         seal(out, manifest)
 

@@ -41,7 +41,10 @@ def build_manifest(
     vocab_size: int,
     training: dict[str, Any],
     default_variant: str = "fp32",
+    commit: str | None = None,
 ) -> dict[str, Any]:
+    """``commit``: the exporting code's git commit, taken before the export wrote anything (a bundle inside the
+    repository would otherwise mark its own export "-dirty"); looked up now when not given."""
     files = ["tokenizer.model"] + [
         path for v in variants.values() for key, path in v.items() if key in ("encoder", "decoder", "decoder_step")
     ]
@@ -67,7 +70,7 @@ def build_manifest(
         "graphs": graphs,
         "training": training,
         "created": dt.datetime.now(dt.UTC).replace(microsecond=0).isoformat(),
-        "git_commit": git_commit(),
+        "git_commit": commit or git_commit(),
         "files": files,
     }
 
