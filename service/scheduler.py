@@ -39,6 +39,18 @@ class QueueFull(SchedulerError):
         self.retry_after = retry_after
 
 
+class RequestTooLarge(SchedulerError):
+    """More sentences than the queue ever holds: no retry can succeed, so not a 429."""
+
+    status = 413
+
+    def __init__(self, n_items: int, limit: int) -> None:
+        super().__init__(
+            f"the request has {n_items} texts but this server queues at most {limit} sentences "
+            "(MT_MAX_QUEUE_SENTENCES); split it into smaller requests"
+        )
+
+
 class DeadlineExceeded(SchedulerError):
     status = 504
 
@@ -133,6 +145,8 @@ class Scheduler:
         """
         if self._closing:
             raise ShuttingDown("the service is shutting down; retry on another instance")
+        if len(payloads) > self.limits.max_queue:
+            raise RequestTooLarge(len(payloads), self.limits.max_queue)
         refusal = self.refusal(len(payloads))
         if refusal is not None:
             raise refusal
@@ -274,6 +288,8 @@ class Scheduler:
             results, stats = await asyncio.get_running_loop().run_in_executor(
                 self._executor, self.runner, kind, key, [it.payload for it in batch]
             )
+            if len(results) != len(batch):  # never hand out a shifted answer; fail the batch instead
+                raise RuntimeError(f"the engine returned {len(results)} results for {len(batch)} sentences")
         except Exception:
             log.exception(
                 "engine batch %d failed (%d sentences)",

@@ -32,7 +32,7 @@ def _detail(description: str) -> dict:
 ERROR_RESPONSES = {
     401: _detail("missing or invalid API key (when keys are configured)"),
     404: _detail("unknown model"),
-    413: _detail("request body too large"),
+    413: _detail("request body too large, or more texts than the server queues (MT_MAX_QUEUE_SENTENCES)"),
     429: _detail("queue full; see Retry-After"),
     500: _detail("internal error (no details are sent; the log has them under the request id)"),
     503: _detail("not ready, or shutting down; see Retry-After"),

@@ -84,3 +84,19 @@ def test_full_queue_refuses_before_reading_the_request(tiny_repository, tmp_path
         assert metric(url, "mt_requests_total", endpoint="/v1/embed", model="de-en", status="429") == 1
     finally:
         server.stop()
+
+
+def test_request_larger_than_the_queue_gets_413_not_an_endless_429(tiny_repository, tmp_path):
+    """MT_MAX_QUEUE_SENTENCES below the per-request text limit: a request that can never fit is told so (413,
+    no Retry-After), not asked to retry; one that fits is served."""
+    server = start_server(tiny_repository, {"MT_MAX_QUEUE_SENTENCES": "2"}, tmp_path / "service.log")
+    try:
+        too_big = httpx.post(server.url + "/v1/translate", json={"texts": ["a", "b", "c"]}, timeout=30)
+        assert too_big.status_code == 413, too_big.text
+        assert "retry-after" not in too_big.headers
+        assert "queues at most 2 sentences" in too_big.json()["detail"]
+        assert httpx.post(server.url + "/v1/embed", json={"texts": ["a", "b", "c"]}, timeout=30).status_code == 413
+        fits = httpx.post(server.url + "/v1/translate", json={"texts": ["der hund", "die katze"]}, timeout=30)
+        assert fits.status_code == 200 and len(fits.json()["translations"]) == 2
+    finally:
+        server.stop()

@@ -13,7 +13,15 @@ import threading
 import pytest
 
 from service.metrics import Metrics
-from service.scheduler import BatchFailed, BatchLimits, DeadlineExceeded, QueueFull, Scheduler, ShuttingDown
+from service.scheduler import (
+    BatchFailed,
+    BatchLimits,
+    DeadlineExceeded,
+    QueueFull,
+    RequestTooLarge,
+    Scheduler,
+    ShuttingDown,
+)
 
 MODEL = "m"
 KEY_A = ("translate", 4)
@@ -246,6 +254,46 @@ def test_full_queue_refuses_with_retry_after_and_keeps_what_it_accepted():
     assert depth == 3
     assert answer == [(KEY_A, "q1"), (KEY_A, "q2"), (KEY_A, "q3")]
     assert after == [(KEY_A, "q5")]
+
+
+def test_a_request_larger_than_the_queue_is_refused_for_good_not_asked_to_retry():
+    """More sentences than the queue ever holds: 413 at once (a 429 would send the client into endless retries),
+    even with an empty queue; requests that fit are still served."""
+
+    async def scenario():
+        runner = FakeRunner()
+        scheduler, _ = make(runner, max_queue=3)
+        with pytest.raises(RequestTooLarge) as refused:
+            await submit(scheduler, ["a", "b", "c", "d"])
+        fits = await submit(scheduler, ["a", "b", "c"])
+        await scheduler.stop()
+        return refused.value, fits
+
+    refused, fits = asyncio.run(scenario())
+    assert refused.status == 413 and not isinstance(refused, QueueFull)
+    assert "4 texts" in str(refused) and "at most 3 sentences" in str(refused)
+    assert fits == [(KEY_A, "a"), (KEY_A, "b"), (KEY_A, "c")]
+
+
+class MiscountingRunner(FakeRunner):
+    """Returns one result too few for batches that contain "short"."""
+
+    def __call__(self, kind: str, key, payloads: list) -> tuple[list, dict]:
+        results, stats = super().__call__(kind, key, payloads)
+        return (results[:-1] if any(p["text"] == "short" for p in payloads) else results), stats
+
+
+def test_a_wrong_number_of_engine_results_fails_the_batch_instead_of_hanging():
+    async def scenario():
+        runner = MiscountingRunner()
+        scheduler, _ = make(runner)
+        with pytest.raises(BatchFailed):
+            await asyncio.wait_for(submit(scheduler, ["short", "x"]), 10)  # a hang fails here, not forever
+        later = await submit(scheduler, ["later"])
+        await scheduler.stop()
+        return later
+
+    assert asyncio.run(scenario()) == [(KEY_A, "later")]
 
 
 def test_deadline_passing_in_the_queue_fails_the_request_without_engine_work():
