@@ -24,7 +24,6 @@ import datetime as dt
 import json
 import multiprocessing as mp
 import os
-import platform
 import resource
 import subprocess
 import sys
@@ -34,6 +33,8 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 # run as a script, bench/ comes first on sys.path, where bench/service.py would hide the service package
 sys.path[:] = [str(ROOT)] + [p for p in sys.path if Path(p or ".").resolve() != ROOT / "bench"]
+
+from bench.machine_info import cpu_model  # noqa: E402 (after the sys.path fix above)
 
 SETTINGS = [("greedy", 1, 32), ("greedy", 1, 1), ("beam4", 4, 32), ("beam4", 4, 1)]  # (name, beam, batch)
 ENGINES = ["pytorch", "ort-fp32", "ort-int8", "ct2-fp32", "ct2-int8"]
@@ -131,14 +132,7 @@ def workloads(ids: list[list[int]], limits: list[int], batch1_limit: int) -> dic
 
 
 def machine() -> str:
-    model = platform.processor() or "unknown CPU"
-    try:
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith("model name"):
-                model = line.split(":", 1)[1].strip()
-                break
-    except OSError:
-        pass
+    model = cpu_model("unknown CPU")
     return f"{os.cpu_count()} CPUs (nproc {len(os.sched_getaffinity(0))}), {model}"
 
 

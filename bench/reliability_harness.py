@@ -21,6 +21,7 @@ import time
 from pathlib import Path
 
 import httpx
+from machine_info import cpu_model  # bench/ is on sys.path wherever this module is imported
 
 ROOT = Path(__file__).resolve().parent.parent
 DOC = ROOT / "docs" / "reliability.md"
@@ -143,14 +144,7 @@ def percentile(values: list[float], q: float) -> float:
 
 
 def machine() -> str:
-    cpu = platform.processor() or platform.machine()
-    try:
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith("model name"):
-                cpu = line.split(":", 1)[1].strip()
-                break
-    except OSError:
-        pass
+    cpu = cpu_model()
     load = os.getloadavg()[0] if hasattr(os, "getloadavg") else float("nan")
     return (
         f"{platform.node()}: {cpu}, {os.cpu_count()} CPUs, Python {platform.python_version()}, "

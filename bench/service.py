@@ -15,7 +15,6 @@ import argparse
 import asyncio
 import datetime as dt
 import os
-import platform
 import shlex
 import signal
 import socket
@@ -28,6 +27,7 @@ from pathlib import Path
 
 import httpx
 import numpy as np
+from machine_info import cpu_model  # bench/ is on sys.path: this file runs as a script
 from prometheus_client.parser import text_string_to_metric_families
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -222,14 +222,7 @@ def table(rows: list[tuple[int, Result, Result]]) -> str:
 
 
 def machine() -> str:
-    cpu = platform.processor() or "unknown CPU"
-    try:
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith("model name"):
-                cpu = line.split(":", 1)[1].strip()
-                break
-    except OSError:
-        pass
+    cpu = cpu_model("unknown CPU")
     load = ", ".join(f"{x:.2f}" for x in os.getloadavg())
     return f"{os.cpu_count()} CPUs (nproc), {cpu}; load average at start {load}"
 

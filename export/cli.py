@@ -199,25 +199,25 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--force", action="store_true")
     p.set_defaults(func=cmd_export)
 
+    def bundle_and_corpus(p: argparse.ArgumentParser, data_help: str, data_required: bool) -> None:
+        """Arguments evaluate and verify share: the bundle, the corpus split, beam sizes, providers."""
+        p.add_argument("--bundle", required=True)
+        p.add_argument("--data", required=data_required, help=data_help)
+        p.add_argument("--split", default="test_2016_flickr")
+        p.add_argument("--beam", type=int, nargs="+", default=[1, 4])
+        p.add_argument("--providers", default="cpu")
+
     p = sub.add_parser("evaluate", help="BLEU of every variant with the engine; recorded in the manifest")
-    p.add_argument("--bundle", required=True)
-    p.add_argument("--data", required=True)
-    p.add_argument("--split", default="test_2016_flickr")
+    bundle_and_corpus(p, "corpus folder with <split>.<src> and <split>.<tgt>", data_required=True)
     p.add_argument("--variants", nargs="*")
-    p.add_argument("--beam", type=int, nargs="+", default=[1, 4])
     p.add_argument("--batch-size", type=int, default=32)
-    p.add_argument("--providers", default="cpu")
     p.add_argument("--threads", type=int, default=1)
     p.set_defaults(func=cmd_evaluate)
 
     p = sub.add_parser("verify", help="PyTorch vs onnxruntime parity (graphs and translations)")
-    p.add_argument("--bundle", required=True)
+    bundle_and_corpus(p, "corpus folder for translation parity (optional)", data_required=False)
     p.add_argument("--model", required=True)
-    p.add_argument("--data", help="corpus folder for translation parity (optional)")
-    p.add_argument("--split", default="test_2016_flickr")
-    p.add_argument("--beam", type=int, nargs="+", default=[1, 4])
     p.add_argument("--shapes", type=int, default=12)
-    p.add_argument("--providers", default="cpu")
     p.add_argument("--output")
     p.set_defaults(func=cmd_verify)
 

@@ -1,6 +1,7 @@
 """The v1 endpoints, health, readiness and metrics."""
 
 import asyncio
+from collections.abc import Hashable
 from typing import Any
 
 import numpy as np
@@ -122,6 +123,14 @@ def _select(matrix: np.ndarray, layers: list[int] | None, heads: list[int] | Non
     return matrix.tolist()
 
 
+async def _submit_texts(request: Request, body: Any, kind: str, key: Hashable) -> tuple[LoadedModel, list[Any]]:
+    """Tokenize ``body.texts`` for ``body.model`` and run them as one request of ``kind``; (model, results)."""
+    model = _model(request, body.model)
+    ids = _source_ids(request, model, body.texts, "texts")
+    payloads = _payloads(ids, body.texts, request.app.state.mt.settings.enable_test_hooks)
+    return model, await _submit(request, model, kind, key, payloads, _timeout(request, body.timeout_s))
+
+
 def build_router(app: FastAPI) -> APIRouter:
     settings = app.state.mt.settings
     models = request_models(settings)
@@ -141,17 +150,19 @@ def build_router(app: FastAPI) -> APIRouter:
         ]
     }
 
-    @router.post(
-        "/v1/translate",
-        response_model=TranslateResponse,
-        response_model_exclude_none=True,
-        responses=ERROR_RESPONSES,
-        openapi_extra=timeout_header,
-        summary="Translate a batch of texts",
-    )
+    def work_endpoint(path: str, response_model, summary: str):
+        """POST route of a work endpoint: error responses and the deadline header documented alike."""
+        return router.post(
+            path,
+            response_model=response_model,
+            response_model_exclude_none=True,
+            responses=ERROR_RESPONSES,
+            openapi_extra=timeout_header,
+            summary=summary,
+        )
+
+    @work_endpoint("/v1/translate", TranslateResponse, "Translate a batch of texts")
     async def translate(body: TranslateRequest, request: Request) -> dict[str, Any]:  # type: ignore[valid-type]
-        model = _model(request, body.model)
-        ids = _source_ids(request, model, body.texts, "texts")
         key = (
             "translate",
             body.beam_size,
@@ -160,41 +171,15 @@ def build_router(app: FastAPI) -> APIRouter:
             body.length_penalty,
             body.return_attention or body.return_alignment,
         )
-        hooks = request.app.state.mt.settings.enable_test_hooks
-        results = await _submit(
-            request, model, "translate", key, _payloads(ids, body.texts, hooks), _timeout(request, body.timeout_s)
-        )
+        model, results = await _submit_texts(request, body, "translate", key)
         return {"model": model.name, "translations": [_translation_out(model, t, body) for t in results]}
 
-    @router.post(
-        "/v1/embed",
-        response_model=EmbedResponse,
-        responses=ERROR_RESPONSES,
-        openapi_extra=timeout_header,
-        summary="Sentence embeddings from the encoder",
-    )
+    @work_endpoint("/v1/embed", EmbedResponse, "Sentence embeddings from the encoder")
     async def embed(body: EmbedRequest, request: Request) -> dict[str, Any]:  # type: ignore[valid-type]
-        model = _model(request, body.model)
-        ids = _source_ids(request, model, body.texts, "texts")
-        hooks = request.app.state.mt.settings.enable_test_hooks
-        vectors = await _submit(
-            request,
-            model,
-            "embed",
-            ("embed", body.pooling, body.normalize),
-            _payloads(ids, body.texts, hooks),
-            _timeout(request, body.timeout_s),
-        )
+        model, vectors = await _submit_texts(request, body, "embed", ("embed", body.pooling, body.normalize))
         return {"model": model.name, "dimension": len(vectors[0]), "embeddings": [v.tolist() for v in vectors]}
 
-    @router.post(
-        "/v1/attention",
-        response_model=AttentionResponse,
-        response_model_exclude_none=True,
-        responses=ERROR_RESPONSES,
-        openapi_extra=timeout_header,
-        summary="Encoder, decoder and cross attention, every layer and head",
-    )
+    @work_endpoint("/v1/attention", AttentionResponse, "Encoder, decoder and cross attention, every layer and head")
     async def attention(body: AttentionRequest, request: Request) -> dict[str, Any]:  # type: ignore[valid-type]
         model = _model(request, body.model)
         cfg = model.bundle.model_config
