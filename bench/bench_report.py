@@ -76,6 +76,9 @@ def render(rows: list[dict], meta: dict, config: dict) -> str:
     lines = [
         "## Engine: PyTorch eager vs onnxruntime engine vs CTranslate2",
         "",
+        "Set-up on a fresh clone: `make dev-env && .venv/bin/pip install -e '.[bench]'` (PyTorch, onnxruntime, "
+        "CTranslate2); the CTranslate2 model is converted from the checkpoint on the first run "
+        "(bench/ct2_convert.py).  ",
         f"Command: `{meta['command']}`  ",
         f"Date: {meta['date']}; machine: {meta['machine']}; {meta['threads']} intra-op thread(s) for every engine; "
         f"median of {meta['repeats']} interleaved repeats after a warm-up pass.  ",
