@@ -7,6 +7,7 @@ Testable without HTTP and without torch.
 
 from __future__ import annotations
 
+import math
 import threading
 import time
 from collections.abc import Sequence
@@ -90,6 +91,8 @@ class _DecoderState:
         self._buffers: dict[tuple[str, int], np.ndarray] = {}
         self._sources = (cross_keys, cross_values, src_mask)
         self._selected: np.ndarray | None = None
+        self._selected_for: np.ndarray | None = None  # the row_sources the current selection was made for
+        self._arange = np.arange(0)
         layers, n_sources, heads, _, d_head = cross_keys.shape
         self.row_sources = np.arange(n_sources) if row_sources is None else np.asarray(row_sources)
         self._select(self.row_sources)
@@ -97,13 +100,18 @@ class _DecoderState:
         self.past_keys: np.ndarray | list[np.ndarray] = list(empty) if lean else empty
         self.past_values: np.ndarray | list[np.ndarray] = list(empty) if lean else empty
 
+    def _identity(self, n: int) -> np.ndarray:
+        if len(self._arange) < n:
+            self._arange = np.arange(2 * n)
+        return self._arange[:n]
+
     def _take(self, array: np.ndarray, rows: np.ndarray, slot: tuple[str, int]) -> np.ndarray:
         """``array[rows]`` written into a buffer kept for this cache tensor (no fresh pages every step).
 
         ``array`` is always the session's last output, never the buffer itself, so one buffer per slot does.
         """
         shape = (len(rows), *array.shape[1:])
-        size = int(np.prod(shape))
+        size = math.prod(shape)
         buffer = self._buffers.get(slot)
         if buffer is None or buffer.size < size:
             buffer = self._buffers[slot] = np.empty(size + size // 2, dtype=array.dtype)  # room to grow
@@ -113,6 +121,9 @@ class _DecoderState:
 
     def _select(self, row_sources: np.ndarray) -> None:
         """Cross keys/values and mask of the sources the rows read (per row, or per source for interface 2)."""
+        if self._selected_for is not None and np.array_equal(row_sources, self._selected_for):
+            return  # beams traded places within their sentences: the same sources, nothing to gather
+        self._selected_for = row_sources
         wanted = row_sources
         if self.per_source:
             wanted = row_sources[np.r_[True, row_sources[1:] != row_sources[:-1]]]  # first row of each group
@@ -129,6 +140,8 @@ class _DecoderState:
         self._selected = wanted
 
     def step(self, tokens: np.ndarray, rows: np.ndarray | None) -> np.ndarray | TopCandidates:
+        if rows is not None and len(rows) == len(self.row_sources) and np.array_equal(rows, self._identity(len(rows))):
+            rows = None  # every row stays where it is: no cache gather
         if rows is not None:
             self.row_sources = self.row_sources[rows]
             self._select(self.row_sources)

@@ -123,6 +123,7 @@ def beam_search(
     history = np.full((n * k, 0), bos, dtype=np.int64)  # generated tokens of each live row
     last = np.full((n * k, 1), bos, dtype=np.int64)
     rows: np.ndarray | None = None
+    origin = np.zeros((1, 0), dtype=np.int64)
     for t in range(max(limits)):
         top = _candidates(step(last, rows), 2 * k)  # (active*k, c), c >= 2k
         m, c = len(active), top.ids.shape[1]
@@ -130,12 +131,13 @@ def beam_search(
             raise ValueError(f"beam {k} needs the 2 * beam best tokens of every row; the step returned {c}")
         scores = (beam_scores[:, :, None] + top.log_probs.astype(np.float64).reshape(m, k, c)).reshape(m, k * c)
         ids = top.ids.reshape(m, k * c)
-        origin = np.repeat(np.arange(k, dtype=np.int64), c)[None, :]  # beam of each candidate
+        if origin.shape[1] != k * c:
+            origin = np.repeat(np.arange(k, dtype=np.int64), c)[None, :] * (1 << 32)  # beam of each candidate
         # rank by score, ties by (beam, token): the order of beam * vocab + token in a full ranking
-        order = np.lexsort((origin * (1 << 32) + ids, -scores), axis=1)[:, : 2 * k]  # (m, 2k)
-        cand_scores = np.take_along_axis(scores, order, axis=1)
-        cand_ids = np.take_along_axis(ids, order, axis=1)
-        cand_rows = np.arange(m)[:, None] * k + order // c
+        order = np.lexsort((origin + ids, -scores), axis=1)[:, : 2 * k]  # (m, 2k)
+        sentence = np.arange(m)[:, None]
+        cand_scores, cand_ids = scores[sentence, order], ids[sentence, order]
+        cand_rows = sentence * k + order // c
         is_eos = cand_ids == eos
         for i, rank in zip(*np.nonzero(is_eos[:, :k]), strict=True):  # EOS among the k best ends a hypothesis
             score = float(cand_scores[i, rank])
