@@ -34,7 +34,7 @@ ROOT = Path(__file__).resolve().parent.parent
 # run as a script, bench/ comes first on sys.path, where bench/service.py would hide the service package
 sys.path[:] = [str(ROOT)] + [p for p in sys.path if Path(p or ".").resolve() != ROOT / "bench"]
 
-from bench.machine_info import cpu_model  # noqa: E402 (after the sys.path fix above)
+from bench.bench_machine import cpu_model  # noqa: E402 (after the sys.path fix above)
 
 SETTINGS = [("greedy", 1, 32), ("greedy", 1, 1), ("beam4", 4, 32), ("beam4", 4, 1)]  # (name, beam, batch)
 ENGINES = ["pytorch", "ort-fp32", "ort-int8", "ct2-fp32", "ct2-int8"]

@@ -21,7 +21,7 @@ import time
 from pathlib import Path
 
 import httpx
-from machine_info import cpu_model  # bench/ is on sys.path wherever this module is imported
+from bench_machine import cpu_model  # bench/ is on sys.path wherever this module is imported
 
 ROOT = Path(__file__).resolve().parent.parent
 DOC = ROOT / "docs" / "reliability.md"

@@ -27,7 +27,7 @@ from pathlib import Path
 
 import httpx
 import numpy as np
-from machine_info import cpu_model  # bench/ is on sys.path: this file runs as a script
+from bench_machine import cpu_model  # bench/ is on sys.path: this file runs as a script
 from prometheus_client.parser import text_string_to_metric_families
 
 ROOT = Path(__file__).resolve().parent.parent
