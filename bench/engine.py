@@ -108,6 +108,15 @@ def _worker(conn, engine: str, args: dict) -> None:
 
 
 def _peak_rss_mib() -> float:
+    """This process's own peak resident memory. /proc's VmHWM belongs to the process's current memory map; the
+    rusage maximum survives exec, so a worker spawned from a large parent (one that had just converted the
+    CTranslate2 model with torch) would report the parent's size."""
+    try:
+        for line in Path("/proc/self/status").read_text().splitlines():
+            if line.startswith("VmHWM:"):
+                return int(line.split()[1]) / 1024
+    except OSError:
+        pass
     return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
 
 
