@@ -75,3 +75,23 @@ def test_thread_settings_reach_the_session(encoder_path):
     session = create_session(encoder_path, "cpu", intra_op_threads=1, inter_op_threads=1)
     options = session.get_session_options()
     assert (options.intra_op_num_threads, options.inter_op_num_threads) == (1, 1)
+
+
+def test_variant_choice_follows_the_provider():
+    """auto: the bundle's default on CPU (int8 when statically quantized); on CUDA fp16 if present, else fp32,
+    never the CPU-oriented int8; an explicit MT_VARIANT wins; an unknown one is refused by name."""
+    from types import SimpleNamespace
+
+    from service.engine.bundle import BundleError
+    from service.registry import choose_variant
+
+    def bundle(variants, default):
+        return SimpleNamespace(variants=variants, default_variant=default, path="b")
+
+    cpu, cuda = ["CPUExecutionProvider"], ["CUDAExecutionProvider", "CPUExecutionProvider"]
+    assert choose_variant(bundle(["fp32", "int8"], "int8"), "auto", cpu) == "int8"
+    assert choose_variant(bundle(["fp32", "int8"], "int8"), "auto", cuda) == "fp32"
+    assert choose_variant(bundle(["fp32", "int8", "fp16"], "int8"), "auto", cuda) == "fp16"
+    assert choose_variant(bundle(["fp32", "int8", "fp16"], "int8"), "fp32", cuda) == "fp32"
+    with pytest.raises(BundleError, match="MT_VARIANT=fp16"):
+        choose_variant(bundle(["fp32", "int8"], "int8"), "fp16", cpu)
