@@ -68,6 +68,8 @@ def _candidates(out: np.ndarray | TopCandidates, count: int) -> TopCandidates:
 
 
 def greedy_search(step: StepFn, limits: list[int], bos: int, eos: int) -> list[Hypothesis]:
+    if len(limits) == 1:
+        return [_greedy_one(step, limits[0], bos, eos)]
     n = len(limits)
     limit = np.asarray(limits)
     active = np.arange(n)
@@ -94,6 +96,28 @@ def greedy_search(step: StepFn, limits: list[int], bos: int, eos: int) -> list[H
             active = active[keep]
         last = best[keep].reshape(-1, 1).astype(np.int64)
     return [Hypothesis(tokens[i], float(scores[i]), float(scores[i])) for i in range(n)]
+
+
+def _greedy_one(step: StepFn, limit: int, bos: int, eos: int) -> Hypothesis:
+    """greedy_search for one sentence with Python scalars (a step's bookkeeping costs as much as 10% of a
+    one-row decoder step in numpy calls). Same choices and sums: argmax's first maximum, float32 -> float64."""
+    tokens: list[int] = []
+    score = 0.0
+    last = np.full((1, 1), bos, dtype=np.int64)
+    for _ in range(limit):
+        out = step(last, None)
+        if isinstance(out, TopCandidates):
+            best, log_prob = int(out.ids[0, 0]), float(out.log_probs[0, 0])
+        else:
+            row = out[0]
+            best = int(row.argmax())
+            log_prob = float(row[best])
+        score += log_prob
+        if best == eos:
+            break
+        tokens.append(best)
+        last = np.full((1, 1), best, dtype=np.int64)
+    return Hypothesis(tokens, score, score)
 
 
 def beam_search(

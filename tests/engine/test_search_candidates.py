@@ -71,3 +71,18 @@ def test_beam_candidates_must_cover_two_beams_of_tokens():
     step = FakeDecoder(4, 0, top=2).step
     with pytest.raises(ValueError, match="2 \\* beam"):
         beam_search(step, [5], BOS, EOS, 4, 0.6, 1)
+
+
+@pytest.mark.parametrize("top", [None, 1])
+def test_greedy_alone_takes_the_scalar_path_and_equals_greedy_in_a_batch(top):
+    """One sentence runs greedy_search's scalar path; its result must be that sentence's result in a batch
+    (EOS, length limits and tied maxima included)."""
+    limits = [3, 7, 12, 30]
+    ended = {"limit": 0, "eos": 0}
+    for seed in range(8):
+        batched = greedy_search(FakeDecoder(len(limits), seed, top).step, limits, BOS, EOS)
+        alone = [greedy_search(FakeDecoder(1, seed, top).step, [lim], BOS, EOS)[0] for lim in limits]
+        assert [(h.tokens, h.score) for h in alone] == [(h.tokens, h.score) for h in batched], seed
+        for h, lim in zip(alone, limits, strict=True):
+            ended["limit" if len(h.tokens) == lim else "eos"] += 1
+    assert ended["limit"] and ended["eos"], ended  # both ways of ending were exercised
