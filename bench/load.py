@@ -27,13 +27,11 @@ from typing import Any
 
 import httpx
 from reliability_harness import (
-    ROOT,
     RawHttpClient,
     ServerProcess,
-    command_line,
-    machine,
-    now,
+    add_server_arguments,
     percentile,
+    report_header,
     sentences,
     write_section,
 )
@@ -190,16 +188,8 @@ async def run_load(
 
 def report(args: argparse.Namespace, server: ServerProcess, result: LoadResult, rss: tuple) -> str:
     s = result.summary()
-    settings = ", ".join(f"{k}={v}" for k, v in sorted(server.settings.items())) or "defaults"
     lines = [
-        "### Load (bench/load.py)",
-        "",
-        f"- command: `{command_line()}`",
-        f"- date: {now()}",
-        f"- machine: {machine()}",
-        f"- server: {'external ' + server.url if server.external else 'python -m service'}; "
-        f"repository `{args.repository}`{' (' + args.label + ')' if args.label else ''}; settings: {settings}",
-        f"- served: {server.served}",
+        *report_header("Load (bench/load.py)", args, server),
         f"- requests: {s['requests']} from {args.clients} concurrent clients, drawn from {args.pool} distinct "
         f"requests (translate 70% with beam 1/2/4, n-best, alignment; embed 20%; attention 10%; 1-{args.max_texts} "
         "texts each), every answer compared with the same request sent alone",
@@ -233,17 +223,13 @@ def _mb(value: float | None) -> str:
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    p.add_argument("--repository", type=Path, default=ROOT / "model_repository", help="model repository to serve")
-    p.add_argument("--url", help="load an already running loopback server instead of starting one")
-    p.add_argument("--label", default="", help="what the repository holds, for the report (e.g. 'de-en v1')")
+    add_server_arguments(p)
     p.add_argument("--requests", type=int, default=20_000)
     p.add_argument("--clients", type=int, default=64)
     p.add_argument("--pool", type=int, default=256, help="distinct requests")
     p.add_argument("--max-texts", type=int, default=3, help="texts per request, at most")
     p.add_argument("--source-file", type=Path, help="source sentences, one a line (default: toy German strings)")
     p.add_argument("--timeout", type=float, default=120.0, help="client timeout per request, seconds")
-    p.add_argument("--env", action="append", default=[], metavar="MT_X=V", help="server setting (repeatable)")
-    p.add_argument("--no-write", action="store_true", help="print only; leave docs/reliability.md alone")
     args = p.parse_args(argv)
     if args.requests < 1 or args.clients < 1 or args.pool < 1:
         p.error("--requests, --clients and --pool must be positive")

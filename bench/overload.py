@@ -25,13 +25,11 @@ from pathlib import Path
 
 import httpx
 from reliability_harness import (
-    ROOT,
     RawHttpClient,
     ServerProcess,
-    command_line,
-    machine,
-    now,
+    add_server_arguments,
     percentile,
+    report_header,
     sentences,
     write_section,
 )
@@ -211,17 +209,9 @@ def report(args: argparse.Namespace, server: ServerProcess, result: OverloadResu
     refused = [o.latency_s * 1000 for o in result.outcomes if o.status in REFUSED]
     accepted = [v * 1000 for v in result.latencies((200,))]
     recovery = [o.latency_s * 1000 for o in result.recovery if o.status == 200]
-    settings = ", ".join(f"{k}={v}" for k, v in sorted(server.settings.items())) or "defaults"
     rss = result.rss_mb
     lines = [
-        "### Overload (bench/overload.py)",
-        "",
-        f"- command: `{command_line()}`",
-        f"- date: {now()}",
-        f"- machine: {machine()}",
-        f"- server: {'external ' + server.url if server.external else 'python -m service'}; "
-        f"repository `{args.repository}`{' (' + args.label + ')' if args.label else ''}; settings: {settings}",
-        f"- served: {server.served}",
+        *report_header("Overload (bench/overload.py)", args, server),
         f"- request: translate {args.texts} texts, beam {args.beam_size}, max_length {args.max_length}",
         f"- capacity (closed loop, {args.clients} clients, {args.capacity_seconds:.0f} s): "
         f"{result.capacity_rps:.1f} requests/s; offered {result.offered_rps:.1f} requests/s "
@@ -249,9 +239,7 @@ def report(args: argparse.Namespace, server: ServerProcess, result: OverloadResu
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    p.add_argument("--repository", type=Path, default=ROOT / "model_repository", help="model repository to serve")
-    p.add_argument("--url", help="load an already running loopback server instead of starting one")
-    p.add_argument("--label", default="", help="what the repository holds, for the report (e.g. 'de-en v1')")
+    add_server_arguments(p)
     p.add_argument("--factor", type=float, default=10.0, help="offered load as a multiple of the capacity")
     p.add_argument("--seconds", type=float, default=20.0, help="duration of the overload phase")
     p.add_argument("--capacity-seconds", type=float, default=10.0)
@@ -261,11 +249,9 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--beam-size", type=int, default=4)
     p.add_argument("--max-length", type=int, default=40)
     p.add_argument("--queue", type=int, default=64, help="MT_MAX_QUEUE_SENTENCES of the started server")
-    p.add_argument("--env", action="append", default=[], metavar="MT_X=V", help="server setting (repeatable)")
     p.add_argument("--max-refusal-ms", type=float, default=500.0, help="bound on the p99 of refusals")
     p.add_argument("--max-accepted-p99-ms", type=float, default=15_000.0, help="bound on the p99 of accepted")
     p.add_argument("--max-rss-growth-mb", type=float, default=256.0)
-    p.add_argument("--no-write", action="store_true", help="print only; leave docs/reliability.md alone")
     return p.parse_args(argv)
 
 

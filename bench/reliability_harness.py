@@ -6,6 +6,7 @@ MT_* settings) or one already running (``--url``). Only loopback addresses are u
 
 from __future__ import annotations
 
+import argparse
 import asyncio
 import datetime as dt
 import os
@@ -158,6 +159,30 @@ def command_line() -> str:
 
 def now() -> str:
     return dt.datetime.now(dt.UTC).strftime("%Y-%m-%d %H:%M UTC")
+
+
+def add_server_arguments(p: argparse.ArgumentParser) -> None:
+    """Arguments every reliability script shares: which server to run or reach, its settings, the report."""
+    p.add_argument("--repository", type=Path, default=ROOT / "model_repository", help="model repository to serve")
+    p.add_argument("--url", help="load an already running loopback server instead of starting one")
+    p.add_argument("--label", default="", help="what the repository holds, for the report (e.g. 'de-en v1')")
+    p.add_argument("--env", action="append", default=[], metavar="MT_X=V", help="server setting (repeatable)")
+    p.add_argument("--no-write", action="store_true", help="print only; leave docs/reliability.md alone")
+
+
+def report_header(title: str, args: argparse.Namespace, server: ServerProcess) -> list[str]:
+    """The first lines of a report: title, command, date, machine, the server and what it served."""
+    settings = ", ".join(f"{k}={v}" for k, v in sorted(server.settings.items())) or "defaults"
+    return [
+        f"### {title}",
+        "",
+        f"- command: `{command_line()}`",
+        f"- date: {now()}",
+        f"- machine: {machine()}",
+        f"- server: {'external ' + server.url if server.external else 'python -m service'}; "
+        f"repository `{args.repository}`{' (' + args.label + ')' if args.label else ''}; settings: {settings}",
+        f"- served: {server.served}",
+    ]
 
 
 def write_section(name: str, body: str, doc: Path = DOC) -> None:
