@@ -10,6 +10,17 @@ from live_server import LiveServer
 from tiny_bundle import cached_tiny_bundle
 
 
+@pytest.fixture(scope="session", autouse=True)
+def one_thread():
+    """The machine has 2 cores and other work running: PyTorch code in every test uses one intra-op thread."""
+    import torch  # the dev environment always has it; imported here so collecting tests stays light
+
+    previous = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(previous)
+
+
 @pytest.fixture
 def free_port() -> int:
     """A TCP port on the loopback interface that nothing listens on right now."""

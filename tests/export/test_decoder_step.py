@@ -10,7 +10,6 @@ import numpy as np
 import onnx
 import onnxruntime as ort
 import pytest
-import torch
 from export_variants import ARCHITECTURES, random_model, random_shapes, tiny_random_config, write_bundle
 from tiny_bundle import SAMPLE_SENTENCES
 
@@ -35,14 +34,6 @@ def _session(model) -> ort.InferenceSession:
     options.intra_op_num_threads = 1
     proto = build_decoder_step(model).SerializeToString()
     return ort.InferenceSession(proto, options, providers=["CPUExecutionProvider"])
-
-
-@pytest.fixture(scope="module", autouse=True)
-def _one_thread():
-    previous = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(previous)
 
 
 @pytest.fixture(scope="module")

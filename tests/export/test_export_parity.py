@@ -9,7 +9,6 @@ from __future__ import annotations
 import dataclasses
 
 import pytest
-import torch
 from export_variants import ARCHITECTURES, random_model, random_shapes, tiny_random_config, write_bundle
 from tiny_bundle import SAMPLE_SENTENCES
 
@@ -22,14 +21,6 @@ from service.tokenizer import Tokenizer
 
 TOLERANCE = 1e-4
 EVERY_OUTPUT = set(ENCODER_OUTPUTS) | {f"decoder.{name}" for name in DECODER_OUTPUTS}
-
-
-@pytest.fixture(scope="module", autouse=True)
-def _one_thread():
-    previous = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(previous)
 
 
 @pytest.fixture(scope="module", params=sorted(ARCHITECTURES))

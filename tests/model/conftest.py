@@ -1,4 +1,4 @@
-"""Fixtures for the model package: one thread, a trained toy model and a tiny parallel corpus."""
+"""Fixtures for the model package: a trained toy model and a tiny parallel corpus (one thread: tests/conftest.py)."""
 
 from __future__ import annotations
 
@@ -9,15 +9,6 @@ import torch
 from model_toys import tiny_config, train_toy, write_corpus
 
 from model.transformer import Transformer
-
-
-@pytest.fixture(scope="session", autouse=True)
-def one_thread():
-    """The machine has 2 cores and other work running: every test uses one intra-op thread."""
-    previous = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(previous)
 
 
 @pytest.fixture(scope="session")
