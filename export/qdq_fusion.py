@@ -14,7 +14,7 @@ from __future__ import annotations
 from collections import defaultdict
 
 import onnx
-from onnx import helper, numpy_helper
+from onnx import helper
 
 MS_DOMAIN = "com.microsoft"
 
@@ -33,6 +33,7 @@ def fuse_quantized_matmuls(model: onnx.ModelProto) -> int:
         node = producer.get(name)
         return node if node is not None and node.op_type == op_type else None
 
+    outputs = {o.name for o in graph.output}
     replaced: dict[int, onnx.NodeProto] = {}  # id(MatMul) -> its MatMulIntegerToFloat
     dropped: set[int] = set()  # bias Adds folded into the MatMulIntegerToFloat
     for node in graph.node:
@@ -46,10 +47,10 @@ def fuse_quantized_matmuls(model: onnx.ModelProto) -> int:
             continue
         output, bias = node.output[0], ""
         users = consumers[output]
-        if len(users) == 1 and users[0].op_type == "Add" and output not in {o.name for o in graph.output}:
+        if len(users) == 1 and users[0].op_type == "Add" and output not in outputs:
             add = users[0]
             other = add.input[1] if add.input[0] == output else add.input[0]
-            n_out = numpy_helper.to_array(initializers[dq_w.input[0]]).shape[-1]
+            n_out = initializers[dq_w.input[0]].dims[-1]
             if other in initializers and tuple(initializers[other].dims) == (n_out,):
                 output, bias = add.output[0], other
                 dropped.add(id(add))
@@ -61,7 +62,6 @@ def fuse_quantized_matmuls(model: onnx.ModelProto) -> int:
 
     # every other reader of a dequantized activation reads the float value it came from; a dequantized graph
     # output (encoder_output, read by /v1/embed) becomes an Identity of the float value
-    outputs = {o.name for o in graph.output}
     identities: dict[int, onnx.NodeProto] = {}
     for dq_x in [n for n in graph.node if n.op_type == "DequantizeLinear"]:
         q_x = made_by(dq_x.input[0], "QuantizeLinear")

@@ -90,20 +90,13 @@ class _DecoderState:
         self._fetch: list[str] | None = None
         self._buffers: dict[tuple[str, int], np.ndarray] = {}
         self._sources = (cross_keys, cross_values, src_mask)
-        self._selected: np.ndarray | None = None
-        self._selected_for: np.ndarray | None = None  # the row_sources the current selection was made for
-        self._arange = np.arange(0)
+        self._selected: np.ndarray | None = None  # the row_sources the cross keys/values were selected for
         layers, n_sources, heads, _, d_head = cross_keys.shape
         self.row_sources = np.arange(n_sources) if row_sources is None else np.asarray(row_sources)
         self._select(self.row_sources)
         empty = np.zeros((layers, len(self.row_sources), heads, 0, d_head), dtype=cross_keys.dtype)
         self.past_keys: np.ndarray | list[np.ndarray] = list(empty) if lean else empty
         self.past_values: np.ndarray | list[np.ndarray] = list(empty) if lean else empty
-
-    def _identity(self, n: int) -> np.ndarray:
-        if len(self._arange) < n:
-            self._arange = np.arange(2 * n)
-        return self._arange[:n]
 
     def _take(self, array: np.ndarray, rows: np.ndarray, slot: tuple[str, int]) -> np.ndarray:
         """``array[rows]`` written into a buffer kept for this cache tensor (no fresh pages every step).
@@ -121,26 +114,23 @@ class _DecoderState:
 
     def _select(self, row_sources: np.ndarray) -> None:
         """Cross keys/values and mask of the sources the rows read (per row, or per source for interface 2)."""
-        if self._selected_for is not None and np.array_equal(row_sources, self._selected_for):
-            return  # beams traded places within their sentences: the same sources, nothing to gather
-        self._selected_for = row_sources
+        if self._selected is not None and np.array_equal(row_sources, self._selected):
+            return  # the same sources in the same groups (beams traded places within their sentences)
+        self._selected = row_sources
         wanted = row_sources
         if self.per_source:
             wanted = row_sources[np.r_[True, row_sources[1:] != row_sources[:-1]]]  # first row of each group
             if not np.array_equal(row_sources, np.repeat(wanted, len(row_sources) // len(wanted))):
                 raise RuntimeError("decoder_step rows must be grouped by source, the same number per source")
-        if self._selected is not None and np.array_equal(wanted, self._selected):
-            return
         keys, values, mask = self._sources
         if np.array_equal(wanted, np.arange(keys.shape[1])):
             self.cross_keys, self.cross_values, self.src_mask = keys, values, mask
         else:  # np.take keeps the result C-contiguous (a[:, rows] does not)
             self.cross_keys, self.cross_values = np.take(keys, wanted, axis=1), np.take(values, wanted, axis=1)
             self.src_mask = mask[wanted]
-        self._selected = wanted
 
     def step(self, tokens: np.ndarray, rows: np.ndarray | None) -> np.ndarray | TopCandidates:
-        if rows is not None and len(rows) == len(self.row_sources) and np.array_equal(rows, self._identity(len(rows))):
+        if rows is not None and np.array_equal(rows, np.arange(len(self.row_sources))):
             rows = None  # every row stays where it is: no cache gather
         if rows is not None:
             self.row_sources = self.row_sources[rows]
