@@ -79,3 +79,18 @@ def test_ct2_conversion_runs_our_model_and_the_check_notices_a_wrong_one(tiny_mo
     wrong.mkdir()
     spec.save(str(wrong))
     assert check_agreement(release, wrong, SAMPLE_SENTENCES * 4)["rate"] < 0.9
+
+
+def test_profile_engine_splits_cpu_time_and_profiles_the_step(tiny_bundle_dir):
+    """bench/profile_engine.py on the tiny bundle: the split adds up, and the step profile names real operators."""
+    import json
+
+    from bench.profile_engine import operators, split
+
+    times = split(tiny_bundle_dir, "int8", SAMPLE_SENTENCES * 4, beam=2, batch=8)
+    assert times["encoder"] > 0 and times["decoder_step"] > 0
+    assert abs(times["encoder"] + times["decoder_step"] + times["other (Python)"] - times["total"]) < 1e-9
+    config = json.loads((tiny_bundle_dir / "manifest.json").read_text())["model"]
+    per_op = operators(tiny_bundle_dir / "int8" / "decoder_step.onnx", config, rows=8, beam=2, steps=5)
+    assert {"MatMulIntegerToFloat", "MultiHeadAttention", "TopK"} <= set(per_op)
+    assert all(us > 0 for us in per_op.values())

@@ -1,0 +1,134 @@
+"""Where the engine's time goes: CPU split of a translation run, and operator shares of one decoder step.
+
+    python bench/profile_engine.py --data ../shared/data/multi30k [--bundle model_repository/de-en/1] \
+        [--variant int8] [--beam 1 4] [--batch 32 1] [--rows 32 128]
+
+1. split: the test set (sorted by length, in batches of --batch) translated by service.engine.Engine, the
+   process's CPU time divided into the encoder graph, the decoder_step graph and everything else (the Python
+   search loop, cache gathers, feeds); one warm-up pass, then one timed pass.
+2. operators: decoder_step.onnx run 200 times with random inputs (--rows rows, 10 cached tokens, source 15,
+   the engine's session options) under onnxruntime's profiler; kernel time per operator type, per step.
+"""
+
+from __future__ import annotations
+
+import argparse
+import collections
+import json
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import numpy as np
+
+ROOT = Path(__file__).resolve().parent.parent
+# run as a script, bench/ comes first on sys.path, where bench/service.py would hide the service package
+sys.path[:] = [str(ROOT)] + [p for p in sys.path if Path(p or ".").resolve() != ROOT / "bench"]
+
+from bench.step_graphs import _feeds  # noqa: E402 (after the sys.path fix above)
+
+
+class _Timed:
+    """An onnxruntime session whose ``run`` adds its CPU time to ``totals[name]``."""
+
+    def __init__(self, session, totals: dict[str, float], name: str) -> None:
+        self._session, self._totals, self._name = session, totals, name
+
+    def run(self, *args, **kwargs):
+        started = time.process_time()
+        try:
+            return self._session.run(*args, **kwargs)
+        finally:
+            self._totals[self._name] += time.process_time() - started
+
+    def __getattr__(self, name: str):
+        return getattr(self._session, name)
+
+
+def split(bundle: Path, variant: str, sources: list[str], beam: int, batch: int) -> dict[str, float]:
+    from service.engine import Engine, TranslateOptions, load_bundle
+
+    engine = Engine(load_bundle(bundle), variant, "cpu", intra_op_threads=1)
+    ids = sorted(engine.source_ids(sources), key=len)
+    batches = [ids[i : i + batch] for i in range(0, len(ids), batch)]
+    totals = collections.Counter({"encoder": 0.0, "decoder_step": 0.0})
+    engine.encoder = _Timed(engine.encoder, totals, "encoder")
+    engine.step_decoder = _Timed(engine.step_decoder, totals, "decoder_step")
+    options = TranslateOptions(beam_size=beam)
+    for chunk in batches:  # warm-up
+        engine.translate_ids(chunk, options)
+    totals.clear()
+    started = time.process_time()
+    for chunk in batches:
+        engine.translate_ids(chunk, options)
+    total = time.process_time() - started
+    return {"total": total, **totals, "other (Python)": total - sum(totals.values())}
+
+
+def operators(path: Path, config: dict, rows: int, beam: int, steps: int = 200) -> dict[str, float]:
+    import onnxruntime as ort
+
+    options = ort.SessionOptions()
+    options.intra_op_num_threads = options.inter_op_num_threads = 1
+    options.enable_profiling = True
+    options.profile_file_prefix = str(Path(tempfile.mkdtemp(prefix="mt-profile-")) / "step")
+    # the engine's CPU options (service/engine/runtime.py): no SkipLayerNormalization fusion
+    session = ort.InferenceSession(
+        str(path), options, providers=["CPUExecutionProvider"], disabled_optimizers=["SkipLayerNormFusion"]
+    )
+    top_k = 2 * beam if beam > 1 else 1
+    feeds, fetch = _feeds(session, config, rows, rows // beam, 15, 10, top_k, np.random.default_rng(0))
+    for _ in range(steps):
+        session.run(fetch, feeds)
+    events = json.loads(Path(session.end_profiling()).read_text())
+    per_op: collections.Counter = collections.Counter()
+    for event in events:
+        if event.get("cat") == "Node" and event["name"].endswith("_kernel_time"):
+            per_op[event["args"]["op_name"]] += event["dur"] / steps  # microseconds per step
+    return dict(per_op.most_common())
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--data", required=True, help="corpus folder with <split>.<src>")
+    parser.add_argument("--split", default="test_2016_flickr")
+    parser.add_argument("--bundle", type=Path, default=ROOT / "model_repository" / "de-en" / "1")
+    parser.add_argument("--variant", default="int8")
+    parser.add_argument("--beam", type=int, nargs="+", default=[1, 4])
+    parser.add_argument("--batch", type=int, nargs="+", default=[32, 1])
+    parser.add_argument("--batch1-limit", type=int, default=200, help="sentences translated one at a time")
+    parser.add_argument("--rows", type=int, nargs="+", default=[32, 128], help="rows of the profiled step")
+    args = parser.parse_args(argv)
+    manifest = json.loads((args.bundle / "manifest.json").read_text())
+    sources = (Path(args.data) / f"{args.split}.{manifest['source_language']}").read_text().splitlines()
+
+    print(f"CPU seconds, {args.variant}, {args.split} (batch 1: the first {args.batch1_limit} sentences)")
+    print("| search | batch | total | encoder | decoder_step | other (Python) |")
+    print("|---|---:|---:|---:|---:|---:|")
+    for beam in args.beam:
+        for batch in args.batch:
+            chosen = sources if batch > 1 else sources[: args.batch1_limit]
+            t = split(args.bundle, args.variant, chosen, beam, batch)
+            cells = " | ".join(f"{t[k]:.3f} ({100 * t[k] / t['total']:.0f}%)" for k in list(t)[1:])
+            print(f"| beam {beam} | {batch} | {t['total']:.3f} | {cells} |")
+
+    step_graph = args.bundle / manifest["variants"][args.variant]["decoder_step"]
+    for rows in args.rows:
+        beam = 4 if rows > 32 else 1
+        per_op = operators(step_graph, manifest["model"], rows, beam)
+        total = sum(per_op.values())
+        print(
+            f"\n{step_graph.relative_to(ROOT) if step_graph.is_relative_to(ROOT) else step_graph}: {rows} rows "
+            f"(beam {beam}), {total:.0f} us of kernels per step"
+        )
+        print("| operator | us / step | share |")
+        print("|---|---:|---:|")
+        for op, us in per_op.items():
+            if us / total >= 0.005:
+                print(f"| {op} | {us:.0f} | {100 * us / total:.1f}% |")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
