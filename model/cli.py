@@ -24,7 +24,7 @@ def cmd_train(args: argparse.Namespace) -> int:
         run.train.epochs = args.epochs
     if args.max_steps is not None:
         run.train.max_steps = args.max_steps
-    trainer = Trainer(run, args.data, args.out, progress=not args.no_progress)
+    trainer = Trainer.from_run(run, args.data, args.out, progress=not args.no_progress)
     if trainer.rank == 0:
         print(
             f"model: {trainer.model.num_parameters():,} parameters; {len(trainer.train_examples):,} training pairs; "

@@ -6,6 +6,7 @@ import json
 import os
 import random
 import time
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -22,7 +23,7 @@ from model.checkpoint import (
     save_release,
     save_training_state,
 )
-from model.config import RunConfig
+from model.config import RunConfig, TrainConfig
 from model.data import Batch, Example, encode_pairs, make_batches, read_parallel
 from model.evaluate import evaluate
 from model.losses import label_smoothed_nll
@@ -54,58 +55,137 @@ def _set_rng_state(state: dict[str, Any]) -> None:
     np.random.set_state(("MT19937", state["numpy"].numpy().astype(np.uint32), state["numpy_pos"], 0, 0.0))
 
 
+@dataclass(frozen=True)
+class TrainingData:
+    """The encoded training pairs and the validation split (raw text for BLEU, encoded for the loss)."""
+
+    train_examples: list[Example]
+    valid_src: list[str]
+    valid_tgt: list[str]
+    valid_examples: list[Example]
+
+
+# --- the named set-up steps Trainer.from_run runs, in this order ------------------------------------
+
+
+def init_distributed() -> tuple[int, int]:
+    """``(rank, world)`` from torchrun's environment; joins the process group when ``world > 1``."""
+    world = int(os.environ.get("WORLD_SIZE", "1"))
+    rank = int(os.environ.get("RANK", "0"))
+    if world > 1 and not dist.is_initialized():
+        dist.init_process_group("nccl" if torch.cuda.is_available() else "gloo")
+    return rank, world
+
+
+def seed_process(cfg: TrainConfig) -> None:
+    """Thread count and seeds (Python, NumPy, torch) of this process, before anything random is built."""
+    if cfg.threads:
+        torch.set_num_threads(cfg.threads)
+    seed_everything(cfg.seed)
+
+
+def prepare_tokenizer(
+    run: RunConfig, data_dir: str | Path, out_dir: str | Path, rank: int = 0, world: int = 1
+) -> Tokenizer:
+    """``out_dir/tokenizer.model``, trained by rank 0 on the training split if missing; must fit the model's vocab."""
+    path = Path(out_dir) / TOKENIZER_FILE
+    if not path.exists() and rank == 0:
+        src, tgt = read_parallel(data_dir, run.train_prefix, run.source_lang, run.target_lang)
+        tc = run.tokenizer
+        train_tokenizer(src + tgt, path, tc.vocab_size, tc.model_type, tc.character_coverage)
+    if world > 1:
+        dist.barrier()
+    tokenizer = Tokenizer(path)
+    if run.model.vocab_size != tokenizer.vocab_size:
+        raise ValueError(f"model vocab_size {run.model.vocab_size} != tokenizer's {tokenizer.vocab_size}")
+    return tokenizer
+
+
+def load_data(run: RunConfig, data_dir: str | Path, tokenizer: Tokenizer) -> TrainingData:
+    """Read and encode the training split (pairs longer than ``max_length`` dropped) and the validation split."""
+    src, tgt = read_parallel(data_dir, run.train_prefix, run.source_lang, run.target_lang)
+    valid_src, valid_tgt = read_parallel(data_dir, run.valid_prefix, run.source_lang, run.target_lang)
+    return TrainingData(
+        train_examples=encode_pairs(tokenizer, src, tgt, run.train.max_length),
+        valid_src=valid_src,
+        valid_tgt=valid_tgt,
+        valid_examples=encode_pairs(tokenizer, valid_src, valid_tgt),
+    )
+
+
+def build_optimizer(
+    run: RunConfig, model: Transformer
+) -> tuple[torch.optim.Optimizer, torch.optim.lr_scheduler.LambdaLR]:
+    """Adam (base lr 1) and the Noam schedule as a LambdaLR multiplier."""
+    cfg = run.train
+    optimizer = torch.optim.Adam(model.parameters(), lr=1.0, betas=cfg.adam_betas, eps=cfg.adam_eps)
+    scheduler = torch.optim.lr_scheduler.LambdaLR(
+        optimizer, lambda step: noam_lr(step + 1, run.model.d_model, cfg.warmup_steps, cfg.lr_factor)
+    )
+    return optimizer, scheduler
+
+
 class Trainer:
-    """One run's state. ``out_dir`` gets tokenizer.model, checkpoints/, log.jsonl, curve.png, release/."""
+    """One run's state. ``out_dir`` gets tokenizer.model, checkpoints/, log.jsonl, curve.png, release/.
 
-    def __init__(self, run: RunConfig, data_dir: str | Path, out_dir: str | Path, progress: bool = True) -> None:
+    The constructor only stores parts that are already built (it reads and writes nothing);
+    :meth:`from_run` builds them from a run config, a corpus folder and a run folder, and resumes.
+    """
+
+    def __init__(
+        self,
+        run: RunConfig,
+        tokenizer: Tokenizer,
+        data: TrainingData,
+        model: Transformer,
+        optimizer: torch.optim.Optimizer,
+        scheduler: torch.optim.lr_scheduler.LambdaLR,
+        out_dir: str | Path,
+        *,
+        ddp: DistributedDataParallel | None = None,
+        rank: int = 0,
+        world: int = 1,
+        progress: bool = True,
+    ) -> None:
         self.run, self.cfg = run, run.train
-        self.data_dir, self.out = Path(data_dir), Path(out_dir)
+        self.out = Path(out_dir)
         self.ckpt_dir = self.out / "checkpoints"
-        self.ckpt_dir.mkdir(parents=True, exist_ok=True)
-        self.world = int(os.environ.get("WORLD_SIZE", "1"))
-        self.rank = int(os.environ.get("RANK", "0"))
-        if self.world > 1 and not dist.is_initialized():
-            dist.init_process_group("nccl" if torch.cuda.is_available() else "gloo")
-        self.progress = progress and self.rank == 0
-        if self.cfg.threads:
-            torch.set_num_threads(self.cfg.threads)
-        seed_everything(self.cfg.seed)
-
-        self.tokenizer = self._tokenizer()
-        if run.model.vocab_size != self.tokenizer.vocab_size:
-            raise ValueError(f"model vocab_size {run.model.vocab_size} != tokenizer's {self.tokenizer.vocab_size}")
-        src, tgt = read_parallel(self.data_dir, run.train_prefix, run.source_lang, run.target_lang)
-        self.train_examples = encode_pairs(self.tokenizer, src, tgt, self.cfg.max_length)
-        self.valid_src, self.valid_tgt = read_parallel(
-            self.data_dir, run.valid_prefix, run.source_lang, run.target_lang
-        )
-        self.valid_examples = encode_pairs(self.tokenizer, self.valid_src, self.valid_tgt)
-
-        self.model = Transformer(run.model)
-        self.ddp = DistributedDataParallel(self.model) if self.world > 1 else None
-        self.optimizer = torch.optim.Adam(
-            self.model.parameters(), lr=1.0, betas=self.cfg.adam_betas, eps=self.cfg.adam_eps
-        )
-        self.scheduler = torch.optim.lr_scheduler.LambdaLR(
-            self.optimizer,
-            lambda step: noam_lr(step + 1, run.model.d_model, self.cfg.warmup_steps, self.cfg.lr_factor),
-        )
+        self.rank, self.world = rank, world
+        self.progress = progress and rank == 0
+        self.tokenizer = tokenizer
+        self.train_examples = data.train_examples
+        self.valid_src, self.valid_tgt = data.valid_src, data.valid_tgt
+        self.valid_examples = data.valid_examples
+        self.model, self.ddp = model, ddp
+        self.optimizer, self.scheduler = optimizer, scheduler
         self.step = self.epoch = self.batch_in_epoch = 0
         self.history: list[dict[str, Any]] = []
         self.best_bleu = -1.0
-        last = self.ckpt_dir / "last.pt"
-        if last.exists():
-            self.load(last)
+        self.train_seconds = 0.0  # wall time of finished train() calls, summed across resumes
+        self._train_started: float | None = None  # time.time() when the running train() call began
 
-    def _tokenizer(self) -> Tokenizer:
-        path = self.out / TOKENIZER_FILE
-        if not path.exists() and self.rank == 0:
-            src, tgt = read_parallel(self.data_dir, self.run.train_prefix, self.run.source_lang, self.run.target_lang)
-            tc = self.run.tokenizer
-            train_tokenizer(src + tgt, path, tc.vocab_size, tc.model_type, tc.character_coverage)
-        if self.world > 1:
-            dist.barrier()
-        return Tokenizer(path)
+    @classmethod
+    def from_run(cls, run: RunConfig, data_dir: str | Path, out_dir: str | Path, progress: bool = True) -> Trainer:
+        """Set up a run (process group, seeds, tokenizer, data, model, optimizer) and resume from last.pt if there."""
+        rank, world = init_distributed()
+        seed_process(run.train)
+        tokenizer = prepare_tokenizer(run, data_dir, out_dir, rank, world)
+        data = load_data(run, data_dir, tokenizer)
+        model = Transformer(run.model)  # after seed_process: the initial weights follow the seed
+        ddp = DistributedDataParallel(model) if world > 1 else None
+        optimizer, scheduler = build_optimizer(run, model)
+        parts = (run, tokenizer, data, model, optimizer, scheduler, out_dir)
+        trainer = cls(*parts, ddp=ddp, rank=rank, world=world, progress=progress)
+        trainer.resume_if_present()
+        return trainer
+
+    def resume_if_present(self) -> bool:
+        """Load ``checkpoints/last.pt`` when it exists (weights, optimizer, schedule, position, RNG, history)."""
+        last = self.ckpt_dir / "last.pt"
+        if not last.exists():
+            return False
+        self.load(last)
+        return True
 
     # --- state -------------------------------------------------------------------------------
     def state(self) -> dict[str, Any]:
@@ -120,6 +200,7 @@ class Trainer:
             "history": json.dumps(self.history),
             "best_bleu": self.best_bleu,
             "run_config": json.dumps(self.run.to_dict()),
+            "train_seconds": self.elapsed_train_seconds(),
         }
 
     def load(self, path: Path) -> None:
@@ -130,11 +211,14 @@ class Trainer:
         self.step, self.epoch, self.batch_in_epoch = state["step"], state["epoch"], state["batch_in_epoch"]
         self.history = json.loads(state["history"])
         self.best_bleu = state["best_bleu"]
+        # Checkpoints written before "train_seconds" existed: the span between their validations, a lower bound.
+        self.train_seconds = float(state.get("train_seconds", _validation_span(self.history) or 0.0))
         _set_rng_state(state["rng"])
 
     def save(self) -> None:
         if self.rank != 0:
             return
+        self.ckpt_dir.mkdir(parents=True, exist_ok=True)
         state = self.state()
         save_training_state(self.ckpt_dir / f"step{self.step:07d}.pt", state)
         save_training_state(self.ckpt_dir / "last.pt", state)
@@ -187,6 +271,7 @@ class Trainer:
             "time": time.time(),
         }
         self.history.append(record)
+        self.out.mkdir(parents=True, exist_ok=True)
         with open(self.out / "log.jsonl", "a") as f:
             f.write(json.dumps(record) + "\n")
         if record["valid_bleu"] > self.best_bleu:
@@ -200,7 +285,19 @@ class Trainer:
         total = per_epoch * self.cfg.epochs
         return min(total, self.cfg.max_steps) if self.cfg.max_steps else total
 
+    def elapsed_train_seconds(self) -> float:
+        """Wall time spent in train() so far, this process's running call included, across resumes."""
+        running = time.time() - self._train_started if self._train_started is not None else 0.0
+        return self.train_seconds + running
+
     def train(self) -> None:
+        self._train_started = time.time()
+        try:
+            self._train()
+        finally:
+            self.train_seconds, self._train_started = self.elapsed_train_seconds(), None
+
+    def _train(self) -> None:
         total = self.total_steps()
         bar = tqdm(total=total, initial=self.step, disable=not self.progress, unit="step", mininterval=5)
         running, tokens, started = 0.0, 0, time.time()
@@ -264,7 +361,7 @@ class Trainer:
             "steps": self.step,
             "epochs": self.epoch,
             "parameters": model.num_parameters(),
-            "train_seconds": _train_seconds(self.history),
+            "train_seconds": round(self.train_seconds, 1),
         }
         release = self.out / "release"
         save_release(release, model, {"run": self.run.to_dict(), "training": summary})
@@ -272,7 +369,8 @@ class Trainer:
         return summary
 
 
-def _train_seconds(history: list[dict[str, Any]]) -> float | None:
+def _validation_span(history: list[dict[str, Any]]) -> float | None:
+    """Seconds between the first and the last validation record; None with fewer than two."""
     if len(history) < 2:
-        return None  # unknown; JSON null (NaN would make the release config and bundle manifest invalid JSON)
-    return round(history[-1]["time"] - history[0]["time"], 1)
+        return None
+    return history[-1]["time"] - history[0]["time"]

@@ -25,7 +25,7 @@ from model.config import RunConfig
 from model.train import Trainer
 
 config, data, out = sys.argv[1:4]
-trainer = Trainer(RunConfig.load(config), data, out, progress=False)
+trainer = Trainer.from_run(RunConfig.load(config), data, out, progress=False)
 flat = lambda: torch.cat([p.detach().flatten() for p in trainer.model.parameters()])
 start = flat()
 trainer.train()

@@ -25,7 +25,7 @@ def _assert_identical(a: dict[str, torch.Tensor], b: dict[str, torch.Tensor]) ->
 
 @pytest.mark.parametrize("stop", ["mid_epoch", "end_of_epoch"])
 def test_resume_reproduces_the_next_step_of_an_uninterrupted_run(corpus_dir, tmp_path, stop):
-    first = Trainer(tiny_run(), corpus_dir, tmp_path / "a", progress=False)
+    first = Trainer.from_run(tiny_run(), corpus_dir, tmp_path / "a", progress=False)
     per_epoch = len(first.epoch_batches(0))
     assert per_epoch >= 6
     n = 3 if stop == "mid_epoch" else per_epoch
@@ -48,7 +48,7 @@ def test_resume_reproduces_the_next_step_of_an_uninterrupted_run(corpus_dir, tmp
     with pytest.raises(AssertionError):
         _assert_identical(continued, at_n)  # the step did change the weights
 
-    resumed = Trainer(tiny_run(max_steps=n + 1), corpus_dir, tmp_path / "b", progress=False)
+    resumed = Trainer.from_run(tiny_run(max_steps=n + 1), corpus_dir, tmp_path / "b", progress=False)
     assert resumed.step == n
     _assert_identical(_weights(resumed), at_n)
     resumed.train()
@@ -75,4 +75,4 @@ def test_a_vocab_size_that_does_not_match_the_tokenizer_is_rejected(corpus_dir, 
     run = tiny_run()
     run.model.vocab_size += 1
     with pytest.raises(ValueError, match="vocab_size"):
-        Trainer(run, corpus_dir, tmp_path / "out", progress=False)
+        Trainer.from_run(run, corpus_dir, tmp_path / "out", progress=False)
