@@ -1,6 +1,6 @@
 """Convert a released checkpoint (``model.checkpoint.load_release`` folder) to a CTranslate2 model, and check it.
 
-    python bench/ct2_convert.py --model checkpoints/de-en --out build/ct2/de-en \
+    python -m bench.ct2_convert --model checkpoints/de-en --out build/ct2/de-en \
         --data ../shared/data/multi30k --split test_2016_flickr
 
 The spec is filled by hand (``ctranslate2.specs``), so CTranslate2 runs exactly our weights:
@@ -30,8 +30,6 @@ from pathlib import Path
 import numpy as np
 
 ROOT = Path(__file__).resolve().parent.parent
-# run as a script, bench/ comes first on sys.path, where bench/service.py would hide the service package
-sys.path[:] = [str(ROOT)] + [p for p in sys.path if Path(p or ".").resolve() != ROOT / "bench"]
 
 LAYER_NORM_EPS = 1e-5  # torch.nn.LayerNorm default, used by every LayerNorm of model/
 
@@ -203,7 +201,9 @@ def check_agreement(
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = argparse.ArgumentParser(
+        prog="python -m bench.ct2_convert", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     parser.add_argument("--model", default="checkpoints/de-en", help="released model folder")
     parser.add_argument("--out", default="build/ct2/de-en", help="CTranslate2 model folder to write")
     parser.add_argument("--data", help="corpus folder: check greedy agreement with PyTorch on --split")

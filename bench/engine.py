@@ -1,6 +1,6 @@
 """Engine benchmark: PyTorch eager reference vs our onnxruntime engine vs CTranslate2, same weights, one run.
 
-    nice -n 10 python bench/engine.py --data ../shared/data/multi30k \
+    nice -n 10 python -m bench.engine --data ../shared/data/multi30k \
         [--model checkpoints/de-en] [--bundle model_repository/de-en/1] [--ct2 build/ct2/de-en]
 
 Engines: ``pytorch`` (model.decoding greedy / beam with the key/value cache, fp32), ``ort-fp32`` /
@@ -25,16 +25,15 @@ import json
 import multiprocessing as mp
 import os
 import resource
+import shlex
 import subprocess
 import sys
 import time
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parent.parent
-# run as a script, bench/ comes first on sys.path, where bench/service.py would hide the service package
-sys.path[:] = [str(ROOT)] + [p for p in sys.path if Path(p or ".").resolve() != ROOT / "bench"]
+from bench.bench_machine import cpu_model
 
-from bench.bench_machine import cpu_model  # noqa: E402 (after the sys.path fix above)
+ROOT = Path(__file__).resolve().parent.parent
 
 SETTINGS = [("greedy", 1, 32), ("greedy", 1, 1), ("beam4", 4, 32), ("beam4", 4, 1)]  # (name, beam, batch)
 ENGINES = ["pytorch", "ort-fp32", "ort-int8", "ct2-fp32", "ct2-int8"]
@@ -161,7 +160,9 @@ def background_load() -> str:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = argparse.ArgumentParser(
+        prog="python -m bench.engine", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     parser.add_argument("--data", required=True, help="corpus folder with <split>.<src> and <split>.<tgt>")
     parser.add_argument("--split", default="test_2016_flickr")
     parser.add_argument("--model", default="checkpoints/de-en")
@@ -252,7 +253,7 @@ def main(argv: list[str] | None = None) -> int:
     rates = {**sgemm_rate(args.threads), **int8_gemm_rate(args.threads)}
     rows = summarize(runs, work, ids, refs, tokenizer, config, peak, rates)
     meta = {
-        "command": "python bench/engine.py " + " ".join(argv if argv is not None else sys.argv[1:]),
+        "command": shlex.join(["python", "-m", "bench.engine", *(argv if argv is not None else sys.argv[1:])]),
         "date": dt.datetime.now(dt.UTC).strftime("%Y-%m-%d %H:%M UTC"),
         "machine": machine(),
         "background": background_load(),

@@ -1,6 +1,6 @@
 """Multiply-adds of the Transformer's inference work, and this machine's measured single-thread matmul rate.
 
-    python bench/flops.py --model checkpoints/de-en   # prints the counts at source 15 / position 10 and GFLOP/s
+    python -m bench.flops --model checkpoints/de-en   # prints the counts at source 15 / position 10 and GFLOP/s
 
 Counts are multiply-adds (MACs; 1 MAC = 2 FLOPs) of the matrix products only (projections, attention
 scores and weighted sums, feed-forward, output projection); softmax, LayerNorm, embedding lookups and
@@ -132,7 +132,9 @@ def int8_gemm_rate(threads: int = 1, repeats: int = 7) -> dict[str, float]:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = argparse.ArgumentParser(
+        prog="python -m bench.flops", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     parser.add_argument("--model", default="checkpoints/de-en", help="released model folder (its config.json)")
     parser.add_argument("--src-len", type=int, default=15)
     parser.add_argument("--position", type=int, default=10)

@@ -8,8 +8,8 @@ tokens exactly, scores and vectors within 1e-3): an answer crossed between batch
 reordered sentence, or any non-200 fails the run. Prints throughput and latency percentiles and writes the
 results (command, date, machine) into docs/reliability.md.
 
-    python bench/load.py --repository model_repository --requests 20000 --clients 64
-    python bench/load.py --url http://127.0.0.1:8000 --requests 2000 --clients 16 --no-write
+    python -m bench.load --repository model_repository --requests 20000 --clients 64
+    python -m bench.load --url http://127.0.0.1:8000 --requests 2000 --clients 16 --no-write
 """
 
 from __future__ import annotations
@@ -26,7 +26,8 @@ from pathlib import Path
 from typing import Any
 
 import httpx
-from reliability_harness import (
+
+from bench.reliability_harness import (
     RawHttpClient,
     ServerProcess,
     add_server_arguments,
@@ -189,7 +190,7 @@ async def run_load(
 def report(args: argparse.Namespace, server: ServerProcess, result: LoadResult, rss: tuple) -> str:
     s = result.summary()
     lines = [
-        *report_header("Load (bench/load.py)", args, server),
+        *report_header("Load (bench/load.py)", "bench.load", args, server),
         f"- requests: {s['requests']} from {args.clients} concurrent clients, drawn from {args.pool} distinct "
         f"requests (translate 70% with beam 1/2/4, n-best, alignment; embed 20%; attention 10%; 1-{args.max_texts} "
         "texts each), every answer compared with the same request sent alone",
@@ -222,7 +223,7 @@ def _mb(value: float | None) -> str:
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
-    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p = argparse.ArgumentParser(prog="python -m bench.load", description=__doc__.split("\n\n")[0])
     add_server_arguments(p)
     p.add_argument("--requests", type=int, default=20_000)
     p.add_argument("--clients", type=int, default=64)

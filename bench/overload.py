@@ -9,7 +9,7 @@
 
 Writes the results (command, date, machine) into docs/reliability.md.
 
-    python bench/overload.py --repository model_repository --factor 10 --seconds 20
+    python -m bench.overload --repository model_repository --factor 10 --seconds 20
 """
 
 from __future__ import annotations
@@ -24,7 +24,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 import httpx
-from reliability_harness import (
+
+from bench.reliability_harness import (
     RawHttpClient,
     ServerProcess,
     add_server_arguments,
@@ -211,7 +212,7 @@ def report(args: argparse.Namespace, server: ServerProcess, result: OverloadResu
     recovery = [o.latency_s * 1000 for o in result.recovery if o.status == 200]
     rss = result.rss_mb
     lines = [
-        *report_header("Overload (bench/overload.py)", args, server),
+        *report_header("Overload (bench/overload.py)", "bench.overload", args, server),
         f"- request: translate {args.texts} texts, beam {args.beam_size}, max_length {args.max_length}",
         f"- capacity (closed loop, {args.clients} clients, {args.capacity_seconds:.0f} s): "
         f"{result.capacity_rps:.1f} requests/s; offered {result.offered_rps:.1f} requests/s "
@@ -238,7 +239,7 @@ def report(args: argparse.Namespace, server: ServerProcess, result: OverloadResu
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
-    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p = argparse.ArgumentParser(prog="python -m bench.overload", description=__doc__.split("\n\n")[0])
     add_server_arguments(p)
     p.add_argument("--factor", type=float, default=10.0, help="offered load as a multiple of the capacity")
     p.add_argument("--seconds", type=float, default=20.0, help="duration of the overload phase")

@@ -1,6 +1,6 @@
 """Where the engine's time goes: CPU split of a translation run, and operator shares of one decoder step.
 
-    python bench/profile_engine.py --data ../shared/data/multi30k [--bundle model_repository/de-en/1] \
+    python -m bench.profile_engine --data ../shared/data/multi30k [--bundle model_repository/de-en/1] \
         [--variant int8] [--beam 1 4] [--batch 32 1] [--rows 32 128]
 
 1. split: the test set (sorted by length, in batches of --batch) translated by service.engine.Engine, the
@@ -22,11 +22,9 @@ from pathlib import Path
 
 import numpy as np
 
-ROOT = Path(__file__).resolve().parent.parent
-# run as a script, bench/ comes first on sys.path, where bench/service.py would hide the service package
-sys.path[:] = [str(ROOT)] + [p for p in sys.path if Path(p or ".").resolve() != ROOT / "bench"]
+from bench.step_graphs import _feeds
 
-from bench.step_graphs import _feeds  # noqa: E402 (after the sys.path fix above)
+ROOT = Path(__file__).resolve().parent.parent
 
 
 class _Timed:
@@ -90,7 +88,9 @@ def operators(path: Path, config: dict, rows: int, beam: int, steps: int = 200) 
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = argparse.ArgumentParser(
+        prog="python -m bench.profile_engine", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     parser.add_argument("--data", required=True, help="corpus folder with <split>.<src>")
     parser.add_argument("--split", default="test_2016_flickr")
     parser.add_argument("--bundle", type=Path, default=ROOT / "model_repository" / "de-en" / "1")

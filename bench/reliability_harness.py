@@ -22,7 +22,8 @@ import time
 from pathlib import Path
 
 import httpx
-from bench_machine import cpu_model  # bench/ is on sys.path wherever this module is imported
+
+from bench.bench_machine import cpu_model
 
 ROOT = Path(__file__).resolve().parent.parent
 DOC = ROOT / "docs" / "reliability.md"
@@ -153,8 +154,9 @@ def machine() -> str:
     )
 
 
-def command_line() -> str:
-    return "python " + " ".join(shlex.quote(a) for a in sys.argv)
+def command_line(module: str) -> str:
+    """How this run was started: ``python -m <module>`` and its arguments."""
+    return shlex.join(["python", "-m", module, *sys.argv[1:]])
 
 
 def now() -> str:
@@ -170,13 +172,14 @@ def add_server_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--no-write", action="store_true", help="print only; leave docs/reliability.md alone")
 
 
-def report_header(title: str, args: argparse.Namespace, server: ServerProcess) -> list[str]:
-    """The first lines of a report: title, command, date, machine, the server and what it served."""
+def report_header(title: str, module: str, args: argparse.Namespace, server: ServerProcess) -> list[str]:
+    """The first lines of a report: title, command (``python -m <module> ...``), date, machine, the server and
+    what it served."""
     settings = ", ".join(f"{k}={v}" for k, v in sorted(server.settings.items())) or "defaults"
     return [
         f"### {title}",
         "",
-        f"- command: `{command_line()}`",
+        f"- command: `{command_line(module)}`",
         f"- date: {now()}",
         f"- machine: {machine()}",
         f"- server: {'external ' + server.url if server.external else 'python -m service'}; "

@@ -1,6 +1,6 @@
 """Per-step cost of decoder graphs: decoder.onnx vs decoder_step.onnx (any interface), fp32 / int8, CPU time.
 
-    nice -n 10 python bench/step_graphs.py --bundle model_repository/de-en/1 [--bundle other/bundle ...] \
+    nice -n 10 python -m bench.step_graphs --bundle model_repository/de-en/1 [--bundle other/bundle ...] \
         [--rows 32 128] [--past 10] [--src 15] [--beam 4]
 
 One decoder step (one new token per row, a cache of --past tokens, a source of --src tokens) with random
@@ -23,8 +23,6 @@ from pathlib import Path
 import numpy as np
 
 ROOT = Path(__file__).resolve().parent.parent
-# run as a script, bench/ comes first on sys.path, where bench/service.py would hide the service package
-sys.path[:] = [str(ROOT)] + [p for p in sys.path if Path(p or ".").resolve() != ROOT / "bench"]
 
 
 def _session(path: Path):
@@ -69,7 +67,9 @@ def _feeds(session, config: dict, rows: int, sources: int, src: int, past: int, 
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = argparse.ArgumentParser(
+        prog="python -m bench.step_graphs", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     parser.add_argument("--bundle", nargs="+", required=True)
     parser.add_argument("--variants", nargs="+", default=["fp32", "int8"])
     parser.add_argument("--rows", type=int, nargs="+", default=[32, 128])

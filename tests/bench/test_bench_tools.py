@@ -45,7 +45,7 @@ def test_flop_formulas_match_torch_flop_counter(activation):
 
 def test_write_section_replaces_only_its_own_section(tmp_path):
     path = tmp_path / "benchmarks.md"
-    service = "<!-- bench/service.py: begin -->\n## Service\n\nservice table\n<!-- bench/service.py: end -->\n"
+    service = "<!-- bench/serving.py: begin -->\n## Service\n\nservice table\n<!-- bench/serving.py: end -->\n"
     path.write_text("# Benchmarks\n\n" + service + "\nnotes after\n")
     write_section(path, "bench/engine.py", "## Engine\n\nfirst\n")
     write_section(path, "bench/engine.py", "## Engine\n\nsecond\n")

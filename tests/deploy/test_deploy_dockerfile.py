@@ -6,15 +6,23 @@ No Docker engine runs here, so the image is not built; what can be checked witho
 from __future__ import annotations
 
 import fnmatch
+import importlib.util
 import json
 import re
-import sys
 
 import pytest
 from deploy_helpers import DEPLOY, DOCKERFILE, ROOT, run, tool
 
-sys.path.insert(0, str(DEPLOY / "docker"))
-import requirements as image_requirements  # noqa: E402 - deploy/docker/requirements.py
+
+def _load_image_requirements():
+    """deploy/docker/requirements.py (a build-stage script, not a package) loaded from its file."""
+    spec = importlib.util.spec_from_file_location("image_requirements", DEPLOY / "docker" / "requirements.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+image_requirements = _load_image_requirements()
 
 
 def hadolint() -> str:

@@ -1,6 +1,7 @@
 """Tiny random Transformers of every architecture variant, exported to ONNX and sealed as minimal bundles.
 
-The module name is unique across tests/ because pytest puts each test folder (no __init__.py) on sys.path.
+The module name is unique across tests/ because pytest imports each test folder's modules (no __init__.py)
+by their bare names.
 Three exports plus the tiny trained bundle cover every option of the model config (see ``covered_options``).
 """
 

@@ -1,6 +1,7 @@
 """Toy tasks, tiny configs and a tiny parallel corpus shared by the model tests.
 
-The module name is unique across tests/ because pytest puts each test folder (no __init__.py) on sys.path.
+The module name is unique across tests/ because pytest imports each test folder's modules (no __init__.py)
+by their bare names.
 """
 
 from __future__ import annotations

@@ -2,16 +2,13 @@
 
 from __future__ import annotations
 
-import importlib
 import json
 import re
-import sys
 from pathlib import Path
 
 import httpx
 from live_server import LiveServer
 
-BENCH = Path(__file__).resolve().parents[2] / "bench"
 START_TIMEOUT = 240.0  # seconds for a server to become ready: generous, the CI machine is shared
 
 # Every request is cheap under these limits, and each limit is easy to reach from a test.
@@ -59,13 +56,6 @@ def log_entries(path: Path) -> list[dict]:
         if line.strip():
             entries.append(json.loads(line))
     return entries
-
-
-def bench_module(name: str):
-    """A module of bench/ (the load and overload scripts), so the tests run the scripts' own code."""
-    if str(BENCH) not in sys.path:
-        sys.path.append(str(BENCH))  # last: bench/service.py must not shadow the service package
-    return importlib.import_module(name)
 
 
 def rss_mb(pid: int) -> float:

@@ -9,14 +9,15 @@ import re
 import socket
 import time
 
-from reliability_helpers import bench_module, metric
+from reliability_helpers import metric
+
+from bench import load
+from bench import reliability_harness as harness
 
 REQUESTS, CLIENTS, POOL = 300, 16, 48
 
 
 def test_concurrent_answers_equal_the_answers_alone(strict_server):
-    load = bench_module("load")
-    harness = bench_module("reliability_harness")
     url = strict_server.url
     pool = load.build_pool(harness.sentences(None, 64, seed=5), POOL, max_texts=3, seed=5)
     assert {path for path, _ in pool} == {"/v1/translate", "/v1/embed", "/v1/attention"}
@@ -35,7 +36,6 @@ def test_concurrent_answers_equal_the_answers_alone(strict_server):
 
 
 def test_the_comparison_catches_a_crossed_answer():
-    load = bench_module("load")
     answer = {
         "model": "de-en",
         "translations": [
@@ -94,7 +94,6 @@ def test_int8_answers_do_not_depend_on_batch_companions(tiny_bundle_dir):
     lengths. Dynamic quantization (scale of the whole batch tensor) failed this; it was a strict xfail then."""
     from service.engine import Engine, TranslateOptions, load_bundle
 
-    harness = bench_module("reliability_harness")
     engine = Engine(load_bundle(tiny_bundle_dir), "int8", "cpu")
     texts = harness.sentences(None, 32, seed=5)
     options = TranslateOptions(beam_size=2)

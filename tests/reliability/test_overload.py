@@ -9,8 +9,9 @@ import time
 from concurrent.futures import ThreadPoolExecutor
 
 import httpx
-from reliability_helpers import bench_module, metric, rss_mb, start_server
+from reliability_helpers import metric, rss_mb, start_server
 
+from bench import overload
 from service.registry import SLOW_BATCH_MARKER
 
 QUEUE = 8  # sentences; a request of 4 texts takes half of it
@@ -19,7 +20,6 @@ BODY = {"texts": ["der hund", "ein mann spielt", f"die katze {SLOW_BATCH_MARKER}
 
 
 def test_burst_beyond_the_queue_is_shed_fast_and_the_service_recovers(tiny_repository, tmp_path):
-    overload = bench_module("overload")
     env = {"MT_MAX_QUEUE_SENTENCES": str(QUEUE), "MT_MAX_BATCH_SENTENCES": "8", "MT_MAX_WAIT_MS": "100"}
     server = start_server(tiny_repository, {**env, "MT_ENABLE_TEST_HOOKS": "true"}, tmp_path / "service.log")
     try:

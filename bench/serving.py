@@ -6,7 +6,7 @@ the same requests (one German sentence each, from test_2016_flickr) in turn, so 
 alike. Prints throughput (sentences/s), client-side p50/p95/p99 latency and the on/off ratios, and writes the
 table with the command, date and machine into a marked section of docs/benchmarks.md.
 
-    python bench/service.py --data ../shared/data/multi30k --requests 400 --clients 1 8 64 --beam-size 4
+    python -m bench.serving --data ../shared/data/multi30k --requests 400 --clients 1 8 64 --beam-size 4
 """
 
 from __future__ import annotations
@@ -27,15 +27,16 @@ from pathlib import Path
 
 import httpx
 import numpy as np
-from bench_machine import cpu_model  # bench/ is on sys.path: this file runs as a script
 from prometheus_client.parser import text_string_to_metric_families
 
+from bench.bench_machine import cpu_model
+
 ROOT = Path(__file__).resolve().parent.parent
-BEGIN, END = "<!-- bench/service.py: begin -->", "<!-- bench/service.py: end -->"
+BEGIN, END = "<!-- bench/serving.py: begin -->", "<!-- bench/serving.py: end -->"
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
-    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p = argparse.ArgumentParser(prog="python -m bench.serving", description=__doc__.split("\n\n")[0])
     p.add_argument("--repository", type=Path, default=ROOT / "model_repository", help="model repository folder")
     p.add_argument("--model", default="de-en", help="model name in the repository")
     p.add_argument("--data", type=Path, default=ROOT.parent / "shared" / "data" / "multi30k", help="Multi30k folder")
@@ -259,7 +260,7 @@ def main(argv: list[str] | None = None) -> int:
     started_at = dt.datetime.now(dt.UTC).strftime("%Y-%m-%d %H:%M UTC")
     where = machine()
     print(f"{where}\n{len(sentences)} requests per level from {source_name}, beam {args.beam_size}", flush=True)
-    with tempfile.TemporaryDirectory(prefix="bench-service-") as tmp:
+    with tempfile.TemporaryDirectory(prefix="bench-serving-") as tmp:
         services = {"on": Service("on", args, True, Path(tmp)), "off": Service("off", args, False, Path(tmp))}
         try:
             for s in services.values():
@@ -280,7 +281,7 @@ def main(argv: list[str] | None = None) -> int:
                 s.stop()
     result = table(rows)
     print("\n" + result)
-    command = "python bench/service.py " + shlex.join(argv if argv is not None else sys.argv[1:])
+    command = "python -m bench.serving " + shlex.join(argv if argv is not None else sys.argv[1:])
     section = "\n".join(
         [
             "## HTTP service: dynamic batching on vs off",
