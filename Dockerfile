@@ -37,6 +37,7 @@ RUN python requirements.py pyproject.toml > requirements-cpu.txt \
 # app: only the files the service needs at run time, owned by root (read-only to the service user)
 FROM scratch AS app
 COPY pyproject.toml README.md /app/
+COPY core/ /app/core/
 COPY service/ /app/service/
 COPY model_repository/ /app/model_repository/
 COPY --chmod=0755 deploy/entrypoint.sh /app/deploy/entrypoint.sh

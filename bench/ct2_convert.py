@@ -114,8 +114,8 @@ def build_spec(model, pieces: Sequence[str]):
 
 def convert(release: Path, out: Path, force: bool = False) -> Path:
     """Write the CTranslate2 model of ``release`` (float32 weights) into ``out``; returns ``out``."""
+    from core.tokenizer import Tokenizer
     from model.checkpoint import TOKENIZER_FILE, load_release
-    from service.tokenizer import Tokenizer
 
     if (out / "model.bin").exists() and not force:
         return out
@@ -175,10 +175,11 @@ def check_agreement(
     """Greedy token ids of CTranslate2 (float32) vs the PyTorch reference (model.decoding) on ``texts``."""
     import torch
 
+    from core.search import length_limits
+    from core.tokenizer import EOS_ID, Tokenizer
     from model.checkpoint import TOKENIZER_FILE, load_release
     from model.data import pad
-    from model.decoding import greedy_search, length_limits
-    from service.tokenizer import EOS_ID, Tokenizer
+    from model.decoding import greedy_search
 
     torch.set_num_threads(threads)
     model, _ = load_release(release)

@@ -191,8 +191,8 @@ def main(argv: list[str] | None = None) -> int:
     refs = (data / f"{args.split}.{tgt_lang}").read_text(encoding="utf-8").splitlines()
     if args.limit:
         texts, refs = texts[: args.limit], refs[: args.limit]
-    from service.engine.search import length_limits
-    from service.tokenizer import EOS_ID, Tokenizer
+    from core.search import length_limits
+    from core.tokenizer import EOS_ID, Tokenizer
 
     tokenizer = Tokenizer(Path(args.bundle) / bundle["tokenizer"]["file"])
     ids = [t[: config["max_positions"] - 1] + [EOS_ID] for t in tokenizer.encode_batch(texts)]

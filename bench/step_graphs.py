@@ -22,6 +22,8 @@ from pathlib import Path
 
 import numpy as np
 
+from core.graphs import step_interface
+
 ROOT = Path(__file__).resolve().parent.parent
 
 
@@ -34,8 +36,7 @@ def _session(path: Path):
 def _feeds(session, config: dict, rows: int, sources: int, src: int, past: int, top_k: int, rng):
     layers, heads, d_head = config["n_decoder_layers"], config["n_heads"], config["d_model"] // config["n_heads"]
     names = {i.name for i in session.get_inputs()}
-    meta = session.get_modelmeta().custom_metadata_map.get("mtserve.decoder_step", "1")
-    per_source = meta >= "2"
+    per_source = step_interface(session.get_modelmeta().custom_metadata_map) >= 2
     n_cross = sources if per_source else rows
 
     def rand(*shape):

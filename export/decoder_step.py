@@ -17,8 +17,9 @@ graph for attention and teacher forcing. What makes a step cheaper than with ``d
   found in two stages over chunks of the vocabulary (``add_top_k``): beam search reads only these; greedy
   asks for top_k 0 (empty, free) and takes numpy's argmax of log_probs, cheaper than TopK.
 The position of the new token is the cache length, read from ``past_keys_0``'s shape.
-Interface version (``STEP_INTERFACE``) is stored in the model's metadata; version 1 graphs (cross keys per
-row) have no such entry. Parity with PyTorch (max abs diff <= 1e-4): ``export.parity.step_max_diff``.
+Names and interface version: ``core/graphs.py``; the version is stored in the model's metadata (version 1
+graphs, cross keys per row, have no such entry).
+Parity with PyTorch (max abs diff <= 1e-4): ``export.parity.step_max_diff``.
 """
 
 from __future__ import annotations
@@ -27,10 +28,10 @@ import numpy as np
 import onnx
 from onnx import TensorProto, helper
 
+from core.graphs import MAX_TOP_K_KEY, STEP_INTERFACE, STEP_INTERFACE_KEY, step_input_names, step_output_names
 from export.graph_builder import GraphBuilder, supports_lean_graphs, weights
 from model.transformer import Transformer
 
-STEP_INTERFACE = "2"  # metadata "mtserve.decoder_step": cross keys/values per source
 MAX_TOP_K = 32  # the most candidates a step is asked for: 2 x the largest beam the service allows (16)
 
 
@@ -53,7 +54,7 @@ def add_top_k(b: GraphBuilder, log_probs: str, vocab_size: int) -> dict[str, str
     chunk = top_k_chunk(vocab_size)
     if not chunk:
         b.nodes.append(helper.make_node("TopK", [log_probs, "top_k"], ["top_log_probs", "top_ids"], axis=-1))
-        return {"mtserve.max_top_k": str(vocab_size)}
+        return {MAX_TOP_K_KEY: str(vocab_size)}
     size = b.ints("topk.chunk", [chunk])
     by_chunk = b.one("Reshape", [log_probs, b.ints("topk.shape_chunks", [0, vocab_size // chunk, chunk])])
     maxima = b.one("ReduceMax", [by_chunk, b.ints("topk.axis_last", [-1])], keepdims=0)  # (rows, chunks)
@@ -66,23 +67,7 @@ def add_top_k(b: GraphBuilder, log_probs: str, vocab_size: int) -> dict[str, str
     slot, offset = b.one("Div", ["topk_slot", size]), b.one("Mod", ["topk_slot", size])
     first_id = b.one("Mul", [b.one("GatherElements", [chunks, slot], axis=1), size])
     b.nodes.append(helper.make_node("Add", [first_id, offset], ["top_ids"]))
-    return {"mtserve.max_top_k": str(vocab_size // chunk)}
-
-
-def step_input_names(n_layers: int) -> list[str]:
-    names = ["tokens", "src_mask", "top_k"]
-    for i in range(n_layers):
-        names += [f"cross_keys_{i}", f"cross_values_{i}"]
-    for i in range(n_layers):
-        names += [f"past_keys_{i}", f"past_values_{i}"]
-    return names
-
-
-def step_output_names(n_layers: int) -> list[str]:
-    names = ["log_probs", "top_log_probs", "top_ids"]
-    for i in range(n_layers):
-        names += [f"present_keys_{i}", f"present_values_{i}"]
-    return names
+    return {MAX_TOP_K_KEY: str(vocab_size // chunk)}
 
 
 def supports_decoder_step(model: Transformer) -> bool:
@@ -155,4 +140,4 @@ def build_decoder_step(model: Transformer) -> onnx.ModelProto:
     ]
     present = ["rows", heads, "past_len_plus_1", d_head]
     outputs += [helper.make_tensor_value_info(n, f32, present) for n in step_output_names(n_layers)[3:]]
-    return b.model_proto("decoder_step", inputs, outputs, {"mtserve.decoder_step": STEP_INTERFACE, **top_k_meta})
+    return b.model_proto("decoder_step", inputs, outputs, {STEP_INTERFACE_KEY: str(STEP_INTERFACE), **top_k_meta})

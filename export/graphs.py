@@ -8,6 +8,7 @@ decoder: tokens (batch, tgt) after a cache of past_len tokens -> log_probs (batc
          self_attention (dec_layers, batch, heads, tgt, past_len + tgt), cross_attention
          (dec_layers, batch, heads, tgt, src). One token per call for search; the whole target at
          past_len 0 scores a given target (teacher forcing) in one call.
+Their input and output names are the graph interface defined in ``core/graphs.py``.
 """
 
 from __future__ import annotations
@@ -16,11 +17,6 @@ import torch
 from torch import Tensor, nn
 
 from model.transformer import Transformer
-
-ENCODER_INPUTS = ["src_ids"]
-ENCODER_OUTPUTS = ["encoder_output", "encoder_attention", "cross_keys", "cross_values"]
-DECODER_INPUTS = ["tokens", "src_mask", "cross_keys", "cross_values", "past_keys", "past_values"]
-DECODER_OUTPUTS = ["log_probs", "present_keys", "present_values", "self_attention", "cross_attention"]
 
 
 class EncoderGraph(nn.Module):

@@ -10,16 +10,9 @@ import onnx
 import torch
 from torch.export import Dim
 
+from core.graphs import DECODER_INPUTS, DECODER_OUTPUTS, ENCODER_INPUTS, ENCODER_OUTPUTS
 from export.decoder_step import build_decoder_step, supports_decoder_step
-from export.graphs import (
-    DECODER_INPUTS,
-    DECODER_OUTPUTS,
-    ENCODER_INPUTS,
-    ENCODER_OUTPUTS,
-    DecoderGraph,
-    EncoderGraph,
-    example_inputs,
-)
+from export.graphs import DecoderGraph, EncoderGraph, example_inputs
 from model.transformer import Transformer
 
 OPSET = 18

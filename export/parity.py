@@ -9,7 +9,15 @@ import numpy as np
 import torch
 from torch import Tensor
 
-from export.graphs import DECODER_INPUTS, DECODER_OUTPUTS, ENCODER_OUTPUTS, DecoderGraph, EncoderGraph, example_inputs
+from core.graphs import (
+    DECODER_INPUTS,
+    DECODER_OUTPUTS,
+    ENCODER_OUTPUTS,
+    step_input_names,
+    step_interface,
+    step_output_names,
+)
+from export.graphs import DecoderGraph, EncoderGraph, example_inputs
 from model.data import pad
 from model.decoding import beam_search as torch_beam
 from model.decoding import greedy_search as torch_greedy
@@ -47,11 +55,9 @@ def step_max_diff(model: Transformer, session, shapes: Sequence[tuple[int, int, 
     two rows each (as beam search does), compared with PyTorch on the sources repeated per row. Every
     source keeps one real token (the fused cross-attention is undefined on all-padding sources).
     """
-    from export.decoder_step import step_input_names, step_output_names
-
     model.eval()
     n_layers = model.cfg.n_decoder_layers
-    per_source = session.get_modelmeta().custom_metadata_map.get("mtserve.decoder_step", "1") >= "2"
+    per_source = step_interface(session.get_modelmeta().custom_metadata_map) >= 2
     worst: dict[str, float] = {}
     for batch, src, _, past in shapes:
         group = 2 if per_source and batch % 2 == 0 else 1  # rows per source

@@ -73,6 +73,14 @@ def cmd_translate(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_split(args: argparse.Namespace) -> int:
+    from model.corpus_split import read_tatoeba, split_pairs, write_splits
+
+    counts = write_splits(split_pairs(read_tatoeba(args.input), args.held_out), args.out, args.lang)
+    print(json.dumps(counts))
+    return 0
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m model.cli", description=__doc__)
     sub = parser.add_subparsers(dest="command", required=True)
@@ -103,6 +111,13 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--length-penalty", type=float, default=0.6)
     p.add_argument("text", nargs="*")
     p.set_defaults(func=cmd_translate)
+
+    p = sub.add_parser("split", help="deterministic train/val/test split of a Tatoeba pair file (hash of English)")
+    p.add_argument("--input", required=True, help="Tatoeba file: English TAB other language [TAB attribution]")
+    p.add_argument("--lang", required=True, help="code of the other language, e.g. zh or de")
+    p.add_argument("--out", required=True, help="folder for train/val/test.<lang> and .en")
+    p.add_argument("--held-out", type=int, default=1000, help="about this many pairs each in val and test")
+    p.set_defaults(func=cmd_split)
 
     args = parser.parse_args(argv)
     return args.func(args)

@@ -8,6 +8,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from core.tokenizer import BOS_ID, EOS_ID, PAD_ID, UNK_ID
+
 POSITIONAL_ENCODINGS = ("sinusoidal", "learned", "relative")
 NORM_PLACEMENTS = ("post", "pre")
 ACTIVATIONS = ("relu", "gelu", "swiglu", "geglu")
@@ -31,10 +33,10 @@ class ModelConfig:
     norm_placement: str = "post"  # post (original) | pre (with final LayerNorm)
     activation: str = "relu"  # relu | gelu | swiglu | geglu
     tie_embeddings: bool = True  # shared source/target/output embedding over a joint vocabulary
-    pad_id: int = 0
-    bos_id: int = 1
-    eos_id: int = 2
-    unk_id: int = 3
+    pad_id: int = PAD_ID  # the special ids are the tokenizer's (core/tokenizer.py)
+    bos_id: int = BOS_ID
+    eos_id: int = EOS_ID
+    unk_id: int = UNK_ID
 
     def __post_init__(self) -> None:
         if self.d_model % self.n_heads:

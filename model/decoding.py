@@ -15,28 +15,11 @@ must give the same hypotheses. Conventions shared by both:
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-
 import torch
 from torch import Tensor
 
+from core.search import Hypothesis, length_limits, length_penalty
 from model.transformer import Transformer
-
-
-@dataclass
-class Hypothesis:
-    tokens: list[int]  # generated ids, EOS excluded
-    score: float  # sum of log-probs (EOS included when generated)
-    normalized: float  # score / length penalty (equals score for greedy)
-
-
-def length_limits(src_lengths: list[int], max_positions: int, max_length: int | None = None) -> list[int]:
-    cap = max_positions - 1
-    return [min(max_length if max_length is not None else 2 * n + 10, cap) for n in src_lengths]
-
-
-def length_penalty(length: int, alpha: float) -> float:
-    return ((5.0 + length) / 6.0) ** alpha
 
 
 def _limits(model: Transformer, src: Tensor, max_length: int | None) -> list[int]:

@@ -1,4 +1,4 @@
-"""Training of the joint SentencePiece tokenizer; the tokenizer itself lives in ``service.tokenizer`` (torch-free)."""
+"""Training of the joint SentencePiece tokenizer; the tokenizer itself lives in ``core.tokenizer`` (torch-free)."""
 
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ from pathlib import Path
 
 import sentencepiece as spm
 
-from service.tokenizer import BOS_ID, EOS_ID, PAD_ID, SPECIAL_IDS, UNK_ID, Tokenizer
+from core.tokenizer import BOS_ID, EOS_ID, PAD_ID, SPECIAL_IDS, UNK_ID, Tokenizer
 
 __all__ = ["BOS_ID", "EOS_ID", "PAD_ID", "SPECIAL_IDS", "UNK_ID", "Tokenizer", "train_tokenizer"]
 

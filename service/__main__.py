@@ -11,6 +11,7 @@ import uvicorn
 
 from service import logs
 from service.app import create_app
+from service.registry import RunnerWrapper
 from service.settings import Settings
 
 log = logging.getLogger("service")
@@ -47,10 +48,11 @@ class DrainingServer(uvicorn.Server):
         return await super().on_tick(counter)
 
 
-def main() -> int:
+def main(wrap_runner: RunnerWrapper | None = None) -> int:
+    """``wrap_runner`` puts a wrapper between each scheduler and its engine (tests inject faults with it)."""
     settings = Settings()
     logs.configure(settings.log_level)
-    app = create_app(settings)
+    app = create_app(settings, wrap_runner)
     config = uvicorn.Config(
         app,
         host=settings.host,

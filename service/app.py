@@ -15,7 +15,7 @@ from service.api.middleware import ServiceMiddleware
 from service.api.routes import build_router
 from service.engine.bundle import BundleError
 from service.metrics import Metrics
-from service.registry import Registry
+from service.registry import Registry, RunnerWrapper
 from service.settings import Settings
 
 log = logging.getLogger(__name__)
@@ -31,10 +31,10 @@ class AppState:
     load_task: asyncio.Task | None = field(default=None, repr=False)
 
 
-def create_app(settings: Settings | None = None) -> FastAPI:
+def create_app(settings: Settings | None = None, wrap_runner: RunnerWrapper | None = None) -> FastAPI:
     settings = settings or Settings()
     metrics = Metrics()
-    state = AppState(settings, metrics, Registry(settings, metrics))
+    state = AppState(settings, metrics, Registry(settings, metrics, wrap_runner))
 
     @asynccontextmanager
     async def lifespan(app: FastAPI):

@@ -4,8 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
-import time
-from collections.abc import Hashable
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -15,12 +14,12 @@ from service.engine.bundle import BundleError, discover
 from service.metrics import Metrics
 from service.scheduler import BatchLimits, Scheduler
 from service.settings import Settings
+from service.work import BatchRunner, engine_runner
 
 log = logging.getLogger(__name__)
 
-FAIL_BATCH_MARKER = "__mt_test_fail_batch__"  # only honoured when MT_ENABLE_TEST_HOOKS=true
-SLOW_BATCH_MARKER = "__mt_test_slow_batch__"  # the same: its batch takes SLOW_BATCH_S longer (a slower machine)
-SLOW_BATCH_S = 0.05
+# wrap_runner(runner, engine) -> runner: how tests put a fault injector between a scheduler and its engine
+RunnerWrapper = Callable[[BatchRunner, Engine], BatchRunner]
 
 
 class UnknownModel(LookupError):
@@ -34,6 +33,7 @@ class LoadedModel:
     engine: Engine
     scheduler: Scheduler
     variant: str
+    max_source_subwords: int  # per text, EOS excluded: the model's limit and MT_MAX_TOKENS_PER_TEXT, the lower
 
     def info(self) -> dict[str, Any]:
         m = self.bundle.manifest
@@ -66,8 +66,8 @@ def choose_variant(bundle: Bundle, setting: str, providers: list[str]) -> str:
 
 
 class Registry:
-    def __init__(self, settings: Settings, metrics: Metrics) -> None:
-        self.settings, self.metrics = settings, metrics
+    def __init__(self, settings: Settings, metrics: Metrics, wrap_runner: RunnerWrapper | None = None) -> None:
+        self.settings, self.metrics, self.wrap_runner = settings, metrics, wrap_runner
         self.bundles: dict[str, Bundle] = {}
         self.models: dict[str, LoadedModel] = {}
         self.ready = False
@@ -101,9 +101,13 @@ class Registry:
         for name, bundle in self.bundles.items():
             engine = await asyncio.to_thread(self._engine, bundle)
             await asyncio.to_thread(engine.translate, ["Warm-up."], TranslateOptions(beam_size=2))
-            scheduler = Scheduler(name, self._runner(engine), limits, self.metrics)
+            runner = engine_runner(engine)
+            if self.wrap_runner is not None:
+                runner = self.wrap_runner(runner, engine)
+            scheduler = Scheduler(name, runner, limits, self.metrics)
             scheduler.start()
-            self.models[name] = LoadedModel(name, bundle, engine, scheduler, engine.variant)
+            max_subwords = min(s.max_tokens_per_text, engine.max_source_tokens - 1)
+            self.models[name] = LoadedModel(name, bundle, engine, scheduler, engine.variant, max_subwords)
             self.metrics.model_info.labels(name, bundle.version, engine.variant, engine.providers[0]).set(1)
             log.info("model %s v%s ready (%s on %s)", name, bundle.version, engine.variant, engine.providers)
         self.ready = True
@@ -116,28 +120,6 @@ class Registry:
         if variant != engine.variant:
             engine = Engine(bundle, variant, s.providers, s.intra_op_threads, s.inter_op_threads)
         return engine
-
-    def _runner(self, engine: Engine):
-        hooks = self.settings.enable_test_hooks
-
-        def run(kind: str, key: Hashable, payloads: list[Any]) -> tuple[list[Any], dict[str, float]]:
-            stats: dict[str, float] = {}
-            if hooks and any(FAIL_BATCH_MARKER in str(p) for p in payloads):
-                raise RuntimeError("test hook: injected engine failure")
-            if hooks and any(SLOW_BATCH_MARKER in str(p) for p in payloads):
-                time.sleep(SLOW_BATCH_S)
-            if kind == "translate":
-                options = TranslateOptions(*key[1:])
-                return [r for r in engine.translate_ids([p["ids"] for p in payloads], options, stats)], stats
-            if kind == "embed":
-                _, pooling, normalize = key
-                vectors = engine.embed_ids([p["ids"] for p in payloads], pooling, normalize, stats)
-                return list(vectors), stats
-            if kind == "attention":
-                return [engine.attention_ids(p["ids"], p.get("target_ids")) for p in payloads], stats
-            raise ValueError(f"unknown work kind {kind!r}")
-
-        return run
 
     def get(self, name: str | None) -> LoadedModel:
         name = name or self.settings.default_model

@@ -1,11 +1,10 @@
-"""Dynamic batching between the API and the engine.
+"""Dynamic batching between the serving layer and the engine: the asyncio plumbing around ``batch_policy``.
 
-Requests are split into sentences; sentences of compatible requests (same kind and decoding options)
-are merged into engine batches bounded by max sentences, max padded tokens and max wait; a batch is
-chosen around the oldest waiting sentence from the sentences closest to it in length (less padding,
-no starvation). The engine runs in worker threads, off the event loop; each result goes back to its
-own request slot. The queue is bounded (QueueFull -> 429) and a request whose deadline passes before
-its work starts fails with DeadlineExceeded (504) and costs no engine work.
+Requests are split into sentences; sentences with equal keys (the work's frozen options) are merged into
+engine batches that ``service/batch_policy.py`` chooses and times. The engine runs in worker threads, off the
+event loop; each result goes back to its own request slot. The queue is bounded (QueueFull) and a request whose
+deadline passes before its work starts fails with DeadlineExceeded and costs no engine work. Nothing here
+knows HTTP: the API maps these exceptions to status codes (service/api/errors.py).
 """
 
 from __future__ import annotations
@@ -19,30 +18,27 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Any
 
+from service.batch_policy import BatchLimits, Queued, retry_after, select_batch, wait_before_dispatch
 from service.metrics import Metrics
 
 log = logging.getLogger(__name__)
 
-# run_batch(kind, key, payloads) -> (one result per payload, stats {"encode": s, "decode": s, "generated_tokens": n})
-BatchRunner = Callable[[str, Hashable, list[Any]], tuple[list[Any], dict[str, float]]]
+# run_batch(key, payloads) -> (one result per payload, stats {"encode": s, "decode": s, "generated_tokens": n})
+BatchRunner = Callable[[Hashable, list[Any]], tuple[list[Any], dict[str, float]]]
 
 
 class SchedulerError(Exception):
-    status = 500
+    pass
 
 
 class QueueFull(SchedulerError):
-    status = 429
-
     def __init__(self, retry_after: int, depth: int, limit: int) -> None:
         super().__init__(f"the queue is full ({depth} of {limit} sentences waiting); retry after {retry_after} s")
         self.retry_after = retry_after
 
 
 class RequestTooLarge(SchedulerError):
-    """More sentences than the queue ever holds: no retry can succeed, so not a 429."""
-
-    status = 413
+    """More sentences than the queue ever holds: no retry can succeed (unlike QueueFull)."""
 
     def __init__(self, n_items: int, limit: int) -> None:
         super().__init__(
@@ -52,20 +48,19 @@ class RequestTooLarge(SchedulerError):
 
 
 class DeadlineExceeded(SchedulerError):
-    status = 504
+    pass
 
 
 class ShuttingDown(SchedulerError):
-    status = 503
+    pass
 
 
 class BatchFailed(SchedulerError):
-    status = 500
+    pass
 
 
 @dataclass(eq=False)
 class Request:
-    kind: str
     key: Hashable
     n_items: int
     deadline: float
@@ -83,27 +78,10 @@ class Request:
             self.future.set_exception(exc)
 
 
-@dataclass(eq=False)
-class Item:
-    request: Request
-    index: int
-    payload: Any
-    length: int
-
-
-@dataclass
-class BatchLimits:
-    max_sentences: int = 32
-    max_tokens: int = 4096
-    max_wait_s: float = 0.005
-    max_queue: int = 1024
-    workers: int = 1
-
-
 class Scheduler:
     def __init__(self, model: str, runner: BatchRunner, limits: BatchLimits, metrics: Metrics) -> None:
         self.model, self.runner, self.limits, self.metrics = model, runner, limits, metrics
-        self.queue: list[Item] = []
+        self.queue: list[Queued] = []
         self._wakeup = asyncio.Event()
         self._workers = asyncio.Semaphore(limits.workers)
         self._executor = ThreadPoolExecutor(max_workers=limits.workers, thread_name_prefix=f"engine-{model}")
@@ -130,7 +108,6 @@ class Scheduler:
     # --- submission --------------------------------------------------------------------------
     async def submit(
         self,
-        kind: str,
         key: Hashable,
         payloads: Sequence[Any],
         lengths: Sequence[int],
@@ -151,14 +128,13 @@ class Scheduler:
         if refusal is not None:
             raise refusal
         loop = asyncio.get_running_loop()
-        request = Request(
-            kind, key, len(payloads), time.monotonic() + timeout_s, loop.create_future(), request_id=request_id
-        )
+        request = Request(key, len(payloads), time.monotonic() + timeout_s, loop.create_future(), request_id=request_id)
         if batch_ids is not None:
             request.batch_ids = batch_ids
         request.results = [None] * len(payloads)
         request.remaining = len(payloads)
-        self.queue.extend(Item(request, i, p, n) for i, (p, n) in enumerate(zip(payloads, lengths, strict=True)))
+        pairs = enumerate(zip(payloads, lengths, strict=True))
+        self.queue.extend(Queued(key, n, request.enqueued, request, i, p) for i, (p, n) in pairs)
         self.metrics.queue_depth.labels(self.model).set(len(self.queue))
         self._wakeup.set()
         timer = loop.call_later(timeout_s, self._deadline_passed, request)
@@ -174,10 +150,8 @@ class Scheduler:
         """The QueueFull a request of ``n_items`` sentences would get now (Retry-After estimated from the queue
         depth and the measured seconds per sentence), or None when it fits."""
         depth = len(self.queue)
-        if depth + n_items <= self.limits.max_queue:
-            return None
-        retry = max(1, round(depth * self._seconds_per_sentence / self.limits.workers))
-        return QueueFull(retry, depth, self.limits.max_queue)
+        retry = retry_after(depth, n_items, self.limits, self._seconds_per_sentence)
+        return None if retry is None else QueueFull(retry, depth, self.limits.max_queue)
 
     def _deadline_passed(self, request: Request) -> None:
         """The deadline came while the request still waited (e.g. behind a long max_wait): fail it now."""
@@ -199,7 +173,7 @@ class Scheduler:
 
     def _remove(self, request: Request, reason: str) -> None:
         before = len(self.queue)
-        self.queue = [it for it in self.queue if it.request is not request]
+        self.queue = [q for q in self.queue if q.ticket is not request]
         if len(self.queue) != before and not request.started:
             self.metrics.dropped.labels(self.model, reason).inc()
         self.metrics.queue_depth.labels(self.model).set(len(self.queue))
@@ -224,12 +198,10 @@ class Scheduler:
             task.add_done_callback(self._running.discard)
 
     async def _wait_for_fill(self) -> None:
-        """Wait until the oldest sentence has waited max_wait, or a full batch of its kind is waiting."""
+        """Wait as long as the batch policy says (a full batch waits, or the oldest sentence waited max_wait)."""
         while self.queue and not self._closing:
-            oldest = self.queue[0]
-            same = sum(1 for it in self.queue if it.request.key == oldest.request.key)
-            remaining = oldest.request.enqueued + self.limits.max_wait_s - time.monotonic()
-            if same >= self.limits.max_sentences or remaining <= 0:
+            remaining = wait_before_dispatch(self.queue, self.limits, time.monotonic())
+            if remaining <= 0:
                 return
             self._wakeup.clear()
             try:
@@ -239,54 +211,32 @@ class Scheduler:
 
     def _expire(self) -> None:
         now = time.monotonic()
-        for request in {it.request for it in self.queue if it.request.deadline <= now}:
+        for request in {q.ticket for q in self.queue if q.ticket.deadline <= now}:
             self._remove(request, "deadline")
             request.fail(
                 DeadlineExceeded("the request's deadline passed before its work could start; retry, or raise timeout_s")
             )
 
-    def _take_batch(self) -> list[Item]:
+    def _take_batch(self) -> list[Queued]:
         self._expire()
-        if not self.queue:
-            return []
-        oldest = self.queue[0]
-        same = sorted((it for it in self.queue if it.request.key == oldest.request.key), key=lambda it: it.length)
-        at = same.index(oldest)
-        chosen, lo, hi, width = [oldest], at - 1, at + 1, oldest.length
-        while len(chosen) < self.limits.max_sentences and (lo >= 0 or hi < len(same)):
-            left = same[lo] if lo >= 0 else None
-            right = same[hi] if hi < len(same) else None
-            pick = (
-                left
-                if right is None or (left is not None and oldest.length - left.length <= right.length - oldest.length)
-                else right
-            )
-            new_width = max(width, pick.length)
-            if new_width * (len(chosen) + 1) > self.limits.max_tokens:
-                break
-            chosen.append(pick)
-            width = new_width
-            if pick is left:
-                lo -= 1
-            else:
-                hi += 1
+        chosen = select_batch(self.queue, self.limits)
         picked = set(map(id, chosen))
-        self.queue = [it for it in self.queue if id(it) not in picked]
+        self.queue = [q for q in self.queue if id(q) not in picked]
         self.metrics.queue_depth.labels(self.model).set(len(self.queue))
         now = time.monotonic()
-        for it in chosen:
-            if not it.request.started:
-                it.request.started = True
-                self.metrics.queue_wait.labels(self.model).observe(now - it.request.enqueued)
-        return sorted(chosen, key=lambda it: it.length)
+        for q in chosen:
+            if not q.ticket.started:
+                q.ticket.started = True
+                self.metrics.queue_wait.labels(self.model).observe(now - q.ticket.enqueued)
+        return chosen
 
-    async def _run(self, batch: list[Item]) -> None:
+    async def _run(self, batch: list[Queued]) -> None:
         batch_id = next(self._batch_ids)
-        kind, key = batch[0].request.kind, batch[0].request.key
+        key = batch[0].key
         started = time.monotonic()
         try:
             results, stats = await asyncio.get_running_loop().run_in_executor(
-                self._executor, self.runner, kind, key, [it.payload for it in batch]
+                self._executor, self.runner, key, [q.payload for q in batch]
             )
             if len(results) != len(batch):  # never hand out a shifted answer; fail the batch instead
                 raise RuntimeError(f"the engine returned {len(results)} results for {len(batch)} sentences")
@@ -295,9 +245,9 @@ class Scheduler:
                 "engine batch %d failed (%d sentences)",
                 batch_id,
                 len(batch),
-                extra={"batch_id": batch_id, "request_ids": sorted({it.request.request_id for it in batch})},
+                extra={"batch_id": batch_id, "request_ids": sorted({q.ticket.request_id for q in batch})},
             )
-            for request in {it.request for it in batch}:
+            for request in {q.ticket for q in batch}:
                 if batch_id not in request.batch_ids:
                     request.batch_ids.append(batch_id)
                 self._remove(request, "failed")
@@ -314,13 +264,13 @@ class Scheduler:
             if stage in stats:
                 self.metrics.inference.labels(m, stage).observe(stats[stage])
         self.metrics.generated_tokens.labels(m).inc(stats.get("generated_tokens", 0))
-        for it, result in zip(batch, results, strict=True):
-            request = it.request
+        for q, result in zip(batch, results, strict=True):
+            request = q.ticket
             if batch_id not in request.batch_ids:
                 request.batch_ids.append(batch_id)
             if request.future.done():
                 continue
-            request.results[it.index] = result
+            request.results[q.index] = result
             request.remaining -= 1
             if request.remaining == 0:
                 request.future.set_result(request.results)

@@ -71,7 +71,6 @@ class Settings(BaseSettings):
     cors_origins: CsvList = Field(default_factory=list)
     log_level: str = "info"
     log_requests_text: bool = False
-    enable_test_hooks: bool = False
 
     @property
     def effective_max_batch_sentences(self) -> int:

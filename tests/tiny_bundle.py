@@ -88,7 +88,7 @@ def build_tiny_bundle(work: Path, name: str = "de-en") -> Path:
             threads=1,
         ),
     )
-    trainer = Trainer(run, corpus, work / "run", progress=False)
+    trainer = Trainer.from_run(run, corpus, work / "run", progress=False)
     trainer.train()
     trainer.finalize()
     repo = work / "repository"

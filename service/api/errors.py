@@ -16,7 +16,15 @@ from starlette.exceptions import HTTPException
 from service.api.middleware import BodyTooLarge
 from service.engine.engine import SourceTooLongError
 from service.registry import UnknownModel
-from service.scheduler import BatchFailed, QueueFull, SchedulerError
+from service.scheduler import (
+    BatchFailed,
+    DeadlineExceeded,
+    QueueFull,
+    RequestTooLarge,
+    SchedulerError,
+    ShuttingDown,
+)
+from service.serving.attention import OutOfRange
 
 log = logging.getLogger(__name__)
 
@@ -40,6 +48,20 @@ ERROR_RESPONSES = {
 }
 
 
+# what each scheduler refusal means over HTTP (the scheduler knows nothing of HTTP)
+SCHEDULER_STATUS: dict[type[SchedulerError], int] = {
+    QueueFull: 429,
+    RequestTooLarge: 413,
+    ShuttingDown: 503,
+    DeadlineExceeded: 504,
+    BatchFailed: 500,
+}
+
+
+def scheduler_status(exc: SchedulerError) -> int:
+    return next((status for cls, status in SCHEDULER_STATUS.items() if isinstance(exc, cls)), 500)
+
+
 def _json_safe(value: Any) -> Any:
     """What a validation error echoes back must itself be JSON: lone surrogates and NaN / Infinity are not."""
     if isinstance(value, str):
@@ -51,6 +73,10 @@ def _json_safe(value: Any) -> Any:
     if isinstance(value, list | tuple):
         return [_json_safe(v) for v in value]
     return value
+
+
+def _unprocessable(loc: list, message: str) -> JSONResponse:
+    return JSONResponse({"detail": [{"type": "value_error", "loc": loc, "msg": message, "input": None}]}, 422)
 
 
 def install(app: FastAPI) -> None:
@@ -86,24 +112,28 @@ def install(app: FastAPI) -> None:
 
     @app.exception_handler(SourceTooLongError)
     async def too_long(_: Request, exc: SourceTooLongError) -> JSONResponse:
-        return JSONResponse(
-            {"detail": [{"type": "value_error", "loc": ["body", "texts", exc.index], "msg": str(exc), "input": None}]},
-            status_code=422,
-        )
+        field = getattr(exc, "field", "texts")  # set by the serving layer: the request field the text came from
+        loc = ["body", field, exc.index] if getattr(exc, "indexed", True) else ["body", field]
+        return _unprocessable(loc, str(exc))
+
+    @app.exception_handler(OutOfRange)
+    async def out_of_range(_: Request, exc: OutOfRange) -> JSONResponse:
+        return _unprocessable(["body", exc.field], str(exc))
 
     @app.exception_handler(SchedulerError)
     async def scheduler_error(request: Request, exc: SchedulerError) -> JSONResponse:
+        status = scheduler_status(exc)
         headers = {}
         if isinstance(exc, QueueFull):
             headers["Retry-After"] = str(exc.retry_after)
-        elif exc.status == 503:
+        elif status == 503:
             headers["Retry-After"] = "5"
         if isinstance(exc, BatchFailed):
             rid = request.scope["state"].get("request_id", "")
             return JSONResponse(
                 {"detail": f"internal error; quote request id {rid} when reporting it"}, status_code=500
             )
-        return JSONResponse({"detail": str(exc)}, status_code=exc.status, headers=headers)
+        return JSONResponse({"detail": str(exc)}, status_code=status, headers=headers)
 
     @app.exception_handler(Exception)
     async def internal(request: Request, exc: Exception) -> JSONResponse:

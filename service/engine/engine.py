@@ -15,22 +15,26 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from core.graphs import ENCODER_OUTPUTS, MAX_TOP_K_KEY, step_interface, step_present_names
+from core.search import Hypothesis, length_limits
+from core.tokenizer import BOS_ID, EOS_ID, PAD_ID, Tokenizer
 from service.engine.bundle import Bundle
 from service.engine.runtime import create_session
-from service.engine.search import Hypothesis, TopCandidates, beam_search, greedy_search, length_limits
-from service.tokenizer import BOS_ID, EOS_ID, PAD_ID, Tokenizer
+from service.engine.search import TopCandidates, beam_search, greedy_search
 
 
 class SourceTooLongError(ValueError):
+    """Text ``index`` has ``n_tokens`` subwords (EOS excluded), more than ``limit``."""
+
     def __init__(self, index: int, n_tokens: int, limit: int) -> None:
-        super().__init__(
-            f"text {index} has {n_tokens} subword tokens; the model accepts at most {limit} (shorten or split it)"
-        )
+        super().__init__(f"text has {n_tokens} subword tokens; the limit is {limit}: shorten or split it")
         self.index, self.n_tokens, self.limit = index, n_tokens, limit
 
 
-@dataclass
+@dataclass(frozen=True)
 class TranslateOptions:
+    """Decoding options of a translation; frozen, as the scheduler batches by equal options."""
+
     beam_size: int = 1
     max_length: int | None = None  # generated tokens; default 2 * source tokens + 10
     num_hypotheses: int = 1
@@ -79,12 +83,12 @@ class _DecoderState:
     ) -> None:
         self.session, self.lean, self.top_k = session, lean, top_k
         metadata = session.get_modelmeta().custom_metadata_map if lean else {}
-        interface = metadata.get("mtserve.decoder_step", "1") if lean else "0"
-        self.per_source = interface >= "2"  # cross keys/values per source, rows grouped by source
+        # interface 2 and later: cross keys/values per source, rows grouped by source
+        self.per_source = lean and step_interface(metadata) >= 2
         self.has_top_k = lean and "top_k" in {i.name for i in session.get_inputs()}
         # interface 2 runs TopK only when asked (top_k > 0); greedy takes numpy's argmax of log_probs instead.
-        # A graph's two-stage top-k serves at most mtserve.max_top_k candidates; beyond, numpy ranks log_probs
-        max_top_k = int(metadata.get("mtserve.max_top_k", 1 << 30))
+        # A graph's two-stage top-k serves at most MAX_TOP_K_KEY candidates; beyond, numpy ranks log_probs
+        max_top_k = int(metadata.get(MAX_TOP_K_KEY, 1 << 30))
         self.fetch_top = self.has_top_k and (top_k > 1 or not self.per_source) and top_k <= max_top_k
         self._top_k_input = np.array([top_k if self.fetch_top else 0], dtype=np.int64)
         self._fetch: list[str] | None = None
@@ -159,7 +163,7 @@ class _DecoderState:
     def _lean_step(self, tokens: np.ndarray) -> np.ndarray | TopCandidates:
         n_layers = len(self.past_keys)
         if self._fetch is None:
-            presents = [f"present_{kind}_{i}" for i in range(n_layers) for kind in ("keys", "values")]
+            presents = step_present_names(n_layers)
             self._fetch = ["top_log_probs", "top_ids", *presents] if self.fetch_top else ["log_probs", *presents]
         feeds = {"tokens": tokens, "src_mask": self.src_mask}
         if self.has_top_k:
@@ -220,13 +224,15 @@ class Engine:
         self._decoder = session
 
     # --- tokens ------------------------------------------------------------------------------
-    def source_ids(self, texts: Sequence[str]) -> list[list[int]]:
-        """Subword ids + EOS; raises SourceTooLongError naming the first text over the model's limit."""
-        ids = [t + [EOS_ID] for t in self.tokenizer.encode_batch(texts)]
+    def source_ids(self, texts: Sequence[str], max_subwords: int | None = None) -> list[list[int]]:
+        """Subword ids + EOS; raises SourceTooLongError naming the first text with more than ``max_subwords``
+        subwords (EOS excluded; at most the model's limit, max_source_tokens - 1, which is also the default)."""
+        limit = self.max_source_tokens - 1 if max_subwords is None else min(max_subwords, self.max_source_tokens - 1)
+        ids = self.tokenizer.encode_batch(texts)
         for i, seq in enumerate(ids):
-            if len(seq) > self.max_source_tokens:
-                raise SourceTooLongError(i, len(seq), self.max_source_tokens)
-        return ids
+            if len(seq) > limit:
+                raise SourceTooLongError(i, len(seq), limit)
+        return [seq + [EOS_ID] for seq in ids]
 
     def pieces(self, ids: Sequence[int]) -> list[str]:
         return self.tokenizer.pieces(ids)
@@ -234,8 +240,7 @@ class Engine:
     # --- graphs ------------------------------------------------------------------------------
     def run_encoder(self, sources: Sequence[Sequence[int]]) -> dict[str, np.ndarray]:
         src = pad_batch(sources)
-        names = ["encoder_output", "encoder_attention", "cross_keys", "cross_values"]
-        outputs = dict(zip(names, self.encoder.run(names, {"src_ids": src}), strict=True))
+        outputs = dict(zip(ENCODER_OUTPUTS, self.encoder.run(ENCODER_OUTPUTS, {"src_ids": src}), strict=True))
         outputs["src_mask"] = src != PAD_ID
         return outputs
 

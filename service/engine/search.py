@@ -1,6 +1,6 @@
 """Greedy and beam search in numpy over a decoder with a key/value cache.
 
-Same algorithm and conventions as the PyTorch reference in ``model/decoding.py`` (see its docstring):
+Same algorithm and conventions (``core/search.py``) as the PyTorch reference in ``model/decoding.py``:
 float32 log-probabilities summed in float64, per-sentence length limits, GNMT length penalty, top
 2 * beam candidates per step. Sentences that finish leave the batch, so the decoder only computes live rows.
 """
@@ -11,6 +11,8 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 import numpy as np
+
+from core.search import Hypothesis, length_penalty
 
 # step(tokens (rows, 1), rows) -> log_probs (rows, vocab), or the rows' best candidates (TopCandidates);
 # ``rows`` selects and orders the cache rows (indices into the previous call's rows) before the step.
@@ -25,22 +27,6 @@ class TopCandidates:
 
 
 StepFn = Callable[[np.ndarray, np.ndarray | None], "np.ndarray | TopCandidates"]
-
-
-@dataclass
-class Hypothesis:
-    tokens: list[int]  # generated ids, EOS excluded
-    score: float  # sum of log-probs (EOS included when generated)
-    normalized: float  # score / length penalty
-
-
-def length_limits(src_lengths: list[int], max_positions: int, max_length: int | None = None) -> list[int]:
-    cap = max_positions - 1
-    return [min(max_length if max_length is not None else 2 * n + 10, cap) for n in src_lengths]
-
-
-def length_penalty(length: int, alpha: float) -> float:
-    return ((5.0 + length) / 6.0) ** alpha
 
 
 def top_candidates(log_probs: np.ndarray, count: int) -> TopCandidates:

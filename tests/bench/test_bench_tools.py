@@ -66,7 +66,7 @@ def test_ct2_conversion_runs_our_model_and_the_check_notices_a_wrong_one(tiny_mo
     assert report["rate"] == 1.0, report
 
     # the same weights with CTranslate2's built-in [sin | cos] position table: no longer our model
-    from service.tokenizer import Tokenizer
+    from core.tokenizer import Tokenizer
 
     model, _ = load_release(release)
     tokenizer = Tokenizer(release / "tokenizer.model")

@@ -130,7 +130,7 @@ def test_runtime_stages_are_non_root_with_readyz_healthcheck_and_exec_entrypoint
 def test_app_stage_copies_the_serving_files_only():
     copies = [line for line in stages()["app"][1] if line.upper().startswith("COPY")]
     sources = {token for line in copies for token in line.split()[1:-1] if not token.startswith("--")}
-    assert sources == {"pyproject.toml", "README.md", "service/", "model_repository/", "deploy/entrypoint.sh"}
+    assert sources == {"pyproject.toml", "README.md", "core/", "service/", "model_repository/", "deploy/entrypoint.sh"}
     for line in copies:
         assert "--chown" not in line, "the service user must not own (and so not be able to edit) its code or models"
 
@@ -162,6 +162,7 @@ def _dockerignore_included(path: str) -> bool:
     [
         "pyproject.toml",
         "README.md",
+        "core/tokenizer.py",
         "service/app.py",
         "service/engine/engine.py",
         "deploy/entrypoint.sh",

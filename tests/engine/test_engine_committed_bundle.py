@@ -12,11 +12,11 @@ from pathlib import Path
 
 import pytest
 
-from export.graphs import DECODER_INPUTS, DECODER_OUTPUTS, ENCODER_INPUTS, ENCODER_OUTPUTS
+from core.graphs import DECODER_INPUTS, DECODER_OUTPUTS, ENCODER_INPUTS, ENCODER_OUTPUTS
+from core.tokenizer import SPECIAL_IDS
 from export.onnx_export import OPSET
 from model.config import ModelConfig
 from service.engine import Engine, TranslateOptions, load_bundle
-from service.tokenizer import SPECIAL_IDS
 
 BUNDLE_DIR = Path(__file__).resolve().parents[2] / "model_repository" / "de-en" / "1"
 

@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import pytest
 
+from core.tokenizer import EOS_ID, UNK_ID
 from service.engine import Engine, TranslateOptions, load_bundle
 from service.engine.engine import SourceTooLongError
-from service.tokenizer import EOS_ID, UNK_ID
 
 
 class _NoRun:
@@ -55,12 +55,24 @@ def test_source_over_the_limit_names_the_text_and_the_limit(fp32_engine):
     too_long = _text_of_tokens(fp32_engine, limit + 1)
     with pytest.raises(SourceTooLongError) as info:
         fp32_engine.translate(["ein mann", "der hund", too_long])
-    error = info.value
-    assert (error.index, error.n_tokens, error.limit) == (2, limit + 1, limit)
-    assert "text 2" in str(error) and f"at most {limit}" in str(error)
+    error = info.value  # counted in subwords, EOS excluded
+    assert (error.index, error.n_tokens, error.limit) == (2, limit, limit - 1)
+    assert f"has {limit} subword tokens; the limit is {limit - 1}" in str(error)
     for call in (lambda: fp32_engine.embed([too_long]), lambda: fp32_engine.attention(too_long)):
         with pytest.raises(SourceTooLongError):
             call()
+
+
+def test_a_lower_limit_applies_and_a_higher_one_is_capped_by_the_model(fp32_engine):
+    text = _text_of_tokens(fp32_engine, 11)  # 10 subwords + EOS
+    assert len(fp32_engine.source_ids([text], max_subwords=10)[0]) == 11
+    with pytest.raises(SourceTooLongError) as info:
+        fp32_engine.source_ids(["ein mann", text], max_subwords=9)
+    assert (info.value.index, info.value.limit) == (1, 9)
+    too_long = _text_of_tokens(fp32_engine, fp32_engine.max_source_tokens + 1)
+    with pytest.raises(SourceTooLongError) as info:
+        fp32_engine.source_ids([too_long], max_subwords=10_000)
+    assert info.value.limit == fp32_engine.max_source_tokens - 1
 
 
 def test_source_at_the_limit_translates(fp32_engine):

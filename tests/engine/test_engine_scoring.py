@@ -6,11 +6,11 @@ import numpy as np
 import pytest
 import torch
 
+from core.search import length_limits
+from core.tokenizer import BOS_ID, EOS_ID
 from model.data import pad
 from model.decoding import greedy_search as torch_greedy
 from service.engine.engine import pad_batch
-from service.engine.search import length_limits
-from service.tokenizer import BOS_ID, EOS_ID
 
 TOLERANCE = 1e-4
 

@@ -14,11 +14,11 @@ from typing import Any
 
 import torch
 
+from core.tokenizer import Tokenizer
 from export.manifest import build_manifest, seal
 from export.onnx_export import export_graphs
 from model.config import ModelConfig
 from model.transformer import Transformer
-from service.tokenizer import Tokenizer
 
 # name -> overrides of the tiny config; together with the tiny bundle (sinusoidal, post, relu, tied)
 # every positional encoding, norm placement, activation and both embedding tyings are exported.

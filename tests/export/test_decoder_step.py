@@ -13,17 +13,12 @@ import pytest
 from export_variants import ARCHITECTURES, random_model, random_shapes, tiny_random_config, write_bundle
 from tiny_bundle import SAMPLE_SENTENCES
 
-from export.decoder_step import (
-    STEP_INTERFACE,
-    build_decoder_step,
-    step_input_names,
-    step_output_names,
-    supports_decoder_step,
-)
+from core.graphs import STEP_INTERFACE, STEP_INTERFACE_KEY, step_input_names, step_interface, step_output_names
+from core.tokenizer import Tokenizer
+from export.decoder_step import build_decoder_step, supports_decoder_step
 from export.parity import step_max_diff
 from model.checkpoint import load_release
 from service.engine import Engine, TranslateOptions, load_bundle
-from service.tokenizer import Tokenizer
 
 TOLERANCE = 1e-4
 STEP_OUTPUTS = {"step.log_probs", "step.top_log_probs", "step.present_keys", "step.present_values"}
@@ -74,7 +69,15 @@ def test_step_graph_interface(tiny):
     caches = set(step_input_names(n)[3:])
     concat = [node for node in proto.graph.node if node.op_type == "Concat" and caches & set(node.input)]
     assert not concat  # the fused attention appends to the cache itself
-    assert {p.key: p.value for p in proto.metadata_props}["mtserve.decoder_step"] == STEP_INTERFACE
+    metadata = {p.key: p.value for p in proto.metadata_props}
+    assert metadata[STEP_INTERFACE_KEY] == str(STEP_INTERFACE)
+    assert step_interface(metadata) == STEP_INTERFACE == 2
+
+
+def test_interface_versions_compare_as_integers():
+    """Version 10 is newer than version 2 (a string comparison would say older)."""
+    assert step_interface({STEP_INTERFACE_KEY: "10"}) > step_interface({STEP_INTERFACE_KEY: "2"})
+    assert step_interface({}) == 1  # graphs of the first interface carry no entry
 
 
 def test_relative_positions_have_no_step_graph(tiny_bundle_dir):

@@ -12,12 +12,12 @@ import pytest
 from export_variants import ARCHITECTURES, random_model, random_shapes, tiny_random_config, write_bundle
 from tiny_bundle import SAMPLE_SENTENCES
 
-from export.graphs import DECODER_OUTPUTS, ENCODER_OUTPUTS
+from core.graphs import DECODER_OUTPUTS, ENCODER_OUTPUTS
+from core.tokenizer import Tokenizer
 from export.parity import graph_max_diff, translation_parity
 from model.checkpoint import load_release
 from model.config import ACTIVATIONS, NORM_PLACEMENTS, POSITIONAL_ENCODINGS, ModelConfig
 from service.engine import Engine, load_bundle
-from service.tokenizer import Tokenizer
 
 TOLERANCE = 1e-4
 EVERY_OUTPUT = set(ENCODER_OUTPUTS) | {f"decoder.{name}" for name in DECODER_OUTPUTS}

@@ -6,7 +6,8 @@ import pytest
 import torch
 from model_toys import EOS, PAD, TOY_VOCAB, tiny_config, toy_batch, toy_pairs
 
-from model.decoding import beam_search, greedy_search, length_penalty
+from core.search import length_penalty
+from model.decoding import beam_search, greedy_search
 from model.transformer import Transformer
 
 

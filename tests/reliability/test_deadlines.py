@@ -157,7 +157,7 @@ def test_deadline_fails_a_request_while_the_engine_is_busy():
 
         gate, entered, seen = threading.Event(), threading.Event(), []
 
-        def runner(kind, key, payloads):
+        def runner(key, payloads):
             seen.extend(payloads)
             entered.set()
             gate.wait(30)
@@ -166,11 +166,11 @@ def test_deadline_fails_a_request_while_the_engine_is_busy():
         metrics = Metrics()
         scheduler = Scheduler("m", runner, BatchLimits(max_sentences=8, max_wait_s=0.0, max_queue=64), metrics)
         scheduler.start()
-        blocker = asyncio.ensure_future(scheduler.submit("translate", "k", ["blocker"], [1], 30))
+        blocker = asyncio.ensure_future(scheduler.submit("k", ["blocker"], [1], 30))
         assert await asyncio.to_thread(entered.wait, 10)
         started = time.monotonic()
         with pytest.raises(DeadlineExceeded):
-            await scheduler.submit("translate", "k", ["late"], [1], 0.2)
+            await scheduler.submit("k", ["late"], [1], 0.2)
         waited = time.monotonic() - started
         gate.set()
         await blocker

@@ -1,4 +1,5 @@
-"""Fault isolation: an engine batch that raises (test hook: a text with FAIL_BATCH_MARKER, MT_ENABLE_TEST_HOOKS=true)
+"""Fault isolation: an engine batch that raises (a text with FAIL_BATCH_MARKER; tests/fault_injection.py wraps the
+batch runner)
 fails only the requests in that batch, with a 500 that says 'internal error' and the request id (no stack
 trace); the log has the exception with the request ids; other batches and the next batch are unaffected."""
 
@@ -8,9 +9,8 @@ import asyncio
 import time
 
 import httpx
+from fault_injection import FAIL_BATCH_MARKER
 from reliability_helpers import log_entries
-
-from service.registry import FAIL_BATCH_MARKER
 
 BAD_KEY = {"beam_size": 2}  # the failing request's decoding options (its batching key)
 OTHERS = {
@@ -83,7 +83,7 @@ def test_failing_batch_fails_only_its_own_requests(strict_server):
     assert strict_server.process.poll() is None
 
 
-def test_marker_is_inert_without_the_test_hook(live_server):
-    """The shared server runs without MT_ENABLE_TEST_HOOKS: the marker is just text."""
+def test_marker_is_inert_in_the_service_itself(live_server):
+    """The shared server is plain ``python -m service``: without the fault injector the marker is just text."""
     response = httpx.post(live_server.url + "/v1/translate", json={"texts": [FAIL_BATCH_MARKER]}, timeout=60)
     assert response.status_code == 200

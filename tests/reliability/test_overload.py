@@ -9,19 +9,20 @@ import time
 from concurrent.futures import ThreadPoolExecutor
 
 import httpx
+from fault_injection import COMMAND, SLOW_BATCH_MARKER
 from reliability_helpers import metric, rss_mb, start_server
 
 from bench import overload
-from service.registry import SLOW_BATCH_MARKER
 
 QUEUE = 8  # sentences; a request of 4 texts takes half of it
-# the slow-batch hook makes every batch take >= 50 ms, so 300 requests/s overflow the queue on any machine
+# the fault injector's slow-batch marker makes every batch take >= 50 ms,
+# so 300 requests/s overflow the queue on any machine
 BODY = {"texts": ["der hund", "ein mann spielt", f"die katze {SLOW_BATCH_MARKER}", "das kind rennt"], "beam_size": 2}
 
 
 def test_burst_beyond_the_queue_is_shed_fast_and_the_service_recovers(tiny_repository, tmp_path):
     env = {"MT_MAX_QUEUE_SENTENCES": str(QUEUE), "MT_MAX_BATCH_SENTENCES": "8", "MT_MAX_WAIT_MS": "100"}
-    server = start_server(tiny_repository, {**env, "MT_ENABLE_TEST_HOOKS": "true"}, tmp_path / "service.log")
+    server = start_server(tiny_repository, env, tmp_path / "service.log", command=COMMAND)
     try:
         url = server.url
         warm = asyncio.run(overload.sequential(url, BODY, 0.5, min_requests=2))

@@ -44,9 +44,9 @@ class FakeRunner:
         self.gate.clear()
         self.entered.clear()
 
-    def __call__(self, kind: str, key, payloads: list) -> tuple[list, dict]:
+    def __call__(self, key, payloads: list) -> tuple[list, dict]:
         with self._lock:
-            self.batches.append((kind, key, list(payloads)))
+            self.batches.append((key, list(payloads)))
         self.entered.set()
         assert self.gate.wait(10), "test gate never opened"
         if self.jitter:
@@ -57,7 +57,7 @@ class FakeRunner:
         return results, {"encode": 0.001, "decode": 0.002, "generated_tokens": 3 * len(payloads)}
 
     def texts(self) -> list[list[str]]:
-        return [[p["text"] for p in payloads] for _, _, payloads in self.batches]
+        return [[p["text"] for p in payloads] for _, payloads in self.batches]
 
 
 def make(runner: FakeRunner, **limits) -> tuple[Scheduler, Metrics]:
@@ -74,7 +74,7 @@ def payloads(texts: list[str]) -> list[dict]:
 
 async def submit(scheduler: Scheduler, texts: list[str], key=KEY_A, lengths: list[int] | None = None, timeout=30.0):
     lengths = lengths or [len(t) for t in texts]
-    return await scheduler.submit("translate", key, payloads(texts), lengths, timeout)
+    return await scheduler.submit(key, payloads(texts), lengths, timeout)
 
 
 async def hold_worker(scheduler: Scheduler, runner: FakeRunner) -> asyncio.Task:
@@ -144,7 +144,7 @@ def test_requests_with_different_options_never_share_a_batch():
     assert a == [(KEY_A, "a1"), (KEY_A, "a2")]
     assert b == [(KEY_B, "b1"), (KEY_B, "b2")]
     assert a2 == [(KEY_A, "a3")]
-    for _, key, batch in runner.batches[1:]:
+    for key, batch in runner.batches[1:]:
         assert all(p["text"][0] == ("b" if key == KEY_B else "a") for p in batch), runner.batches
     assert sorted(map(sorted, runner.texts()[1:])) == [["a1", "a2", "a3"], ["b1", "b2"]]
 
@@ -248,7 +248,7 @@ def test_full_queue_refuses_with_retry_after_and_keeps_what_it_accepted():
         return refused.value, depth, answer, after
 
     refused, depth, answer, after = asyncio.run(scenario())
-    assert refused.status == 429
+    assert isinstance(refused, QueueFull)
     assert refused.retry_after >= 1
     assert "3 of 3" in str(refused)
     assert depth == 3
@@ -270,7 +270,7 @@ def test_a_request_larger_than_the_queue_is_refused_for_good_not_asked_to_retry(
         return refused.value, fits
 
     refused, fits = asyncio.run(scenario())
-    assert refused.status == 413 and not isinstance(refused, QueueFull)
+    assert isinstance(refused, RequestTooLarge) and not isinstance(refused, QueueFull)
     assert "4 texts" in str(refused) and "at most 3 sentences" in str(refused)
     assert fits == [(KEY_A, "a"), (KEY_A, "b"), (KEY_A, "c")]
 
@@ -278,8 +278,8 @@ def test_a_request_larger_than_the_queue_is_refused_for_good_not_asked_to_retry(
 class MiscountingRunner(FakeRunner):
     """Returns one result too few for batches that contain "short"."""
 
-    def __call__(self, kind: str, key, payloads: list) -> tuple[list, dict]:
-        results, stats = super().__call__(kind, key, payloads)
+    def __call__(self, key, payloads: list) -> tuple[list, dict]:
+        results, stats = super().__call__(key, payloads)
         return (results[:-1] if any(p["text"] == "short" for p in payloads) else results), stats
 
 

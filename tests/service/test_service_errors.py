@@ -131,6 +131,9 @@ def test_text_over_the_token_limit_names_the_limit(constrained):
     response = httpx.post(constrained.url + "/v1/attention", json={"source": texts[1]}, timeout=30)
     assert response.status_code == 422
     assert f"the limit is {TOKEN_LIMIT}" in detail_text(response)
+    assert response.json()["detail"][0]["loc"] == ["body", "source"]
+    response = httpx.post(constrained.url + "/v1/attention", json={"source": texts[0], "target": texts[1]}, timeout=30)
+    assert response.status_code == 422 and response.json()["detail"][0]["loc"] == ["body", "target"]
 
 
 def test_model_limit_applies_on_the_default_server(api, manifest):

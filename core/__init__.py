@@ -1,0 +1,8 @@
+"""Torch-free definitions shared by model/ (training), export/ (ONNX) and service/ (serving), each defined once.
+
+- ``core.tokenizer``: the SentencePiece tokenizer and the special token ids.
+- ``core.search``: what greedy and beam search share in PyTorch and numpy (hypothesis, length limits, penalty).
+- ``core.graphs``: the ONNX graph interface (input / output names, metadata keys, the integer interface version).
+
+Nothing here imports torch, onnx, FastAPI or any other package of this repository.
+"""

@@ -1,0 +1,53 @@
+"""The ONNX graph interface of a bundle: input and output names, metadata keys, the step-graph interface version.
+
+The exporter (export/graphs.py, export/decoder_step.py) writes graphs with these names and the engine
+(service/engine/) feeds and reads them; both import them from here.
+
+encoder.onnx:      src_ids (batch, src) -> encoder_output, encoder_attention, cross_keys, cross_values
+decoder.onnx:      tokens, src_mask, cross_keys, cross_values, past_keys, past_values (stacked per layer)
+                   -> log_probs, present_keys, present_values, self_attention, cross_attention
+decoder_step.onnx: tokens, src_mask, top_k, cross_keys_<i>, cross_values_<i>, past_keys_<i>, past_values_<i>
+                   -> log_probs, top_log_probs, top_ids, present_keys_<i>, present_values_<i>
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+
+ENCODER_INPUTS = ["src_ids"]
+ENCODER_OUTPUTS = ["encoder_output", "encoder_attention", "cross_keys", "cross_values"]
+DECODER_INPUTS = ["tokens", "src_mask", "cross_keys", "cross_values", "past_keys", "past_values"]
+DECODER_OUTPUTS = ["log_probs", "present_keys", "present_values", "self_attention", "cross_attention"]
+
+# decoder_step.onnx metadata: the interface version and the most candidates its two-stage top-k serves
+STEP_INTERFACE_KEY = "mtserve.decoder_step"
+MAX_TOP_K_KEY = "mtserve.max_top_k"
+# 1: cross keys/values per row (graphs of version 1 carry no metadata entry)
+# 2: cross keys/values per source, rows grouped by source; TopK runs only when top_k > 0
+STEP_INTERFACE = 2
+
+
+def step_interface(metadata: Mapping[str, str]) -> int:
+    """The interface version of a decoder_step graph from its custom metadata (1 when the entry is absent)."""
+    return int(metadata.get(STEP_INTERFACE_KEY, "1"))
+
+
+def step_input_names(n_layers: int) -> list[str]:
+    names = ["tokens", "src_mask", "top_k"]
+    for i in range(n_layers):
+        names += [f"cross_keys_{i}", f"cross_values_{i}"]
+    for i in range(n_layers):
+        names += [f"past_keys_{i}", f"past_values_{i}"]
+    return names
+
+
+def step_output_names(n_layers: int) -> list[str]:
+    names = ["log_probs", "top_log_probs", "top_ids"]
+    for i in range(n_layers):
+        names += [f"present_keys_{i}", f"present_values_{i}"]
+    return names
+
+
+def step_present_names(n_layers: int) -> list[str]:
+    """The cache outputs of a step, layer by layer: present_keys_0, present_values_0, present_keys_1, ..."""
+    return [f"present_{kind}_{i}" for i in range(n_layers) for kind in ("keys", "values")]

@@ -1,0 +1,80 @@
+"""Which waiting sentences form the next engine batch, and when: pure functions over the queue, no asyncio.
+
+The queue is a list of ``Queued`` sentences, oldest first. A batch holds sentences with equal keys (the work's
+options) only, at most ``max_sentences`` of them and at most ``max_tokens`` padded tokens (sentences x the
+longest). It is built around the oldest sentence from the sentences closest to it in length (less padding;
+the oldest always goes, so nothing starves). It is dispatched when a full batch of the oldest sentence's key
+is waiting or the oldest sentence has waited ``max_wait_s``. The asyncio plumbing is ``service/scheduler.py``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Hashable, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+
+@dataclass
+class BatchLimits:
+    max_sentences: int = 32
+    max_tokens: int = 4096
+    max_wait_s: float = 0.005
+    max_queue: int = 1024
+    workers: int = 1
+
+
+@dataclass(eq=False)
+class Queued:
+    """One waiting sentence: its batch key, length in subwords, enqueue time, and what the plumbing attaches."""
+
+    key: Hashable
+    length: int
+    enqueued: float
+    ticket: Any = None  # the request it belongs to
+    index: int = 0  # its position in that request
+    payload: Any = None
+
+
+def wait_before_dispatch(queue: Sequence[Queued], limits: BatchLimits, now: float) -> float:
+    """Seconds to wait before taking a batch: 0 when a full batch of the oldest sentence's key waits, or the
+    oldest has waited max_wait_s; otherwise the rest of its wait. The queue must not be empty."""
+    oldest = queue[0]
+    same = sum(1 for q in queue if q.key == oldest.key)
+    if same >= limits.max_sentences:
+        return 0.0
+    return max(0.0, oldest.enqueued + limits.max_wait_s - now)
+
+
+def select_batch(queue: Sequence[Queued], limits: BatchLimits) -> list[Queued]:
+    """The next batch, shortest first: the oldest sentence and its nearest-length companions of the same key."""
+    if not queue:
+        return []
+    oldest = queue[0]
+    same = sorted((q for q in queue if q.key == oldest.key), key=lambda q: q.length)
+    at = same.index(oldest)
+    chosen, lo, hi, width = [oldest], at - 1, at + 1, oldest.length
+    while len(chosen) < limits.max_sentences and (lo >= 0 or hi < len(same)):
+        left = same[lo] if lo >= 0 else None
+        right = same[hi] if hi < len(same) else None
+        if right is None or (left is not None and oldest.length - left.length <= right.length - oldest.length):
+            pick = left
+        else:
+            pick = right
+        new_width = max(width, pick.length)
+        if new_width * (len(chosen) + 1) > limits.max_tokens:
+            break
+        chosen.append(pick)
+        width = new_width
+        if pick is left:
+            lo -= 1
+        else:
+            hi += 1
+    return sorted(chosen, key=lambda q: q.length)
+
+
+def retry_after(depth: int, n_items: int, limits: BatchLimits, seconds_per_sentence: float) -> int | None:
+    """None when ``n_items`` more sentences fit the queue; else the seconds a client should wait (the queue's
+    depth at the measured seconds per sentence, at least 1)."""
+    if depth + n_items <= limits.max_queue:
+        return None
+    return max(1, round(depth * seconds_per_sentence / limits.workers))

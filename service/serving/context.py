@@ -1,0 +1,19 @@
+"""What the serving layer needs to know about the request it serves, without knowing HTTP."""
+
+from __future__ import annotations
+
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass, field
+
+
+async def _never() -> bool:
+    return False
+
+
+@dataclass
+class RequestContext:
+    request_id: str = ""
+    timeout_s: float = 30.0  # the deadline, from now
+    batch_ids: list[int] = field(default_factory=list)  # filled with the engine batches that ran this request
+    is_disconnected: Callable[[], Awaitable[bool]] = _never  # polled while the work waits
+    logged_texts: list[str] | None = None  # when set (opt-in debugging), the request's texts are appended

@@ -1,0 +1,16 @@
+"""POST /v1/embed: texts -> pooled encoder states."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from service.registry import LoadedModel
+from service.serving.common import run_work, tokenize
+from service.serving.context import RequestContext
+from service.work import EmbedOptions, Source
+
+
+async def embed(model: LoadedModel, body: Any, ctx: RequestContext) -> dict[str, Any]:
+    sources = [Source(ids) for ids in tokenize(model, body.texts, ctx)]
+    vectors = await run_work(model, EmbedOptions(body.pooling, body.normalize), sources, ctx)
+    return {"model": model.name, "dimension": len(vectors[0]), "embeddings": [v.tolist() for v in vectors]}

@@ -1,0 +1,37 @@
+"""The real service (``python -m service``'s own main) with every model's batch runner wrapped by a fault injector.
+
+Production code has no test hooks: this launcher passes ``wrap_runner`` to the app, and the wrapper looks at the
+batch's source texts (decoded from their ids): a text containing FAIL_BATCH_MARKER makes its batch raise, one
+containing SLOW_BATCH_MARKER makes its batch take SLOW_BATCH_S longer (a slower machine). Started by tests as
+``LiveServer(..., command=COMMAND)``; ``-c`` keeps the repository root (the server's cwd) first on the import path.
+"""
+
+from __future__ import annotations
+
+import runpy
+import sys
+import time
+from pathlib import Path
+
+FAIL_BATCH_MARKER = "__mt_test_fail_batch__"
+SLOW_BATCH_MARKER = "__mt_test_slow_batch__"
+SLOW_BATCH_S = 0.05
+
+COMMAND = [sys.executable, "-c", f"import runpy; runpy.run_path({str(Path(__file__))!r}, run_name='__main__')"]
+
+
+def inject_faults(runner, engine):
+    def run_batch(options, sources):
+        texts = [engine.tokenizer.decode(s.ids) for s in sources]
+        if any(FAIL_BATCH_MARKER in t for t in texts):
+            raise RuntimeError("test hook: injected engine failure")
+        if any(SLOW_BATCH_MARKER in t for t in texts):
+            time.sleep(SLOW_BATCH_S)
+        return runner(options, sources)
+
+    return run_batch
+
+
+if __name__ == "__main__":
+    main = runpy.run_module("service.__main__")["main"]
+    sys.exit(main(wrap_runner=inject_faults))
