@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import signal
 from contextlib import asynccontextmanager
 from dataclasses import dataclass, field
 
@@ -11,11 +12,13 @@ from fastapi import FastAPI
 from fastapi.middleware.cors import CORSMiddleware
 
 from service.api import errors, viewer
+from service.api.admin import build_admin_router
 from service.api.middleware import ServiceMiddleware
 from service.api.routes import build_router
 from service.engine.bundle import BundleError
 from service.metrics import Metrics
 from service.registry import Registry, RunnerWrapper
+from service.serving.routing import Detector
 from service.settings import Settings
 
 log = logging.getLogger(__name__)
@@ -28,6 +31,8 @@ class AppState:
     registry: Registry
     draining: bool = False
     in_flight: int = 0
+    detector: Detector | None = None  # language detection for source_language "auto"
+    reloads: set[asyncio.Task] = field(default_factory=set, repr=False)  # SIGHUP reloads in progress
     load_task: asyncio.Task | None = field(default=None, repr=False)
 
 
@@ -45,6 +50,7 @@ def create_app(settings: Settings | None = None, wrap_runner: RunnerWrapper | No
             log.error("refusing to start: %s", exc)
             raise
         state.load_task = asyncio.create_task(_load(state))
+        _reload_on_sighup(state)
         yield
         state.draining = True
         if state.load_task and not state.load_task.done():
@@ -61,6 +67,7 @@ def create_app(settings: Settings | None = None, wrap_runner: RunnerWrapper | No
     app.state.mt = state
     errors.install(app)
     app.include_router(build_router(app))
+    app.include_router(build_admin_router())
     viewer.install(app)
     if settings.cors_origins:
         app.add_middleware(
@@ -72,6 +79,15 @@ def create_app(settings: Settings | None = None, wrap_runner: RunnerWrapper | No
         )
     app.add_middleware(ServiceMiddleware, state=state)
     return app
+
+
+def _reload_on_sighup(state: AppState) -> None:
+    """SIGHUP loads every model's pinned or highest version on disk (as the admin call does, one by one)."""
+    loop = asyncio.get_running_loop()
+    try:
+        loop.add_signal_handler(signal.SIGHUP, lambda: state.reloads.add(loop.create_task(state.registry.reload_all())))
+    except (NotImplementedError, RuntimeError, ValueError):  # not the main thread (an embedding app), or no SIGHUP
+        log.info("SIGHUP reloads are off in this process")
 
 
 async def _load(state: AppState) -> None:

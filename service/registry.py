@@ -10,7 +10,7 @@ from pathlib import Path
 from typing import Any
 
 from service.engine import Bundle, Engine, TranslateOptions, load_bundle
-from service.engine.bundle import BundleError, discover
+from service.engine.bundle import MANIFEST, BundleError, discover
 from service.metrics import Metrics
 from service.scheduler import BatchLimits, Scheduler
 from service.settings import Settings
@@ -34,6 +34,15 @@ class LoadedModel:
     scheduler: Scheduler
     variant: str
     max_source_subwords: int  # per text, EOS excluded: the model's limit and MT_MAX_TOKENS_PER_TEXT, the lower
+    replaced_by: LoadedModel | None = None  # set when a newer version took over; late work follows it
+
+    @property
+    def version(self) -> str:
+        return self.bundle.version
+
+    @property
+    def languages(self) -> tuple[str, str]:
+        return self.bundle.manifest["source_language"], self.bundle.manifest["target_language"]
 
     def info(self) -> dict[str, Any]:
         m = self.bundle.manifest
@@ -66,12 +75,22 @@ def choose_variant(bundle: Bundle, setting: str, providers: list[str]) -> str:
 
 
 class Registry:
+    """The models being served, one version each, with their own scheduler, queue and metrics label.
+
+    ``load_version`` swaps a model's version while serving: verify the new bundle's hashes, create its engine,
+    warm it up, start its scheduler, switch new requests to it, then let the old scheduler finish what it
+    accepted before it is dropped. Work that reaches the old scheduler after the switch follows
+    ``LoadedModel.replaced_by`` to the new one. A bundle that fails any step is refused and the old one serves on.
+    """
+
     def __init__(self, settings: Settings, metrics: Metrics, wrap_runner: RunnerWrapper | None = None) -> None:
         self.settings, self.metrics, self.wrap_runner = settings, metrics, wrap_runner
         self.bundles: dict[str, Bundle] = {}
         self.models: dict[str, LoadedModel] = {}
         self.ready = False
         self.failed: str | None = None
+        self._swap_lock = asyncio.Lock()
+        self.reasons: dict[str, str] = {}  # why each model serves the version it serves (/v1/models, logs)
 
     def verify(self) -> None:
         """Find and hash-check every bundle to load; raises BundleError naming the bad file."""
@@ -82,35 +101,97 @@ class Registry:
         for name in wanted:
             if name not in found:
                 raise BundleError(f"{self.settings.model_repository}/{name}: no bundle (have {sorted(found)})")
-            self.bundles[name] = load_bundle(found[name], verify=True)
+            pinned = self.settings.model_versions.get(name)
+            self.bundles[name] = load_bundle(self._version_path(name, pinned), verify=True)
+            self.reasons[name] = "pinned by MT_MODEL_VERSIONS" if pinned else "the highest version on disk"
+            available = versions_of(self.settings.model_repository, name)
+            log.info("model %s: serving version %s (%s; on disk: %s)", name, pinned or available[-1],
+                     self.reasons[name], ", ".join(available))
         if self.settings.default_model not in self.bundles:
             raise BundleError(f"default model {self.settings.default_model!r} is not among {sorted(self.bundles)}")
 
-    async def load(self) -> None:
-        """Create sessions, warm each model up with a real translation, then start its scheduler."""
+    def _version_path(self, name: str, version: str | None) -> Path:
+        """The bundle folder of ``version`` (the highest on disk when None)."""
+        available = versions_of(self.settings.model_repository, name)
+        if not available:
+            raise BundleError(f"{self.settings.model_repository}/{name}: no versions")
+        chosen = version if version is not None else available[-1]
+        if chosen not in available:
+            raise BundleError(f"{self.settings.model_repository}/{name}: no version {chosen} (have {available})")
+        return Path(self.settings.model_repository) / name / chosen
+
+    def _limits(self) -> BatchLimits:
         s = self.settings
-        if s.load_delay_s:
-            await asyncio.sleep(s.load_delay_s)
-        limits = BatchLimits(
+        return BatchLimits(
             max_sentences=s.effective_max_batch_sentences,
             max_tokens=s.max_batch_tokens,
             max_wait_s=s.max_wait_ms / 1000.0,
             max_queue=s.max_queue_sentences,
             workers=s.engine_workers,
         )
+
+    async def load(self) -> None:
+        """Create sessions, warm each model up with a real translation, then start its scheduler."""
+        if self.settings.load_delay_s:
+            await asyncio.sleep(self.settings.load_delay_s)
         for name, bundle in self.bundles.items():
-            engine = await asyncio.to_thread(self._engine, bundle)
-            await asyncio.to_thread(engine.translate, ["Warm-up."], TranslateOptions(beam_size=2))
-            runner = engine_runner(engine)
-            if self.wrap_runner is not None:
-                runner = self.wrap_runner(runner, engine)
-            scheduler = Scheduler(name, runner, limits, self.metrics)
-            scheduler.start()
-            max_subwords = min(s.max_tokens_per_text, engine.max_source_tokens - 1)
-            self.models[name] = LoadedModel(name, bundle, engine, scheduler, engine.variant, max_subwords)
-            self.metrics.model_info.labels(name, bundle.version, engine.variant, engine.providers[0]).set(1)
-            log.info("model %s v%s ready (%s on %s)", name, bundle.version, engine.variant, engine.providers)
+            self.models[name] = await self._start(name, bundle)
         self.ready = True
+
+    async def _start(self, name: str, bundle: Bundle) -> LoadedModel:
+        """Engine, warm-up translation, scheduler: a model ready to take requests (not yet routed to)."""
+        engine = await asyncio.to_thread(self._engine, bundle)
+        await asyncio.to_thread(engine.translate, ["Warm-up."], TranslateOptions(beam_size=2))
+        runner = engine_runner(engine)
+        if self.wrap_runner is not None:
+            runner = self.wrap_runner(runner, engine)
+        scheduler = Scheduler(name, runner, self._limits(), self.metrics)
+        scheduler.start()
+        max_subwords = min(self.settings.max_tokens_per_text, engine.max_source_tokens - 1)
+        model = LoadedModel(name, bundle, engine, scheduler, engine.variant, max_subwords)
+        self.metrics.model_info.labels(name, bundle.version, engine.variant, engine.providers[0]).set(1)
+        log.info("model %s v%s ready (%s on %s)", name, bundle.version, engine.variant, engine.providers)
+        return model
+
+    async def load_version(
+        self, name: str, version: str | None = None, reason: str = "loaded by POST /v1/models/{name}/load"
+    ) -> tuple[LoadedModel, str]:
+        """Serve ``version`` of ``name`` (the highest on disk when None) instead of the current one.
+
+        Returns (the new model, the previous version). Raises BundleError (bad files) or RuntimeError (engine or
+        warm-up failed) with the current version still serving; UnknownModel for a model that is not loaded.
+        """
+        if name not in self.models:
+            raise UnknownModel(f"unknown model {name!r}; available: {sorted(self.models)}")
+        async with self._swap_lock:
+            old = self.models[name]
+            path = self._version_path(name, version)
+            bundle = await asyncio.to_thread(load_bundle, path, True)
+            if bundle.name != name:
+                raise BundleError(f"{path}: the manifest names model {bundle.name!r}, not {name!r}")
+            try:
+                new = await self._start(name, bundle)
+            except Exception as exc:
+                self.metrics.model_info.labels(name, old.bundle.version, old.variant, old.engine.providers[0]).set(1)
+                raise RuntimeError(f"{path}: loading or warm-up failed ({type(exc).__name__}: {exc})") from exc
+            self.bundles[name], self.models[name] = bundle, new
+            self.reasons[name] = reason.format(name=name)
+            old.replaced_by = new
+            await old.scheduler.stop()  # accepted work finishes on the old version
+            if old.bundle.version != new.bundle.version:
+                self.metrics.model_info.remove(name, old.bundle.version, old.variant, old.engine.providers[0])
+            log.info("model %s: version %s replaced version %s", name, new.bundle.version, old.bundle.version)
+            return new, old.bundle.version
+
+    async def reload_all(self) -> None:
+        """SIGHUP: every loaded model to its pinned or highest version on disk; a bad one is logged and kept."""
+        for name in list(self.models):
+            pinned = self.settings.model_versions.get(name)
+            try:
+                if self._version_path(name, pinned).name != self.models[name].bundle.version:
+                    await self.load_version(name, pinned, "loaded on SIGHUP")
+            except Exception:
+                log.exception("model %s: reload refused; the current version keeps serving", name)
 
     def _engine(self, bundle: Bundle) -> Engine:
         s = self.settings
@@ -128,10 +209,31 @@ class Registry:
             raise UnknownModel(f"unknown model {name!r}; available: {known}")
         return self.models[name]
 
+    def info(self, name: str) -> dict[str, Any]:
+        return {
+            **self.models[name].info(),
+            "versions_available": versions_of(self.settings.model_repository, name),
+            "version_reason": self.reasons.get(name),
+        }
+
+    def pairs(self) -> dict[tuple[str, str], str]:
+        """(source language, target language) -> model name, the default model first among equals."""
+        order = sorted(self.models, key=lambda n: (n != self.settings.default_model, n))
+        found: dict[tuple[str, str], str] = {}
+        for name in order:
+            m = self.models[name].bundle.manifest
+            found.setdefault((m["source_language"], m["target_language"]), name)
+        return found
+
     async def stop(self) -> None:
         for model in self.models.values():
             await model.scheduler.stop()
 
 
-def bundle_paths(settings: Settings) -> dict[str, Path]:
-    return discover(settings.model_repository)
+def versions_of(repository: str | Path, name: str) -> list[str]:
+    """The version folders of a model that hold a manifest, lowest first (as integers)."""
+    folder = Path(repository) / name
+    if not folder.is_dir():
+        return []
+    found = [p.name for p in folder.iterdir() if p.is_dir() and p.name.isdigit() and (p / MANIFEST).exists()]
+    return sorted(found, key=int)

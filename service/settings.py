@@ -20,6 +20,18 @@ def _split(value: object) -> object:
 CsvList = Annotated[list[str], NoDecode, BeforeValidator(_split)]  # "a, b" -> ["a", "b"]
 
 
+def _pairs(value: object) -> object:
+    if isinstance(value, str):
+        pairs = [item.split("=", 1) for item in _split(value)]  # type: ignore[union-attr]
+        if any(len(p) != 2 or not p[0].strip() or not p[1].strip() for p in pairs):
+            raise ValueError(f"expected name=value pairs separated by commas, got {value!r}")
+        return {k.strip(): v.strip() for k, v in pairs}
+    return value
+
+
+CsvMap = Annotated[dict[str, str], NoDecode, BeforeValidator(_pairs)]  # "a=1, b=2" -> {"a": "1", "b": "2"}
+
+
 class Settings(BaseSettings):
     model_config = SettingsConfigDict(env_prefix="MT_", extra="ignore")
 
@@ -29,6 +41,10 @@ class Settings(BaseSettings):
     model_repository: Path = REPO_ROOT / "model_repository"
     default_model: str = "de-en"
     models: CsvList = Field(default_factory=list, description="models to load; empty = every model in the repository")
+    model_versions: CsvMap = Field(
+        default_factory=dict, description="pinned versions, e.g. 'de-en=1'; unpinned models serve their highest version"
+    )
+    admin_key: str = Field("", description="key for POST /v1/models/{name}/load (X-Admin-Key); empty = admin off")
     providers: str = Field("auto", pattern="^(auto|cpu|cuda)$")
     variant: str = Field("auto", pattern="^(auto|fp32|int8|fp16)$")
     intra_op_threads: int = Field(1, ge=1, le=256)

@@ -25,6 +25,7 @@ from service.scheduler import (
     ShuttingDown,
 )
 from service.serving.attention import OutOfRange
+from service.serving.routing import UnservedPair
 
 log = logging.getLogger(__name__)
 
@@ -115,6 +116,10 @@ def install(app: FastAPI) -> None:
         field = getattr(exc, "field", "texts")  # set by the serving layer: the request field the text came from
         loc = ["body", field, exc.index] if getattr(exc, "indexed", True) else ["body", field]
         return _unprocessable(loc, str(exc))
+
+    @app.exception_handler(UnservedPair)
+    async def unserved_pair(_: Request, exc: UnservedPair) -> JSONResponse:
+        return _unprocessable(["body", exc.field], str(exc))
 
     @app.exception_handler(OutOfRange)
     async def out_of_range(_: Request, exc: OutOfRange) -> JSONResponse:

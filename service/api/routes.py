@@ -9,7 +9,7 @@ from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 
 from service.api.errors import ERROR_RESPONSES, NotReady
 from service.api.schemas import AttentionResponse, EmbedResponse, ModelsResponse, TranslateResponse, request_models
-from service.registry import LoadedModel
+from service.registry import LoadedModel, Registry
 from service.scheduler import ShuttingDown
 from service.serving import attention as attention_serving
 from service.serving import embed as embed_serving
@@ -37,13 +37,17 @@ def _timeout(request: Request, asked: float | None) -> float:
     return min(asked if asked is not None else s.request_timeout_s, s.max_request_timeout_s)
 
 
-def _model(request: Request, name: str | None) -> LoadedModel:
+def _registry(request: Request) -> Registry:
     state = request.app.state.mt
     if state.draining:
         raise ShuttingDown("the service is shutting down; retry on another instance")
     if not state.registry.ready:
         raise NotReady("models are still loading; retry shortly")
-    model = state.registry.get(name)
+    return state.registry
+
+
+def _model(request: Request, name: str | None) -> LoadedModel:
+    model = _registry(request).get(name)
     request.scope["state"]["model"] = model.name
     return model
 
@@ -93,7 +97,10 @@ def build_router(app: FastAPI) -> APIRouter:
 
     @work_endpoint("/v1/translate", TranslateResponse, "Translate a batch of texts")
     async def translate(body: TranslateRequest, request: Request) -> dict[str, Any]:  # type: ignore[valid-type]
-        return await translate_serving.translate(_model(request, body.model), body, _context(request, body))
+        state = request.app.state.mt
+        answer = await translate_serving.translate(_registry(request), body, _context(request, body), state.detector)
+        request.scope["state"]["model"] = answer["model"]
+        return answer
 
     @work_endpoint("/v1/embed", EmbedResponse, "Sentence embeddings from the encoder")
     async def embed(body: EmbedRequest, request: Request) -> dict[str, Any]:  # type: ignore[valid-type]
@@ -108,7 +115,8 @@ def build_router(app: FastAPI) -> APIRouter:
         state = request.app.state.mt
         if not state.registry.ready:
             raise NotReady("models are still loading; retry shortly")
-        return {"default": state.settings.default_model, "models": [m.info() for m in state.registry.models.values()]}
+        models = [state.registry.info(name) for name in state.registry.models]
+        return {"default": state.settings.default_model, "models": models}
 
     @router.get("/healthz", summary="Liveness: the process is up")
     async def healthz() -> dict[str, str]:

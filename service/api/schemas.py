@@ -33,21 +33,27 @@ class TranslationOut(BaseModel):
     attention: Layers | None = Field(
         None, description="cross-attention [layers][heads][target][source]; row j is the step that generated token j"
     )
+    model: str | None = Field(None, description="the model that translated this text")
+    version: str | None = Field(None, description="the version of that model")
+    detected_language: str | None = Field(None, description="the text's language when source_language was 'auto'")
 
 
 class TranslateResponse(BaseModel):
     model: str
+    version: str | None = Field(None, description="version of the model that translated the first text")
     translations: list[TranslationOut]
 
 
 class EmbedResponse(BaseModel):
     model: str
+    version: str | None = None
     dimension: int
     embeddings: list[list[float]]
 
 
 class AttentionResponse(BaseModel):
     model: str
+    version: str | None = None
     source_tokens: list[str]
     target_tokens: list[str] = Field(description="decoder inputs: <s> then the target subwords")
     target_text: str
@@ -71,6 +77,8 @@ class ModelInfo(BaseModel):
     layers: dict[str, int]
     heads: int
     dimension: int
+    versions_available: list[str] | None = Field(None, description="version folders on disk, lowest first")
+    version_reason: str | None = Field(None, description="why this version is served")
 
 
 class ModelsResponse(BaseModel):
@@ -116,6 +124,13 @@ def request_models(s: Settings) -> RequestModels:
         )
         texts: list[Text] = Field(min_length=1, max_length=s.max_texts_translate)
         model: ModelName = None
+        source_language: str | None = Field(
+            None,
+            pattern="^([a-z]{2}|auto)$",
+            description="ISO 639-1 code of the texts, or 'auto' to detect each text's language; picks the model "
+            "serving (source_language, target_language) when `model` is absent",
+        )
+        target_language: str | None = Field(None, pattern="^[a-z]{2}$", description="ISO 639-1 code to translate into")
         beam_size: Int = Field(4, ge=1, le=s.max_beam_size)
         max_length: Annotated[int, Field(ge=1, le=s.max_length_cap), BeforeValidator(_integral)] | None = Field(
             None, description="generated tokens per text"

@@ -43,8 +43,9 @@ async def attention(model: LoadedModel, body: Any, ctx: RequestContext) -> dict[
     check_selection(model, body.layers, body.heads)
     [src] = tokenize(model, [body.source], ctx, "source")
     target = None if body.target is None else tokenize(model, [body.target], ctx, "target")[0][:-1]
-    [result] = await run_work(model, AttentionOptions(), [Source(src, target)], ctx)
-    out = {"model": model.name, **{k: result[k] for k in ("source_tokens", "target_tokens", "target_text", "score")}}
+    [result], used = await run_work(model, AttentionOptions(), [Source(src, target)], ctx)
+    keys = ("source_tokens", "target_tokens", "target_text", "score")
+    out = {"model": used.name, "version": used.version, **{k: result[k] for k in keys}}
     for kind in body.kinds:
         out[kind] = select(result[kind], body.layers, body.heads, body.aggregate)
     return out

@@ -8,6 +8,7 @@ from typing import Any
 
 from service.engine.engine import SourceTooLongError
 from service.registry import LoadedModel
+from service.scheduler import ShuttingDown
 from service.serving.context import RequestContext
 from service.work import Source, WorkOptions
 
@@ -26,14 +27,25 @@ def tokenize(model: LoadedModel, texts: Sequence[str], ctx: RequestContext, fiel
         raise
 
 
-async def run_work(model: LoadedModel, options: WorkOptions, sources: list[Source], ctx: RequestContext) -> list[Any]:
-    """Queue the work on the model's scheduler and wait for its results, in order; a client that disconnects
-    while waiting cancels it (the scheduler drops its unstarted sentences and counts them)."""
-    task = asyncio.ensure_future(
-        model.scheduler.submit(
-            options, sources, [s.length for s in sources], ctx.timeout_s, ctx.request_id, ctx.batch_ids
-        )
-    )
+async def run_work(
+    model: LoadedModel, options: WorkOptions, sources: list[Source], ctx: RequestContext
+) -> tuple[list[Any], LoadedModel]:
+    """Queue the work on the model's scheduler and wait for its results, in order; (results, the model version
+    that produced them). Work that meets a scheduler retired by a version swap goes to the version that replaced
+    it. A client that disconnects while waiting cancels the work (the scheduler drops its unstarted sentences)."""
+    while True:
+        try:
+            return await _wait(model, options, sources, ctx), model
+        except ShuttingDown:
+            if model.replaced_by is None:
+                raise
+            model = model.replaced_by
+
+
+async def _wait(model: LoadedModel, options: WorkOptions, sources: list[Source], ctx: RequestContext) -> list[Any]:
+    lengths = [s.length for s in sources]
+    submit = model.scheduler.submit(options, sources, lengths, ctx.timeout_s, ctx.request_id, ctx.batch_ids)
+    task = asyncio.ensure_future(submit)
     while True:
         done, _ = await asyncio.wait({task}, timeout=DISCONNECT_POLL_S)
         if done:

@@ -12,5 +12,6 @@ from service.work import EmbedOptions, Source
 
 async def embed(model: LoadedModel, body: Any, ctx: RequestContext) -> dict[str, Any]:
     sources = [Source(ids) for ids in tokenize(model, body.texts, ctx)]
-    vectors = await run_work(model, EmbedOptions(body.pooling, body.normalize), sources, ctx)
-    return {"model": model.name, "dimension": len(vectors[0]), "embeddings": [v.tolist() for v in vectors]}
+    vectors, used = await run_work(model, EmbedOptions(body.pooling, body.normalize), sources, ctx)
+    embeddings = [v.tolist() for v in vectors]
+    return {"model": used.name, "version": used.version, "dimension": len(vectors[0]), "embeddings": embeddings}

@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
+import asyncio
 from typing import Any
 
-from service.engine.engine import TranslateOptions, Translation, alignment
-from service.registry import LoadedModel
+from service.engine.engine import SourceTooLongError, TranslateOptions, Translation, alignment
+from service.registry import LoadedModel, Registry
 from service.serving.common import run_work, tokenize
 from service.serving.context import RequestContext
+from service.serving.routing import Detector, route
 from service.work import Source
 
 
@@ -21,20 +23,55 @@ def options_of(body: Any) -> TranslateOptions:
     )
 
 
-async def translate(model: LoadedModel, body: Any, ctx: RequestContext) -> dict[str, Any]:
-    sources = [Source(ids) for ids in tokenize(model, body.texts, ctx)]
-    results = await run_work(model, options_of(body), sources, ctx)
-    return {"model": model.name, "translations": [translation_out(model, t, body) for t in results]}
+async def translate(
+    registry: Registry, body: Any, ctx: RequestContext, detect: Detector | None = None
+) -> dict[str, Any]:
+    """Each text goes to its model (service/serving/routing.py); each model's texts run as one request on its
+    scheduler, the models side by side; answers come back in the order of the texts."""
+    models, detected = route(
+        registry,
+        body.texts,
+        body.model,
+        getattr(body, "source_language", None),
+        getattr(body, "target_language", None),
+        detect,
+    )
+    groups: dict[str, list[int]] = {}  # model name -> the indices of its texts
+    for i, model in enumerate(models):
+        groups.setdefault(model.name, []).append(i)
+    options = options_of(body)
+    work = [(models[i[0]], _group_sources(models[i[0]], [body.texts[j] for j in i], i, ctx)) for i in groups.values()]
+    runs = await asyncio.gather(*(run_work(model, options, sources, ctx) for model, sources in work))
+    translations: list[dict[str, Any]] = [{} for _ in body.texts]
+    served: list[LoadedModel] = [models[0]] * len(body.texts)
+    for (results, used), idx in zip(runs, groups.values(), strict=True):
+        for i, t in zip(idx, results, strict=True):
+            served[i] = used
+            translations[i] = translation_out(used, t, body, detected[i])
+    first = served[0]
+    return {"model": first.name, "version": first.version, "translations": translations}
 
 
-def translation_out(model: LoadedModel, t: Translation, body: Any) -> dict[str, Any]:
+def _group_sources(model: LoadedModel, texts: list[str], indices: list[int], ctx: RequestContext) -> list[Source]:
+    try:
+        return [Source(ids) for ids in tokenize(model, texts, ctx)]
+    except SourceTooLongError as exc:
+        exc.index = indices[exc.index]  # the text's place in the request, not in its model's group
+        raise
+
+
+def translation_out(model: LoadedModel, t: Translation, body: Any, detected: str | None = None) -> dict[str, Any]:
     pieces = model.engine.pieces
     out: dict[str, Any] = {
         "text": t.text,
         "score": t.score,
         "source_tokens": pieces(t.source_ids),
         "target_tokens": pieces(t.token_ids),
+        "model": model.name,
+        "version": model.version,
     }
+    if detected is not None:
+        out["detected_language"] = detected
     if body.num_hypotheses > 1:
         out["hypotheses"] = [{"text": text, "score": score} for text, score, _ in t.hypotheses]
     if t.attention is not None:
