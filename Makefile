@@ -4,8 +4,9 @@
 PYTHON ?= python3
 DEV_VENV ?= .venv
 SERVE_VENV ?= .venv-serve
-HOST ?= 127.0.0.1
-PORT ?= 8000
+# make serve listens on HOST:PORT; MT_HOST / MT_PORT (the service's own settings) work too, HOST / PORT win
+HOST ?= $(or $(MT_HOST),127.0.0.1)
+PORT ?= $(or $(MT_PORT),8000)
 
 .PHONY: serve test lint dev-env serve-env
 
