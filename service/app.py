@@ -9,6 +9,7 @@ from contextlib import asynccontextmanager
 from dataclasses import dataclass, field
 
 from fastapi import FastAPI
+from fastapi_offline import FastAPIOffline
 from fastapi.middleware.cors import CORSMiddleware
 
 from service.api import errors, viewer
@@ -57,7 +58,8 @@ def create_app(settings: Settings | None = None, wrap_runner: RunnerWrapper | No
             state.load_task.cancel()
         await state.registry.stop()
 
-    app = FastAPI(
+    # Swagger UI and ReDoc from files installed with fastapi-offline (no CDN): /docs works on a closed network
+    app = FastAPIOffline(
         title="mtserve",
         version="0.1.0",
         description="Transformer translation on onnxruntime: translate, embed, attention maps. "
