@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import logging
 import math
 from typing import Any
@@ -63,6 +64,21 @@ def scheduler_status(exc: SchedulerError) -> int:
     return next((status for cls, status in SCHEDULER_STATUS.items() if isinstance(exc, cls)), 500)
 
 
+ECHO_LIMIT = 100  # characters of a client's input an error body repeats, at most
+
+
+def _echo(value: Any) -> Any:
+    """A client's input as an error may repeat it: JSON-safe, and at most ECHO_LIMIT characters of it."""
+    value = _json_safe(value)
+    if isinstance(value, str) and len(value) > ECHO_LIMIT:
+        return value[:ECHO_LIMIT] + f"... ({len(value)} characters)"
+    if isinstance(value, dict | list):
+        text = json.dumps(value, ensure_ascii=False)
+        if len(text) > ECHO_LIMIT:
+            return text[:ECHO_LIMIT] + f"... ({len(text)} characters)"
+    return value
+
+
 def _json_safe(value: Any) -> Any:
     """What a validation error echoes back must itself be JSON: lone surrogates and NaN / Infinity are not."""
     if isinstance(value, str):
@@ -82,8 +98,17 @@ def _unprocessable(loc: list, message: str) -> JSONResponse:
 
 def install(app: FastAPI) -> None:
     @app.exception_handler(RequestValidationError)
-    async def invalid_request(_: Request, exc: RequestValidationError) -> JSONResponse:
-        return JSONResponse({"detail": _json_safe(jsonable_encoder(exc.errors()))}, status_code=422)
+    async def invalid_request(request: Request, exc: RequestValidationError) -> JSONResponse:
+        errors = []
+        json_body = "json" in request.headers.get("content-type", "")
+        for error in jsonable_encoder(exc.errors()):
+            whole_body = list(error.get("loc", [])) == ["body"] and error.get("type") == "model_attributes_type"
+            if whole_body and not json_body:
+                error["msg"] = "the body must be a JSON object sent with 'Content-Type: application/json'"
+            if "input" in error:
+                error["input"] = _echo(error["input"])
+            errors.append(_json_safe(error))
+        return JSONResponse({"detail": errors}, status_code=422)
 
     @app.exception_handler(UnknownModel)
     async def unknown_model(_: Request, exc: UnknownModel) -> JSONResponse:

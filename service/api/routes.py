@@ -17,9 +17,9 @@ from service.serving import translate as translate_serving
 from service.serving.context import RequestContext
 
 
-def _validation_error(field: str, message: str) -> RequestValidationError:
-    """A 422 for a header, reported like a body field (loc ["body", field])."""
-    return RequestValidationError([{"type": "value_error", "loc": ("body", field), "msg": message, "input": None}])
+def _header_error(header: str, message: str) -> RequestValidationError:
+    """A 422 for a request header (loc ["header", name])."""
+    return RequestValidationError([{"type": "value_error", "loc": ("header", header), "msg": message, "input": None}])
 
 
 def _timeout(request: Request, asked: float | None) -> float:
@@ -30,9 +30,9 @@ def _timeout(request: Request, asked: float | None) -> float:
         try:
             seconds = float(header)
         except ValueError:
-            raise _validation_error("X-Request-Timeout", "header X-Request-Timeout must be seconds") from None
+            raise _header_error("X-Request-Timeout", "header X-Request-Timeout must be seconds") from None
         if not 0 < seconds <= 3600 or seconds != seconds:
-            raise _validation_error("X-Request-Timeout", "header X-Request-Timeout must be in (0, 3600]")
+            raise _header_error("X-Request-Timeout", "header X-Request-Timeout must be in (0, 3600]")
         asked = seconds if asked is None else asked
     return min(asked if asked is not None else s.request_timeout_s, s.max_request_timeout_s)
 

@@ -98,8 +98,27 @@ def test_malformed_json_422(api):
     assert response.json()["detail"][0]["type"] == "json_invalid"
 
 
+def test_error_bodies_echo_at_most_100_characters_of_the_input(api):
+    long_text = "ab" * 1500  # over MT_MAX_CHARS_PER_TEXT
+    response = api.post("/v1/translate", json={"texts": [long_text]})
+    assert response.status_code == 422
+    assert len(response.text) < 600 and long_text[:200] not in response.text
+    [error] = response.json()["detail"]
+    assert error["input"].startswith(long_text[:100]) and error["input"].endswith("(3000 characters)")
+
+
+def test_a_body_without_content_type_is_told_to_send_json(api):
+    body = b'{"texts": ["' + b"x" * 500 + b'"]}'
+    response = api.post("/v1/translate", content=body, headers={"content-type": ""})
+    assert response.status_code == 422
+    [error] = response.json()["detail"]
+    assert "Content-Type: application/json" in error["msg"]
+    assert len(error["input"]) < 140  # the raw body is not echoed whole
+
+
 def test_bad_timeout_header_422(api):
     response = api.post("/v1/translate", json={"texts": ["x"]}, headers={"X-Request-Timeout": "soon"})
+    assert response.json()["detail"][0]["loc"] == ["header", "X-Request-Timeout"]
     assert response.status_code == 422
     assert "X-Request-Timeout must be seconds" in detail_text(response)
 
