@@ -73,7 +73,12 @@ class ModelInfo(BaseModel):
     variants: list[str]
     bleu: dict | None
     providers: list[str]
-    max_source_tokens: int
+    max_source_tokens: int = Field(description="the model's source positions, EOS included")
+    max_source_subwords: int | None = Field(
+        None,
+        description="subwords per text (EOS excluded) a request may send: the model's limit and "
+        "MT_MAX_TOKENS_PER_TEXT, the lower; the limit 422 errors name",
+    )
     layers: dict[str, int]
     heads: int
     dimension: int

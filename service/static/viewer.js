@@ -106,12 +106,17 @@
     return key ? `, BLEU ${bleu[key].bleu} (${bleu.split || "test"}, beam ${key.slice(4)})` : "";
   }
 
+  // the limit the service applies (model and MT_MAX_TOKENS_PER_TEXT); older servers report only the model's
+  function sourceLimit(m) {
+    return typeof m.max_source_subwords === "number" ? m.max_source_subwords : m.max_source_tokens - 1;
+  }
+
   function showModelInfo() {
     const m = currentModel();
     $("model-info").textContent = m
       ? `${m.name} v${m.version}: ${m.source_language} → ${m.target_language}, ${m.layers.encoder}+${m.layers.decoder} ` +
         `layers, ${m.heads} heads, d=${m.dimension}, ${m.variant}${bleuText(m.bleu)}, ` +
-        `at most ${m.max_source_tokens - 1} source subwords`
+        `at most ${sourceLimit(m)} source subwords`
       : "No model loaded.";
   }
 
@@ -149,7 +154,7 @@
     const text = $("source").value.trim();
     const m = currentModel();
     const estimate = Math.ceil(text.length / CHARS_PER_TOKEN);
-    const limit = m ? m.max_source_tokens - 1 : null;
+    const limit = m ? sourceLimit(m) : null;
     const box = $("input-warning");
     if (text.length > LONG_CHARS || (limit !== null && estimate > limit)) {
       box.textContent =

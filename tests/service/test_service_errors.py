@@ -160,6 +160,8 @@ def test_model_limit_applies_on_the_default_server(api, manifest):
     response = api.post("/v1/translate", json={"texts": [" ".join(["mann"] * 80)]})
     assert response.status_code == 422
     assert f"the limit is {limit}" in detail_text(response)
+    [info] = api.get("/v1/models").json()["models"]
+    assert info["max_source_subwords"] == limit  # one limit: the one /v1/models reports is the one errors name
 
 
 # --- 404 --------------------------------------------------------------------------------------
