@@ -1,0 +1,30 @@
+"""The confidence map's fit and calibration measures (export/confidence.py) on data with a known answer."""
+
+from __future__ import annotations
+
+import numpy as np
+
+from core.confidence import confidence, confidence_of, mean_log_prob
+from export.confidence import calibration_error, fit_logistic
+
+
+def test_logistic_fit_recovers_the_parameters_that_made_the_labels():
+    rng = np.random.default_rng(0)
+    x = rng.uniform(-3, 1, 20_000)
+    p = 1 / (1 + np.exp(-(2.0 * x + 1.0)))
+    y = (rng.random(x.size) < p).astype(float)
+    a, b = fit_logistic(x, y)
+    assert abs(a - 2.0) < 0.1 and abs(b - 1.0) < 0.1
+
+
+def test_calibration_error_is_zero_when_confidence_matches_the_rate_and_large_when_not():
+    labels = np.array([1, 0, 1, 0] * 50, dtype=float)
+    assert calibration_error(np.full(200, 0.5), labels) < 1e-12
+    assert abs(calibration_error(np.full(200, 0.95), labels) - 0.45) < 1e-9
+
+
+def test_confidence_is_the_fitted_map_of_the_mean_log_probability():
+    params = {"a": 2.0, "b": 1.0}
+    assert mean_log_prob(-3.0, 2) == -1.0
+    assert abs(confidence(-3.0, 2, params) - 1 / (1 + np.exp(1.0))) < 1e-12
+    assert confidence_of(-1000.0, params) == 0.0 and confidence_of(1000.0, params) == 1.0  # no overflow
