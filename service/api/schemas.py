@@ -145,6 +145,14 @@ def request_models(s: Settings) -> RequestModels:
         return_attention: bool = False
         return_alignment: bool = False
         timeout_s: Timeout = None
+        split_sentences: bool = Field(
+            True,
+            description="split each text into sentences (and lines) and translate them one by one; line breaks, blank "
+            "lines and surrounding whitespace are kept (N lines in, N lines out)",
+        )
+        format: Literal["text", "html"] = Field(
+            "text", description="html: translate the text of an HTML fragment and keep its markup"
+        )
 
         @model_validator(mode="after")
         def _n_best(self) -> TranslateRequest:

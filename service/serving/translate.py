@@ -5,12 +5,11 @@ from __future__ import annotations
 import asyncio
 from typing import Any
 
-from service.engine.engine import SourceTooLongError, TranslateOptions, Translation, alignment
+from service.engine.engine import TranslateOptions, Translation, alignment
 from service.registry import LoadedModel, Registry
-from service.serving.common import run_work, tokenize
 from service.serving.context import RequestContext
 from service.serving.routing import Detector, route
-from service.work import Source
+from service.serving.segmentation import prepare
 
 
 def options_of(body: Any) -> TranslateOptions:
@@ -40,8 +39,9 @@ async def translate(
     for i, model in enumerate(models):
         groups.setdefault(model.name, []).append(i)
     options = options_of(body)
-    work = [(models[i[0]], _group_sources(models[i[0]], [body.texts[j] for j in i], i, ctx)) for i in groups.values()]
-    runs = await asyncio.gather(*(run_work(model, options, sources, ctx) for model, sources in work))
+    split, fmt = getattr(body, "split_sentences", True), getattr(body, "format", "text")
+    work = [prepare(models[i[0]], [body.texts[j] for j in i], ctx, split, fmt, i) for i in groups.values()]
+    runs = await asyncio.gather(*(prepared.run(options, ctx) for prepared in work))
     translations: list[dict[str, Any]] = [{} for _ in body.texts]
     served: list[LoadedModel] = [models[0]] * len(body.texts)
     for (results, used), idx in zip(runs, groups.values(), strict=True):
@@ -50,14 +50,6 @@ async def translate(
             translations[i] = translation_out(used, t, body, detected[i])
     first = served[0]
     return {"model": first.name, "version": first.version, "translations": translations}
-
-
-def _group_sources(model: LoadedModel, texts: list[str], indices: list[int], ctx: RequestContext) -> list[Source]:
-    try:
-        return [Source(ids) for ids in tokenize(model, texts, ctx)]
-    except SourceTooLongError as exc:
-        exc.index = indices[exc.index]  # the text's place in the request, not in its model's group
-        raise
 
 
 def translation_out(model: LoadedModel, t: Translation, body: Any, detected: str | None = None) -> dict[str, Any]:

@@ -1,0 +1,101 @@
+"""Language detection, offline: lingua (lingua-language-detector), restricted to a set of ISO 639-1 codes.
+
+The statistical models ship inside lingua's wheel: nothing is downloaded at run time. A detector is built
+once per language set (``detector``); restricting it to the languages a server can use (MT_DETECT_LANGUAGES,
+or the source languages of the loaded models) is both faster and more accurate than asking among all 75.
+
+- ``detect(text, languages)``: (ISO 639-1 code, confidence in [0, 1]) of the most likely language.
+- ``confidences(text, languages)``: every candidate with its confidence, most likely first.
+- ``detect_among(text, candidates)``: the routing detector (service/serving/routing.py ``Detector``): a code
+  among ``candidates``, or None for a text with no letters to go by.
+- ``language_name(code)``: English name ("German"), for LibreTranslate's /languages.
+"""
+
+from __future__ import annotations
+
+import functools
+import threading
+from collections.abc import Iterable, Sequence
+
+from lingua import IsoCode639_1, Language, LanguageDetectorBuilder
+
+DEFAULT_LANGUAGES = ("de", "en", "zh")
+_lock = threading.Lock()
+
+
+class UnknownLanguage(ValueError):
+    """A code lingua does not know (it knows 75 languages by their ISO 639-1 codes)."""
+
+
+def _iso(code: str) -> IsoCode639_1:
+    try:
+        return IsoCode639_1.from_str(code.lower())
+    except (ValueError, AttributeError):
+        raise UnknownLanguage(f"unknown ISO 639-1 language code {code!r}") from None
+
+
+def supported(code: str) -> bool:
+    try:
+        _iso(code)
+    except UnknownLanguage:
+        return False
+    return True
+
+
+def _key(languages: Iterable[str] | None) -> tuple[str, ...]:
+    codes = tuple(sorted({c.lower() for c in (languages or DEFAULT_LANGUAGES)}))
+    for code in codes:
+        _iso(code)
+    return codes
+
+
+@functools.lru_cache(maxsize=16)
+def _build(codes: tuple[str, ...]):
+    isos = [_iso(c) for c in codes]
+    if len(isos) == 1:  # lingua needs two languages; one candidate needs no detection
+        return None
+    return LanguageDetectorBuilder.from_iso_codes_639_1(*isos).with_preloaded_language_models().build()
+
+
+def detector(languages: Iterable[str] | None = None):
+    """The lingua detector of this language set (built once, about 1 s per few languages; thread-safe)."""
+    key = _key(languages)
+    with _lock:
+        return _build(key)
+
+
+def confidences(text: str, languages: Iterable[str] | None = None) -> list[tuple[str, float]]:
+    """(code, confidence) for every language of the set, most likely first; confidences sum to 1, or are all 0
+    for a text lingua cannot judge (no letters: digits, punctuation, emoji)."""
+    key = _key(languages)
+    found = detector(key)
+    if found is None:
+        return [(key[0], 1.0)]
+    values = found.compute_language_confidence_values(text)
+    return [(v.language.iso_code_639_1.name.lower(), float(v.value)) for v in values]
+
+
+def detect(text: str, languages: Iterable[str] | None = None) -> tuple[str, float]:
+    """(ISO 639-1 code, confidence in [0, 1]) of the most likely language of ``text`` among ``languages``
+    (default: MT_DETECT_LANGUAGES' default, de/en/zh). A text with no letters gets the first code of the set
+    with confidence 0."""
+    ranked = confidences(text, languages)
+    return ranked[0] if ranked and ranked[0][1] > 0 else (_key(languages)[0], 0.0)
+
+
+def detect_among(text: str, candidates: Sequence[str]) -> str | None:
+    """Routing detector: the most likely of ``candidates`` for ``text``, None when lingua has nothing to go by.
+    Candidates lingua does not know are ignored (None when fewer than one known candidate remains)."""
+    known = [c for c in candidates if supported(c)]
+    if not known:
+        return None
+    code, confidence = detect(text, known)
+    return code if confidence > 0 else None
+
+
+def language_name(code: str) -> str:
+    """English name of a language code ("de" -> "German"); the code itself when lingua does not know it."""
+    try:
+        return Language.from_iso_code_639_1(_iso(code)).name.title()
+    except UnknownLanguage:
+        return code

@@ -1,0 +1,461 @@
+"""HTML: translate the text of a fragment (or document) and keep its markup.
+
+Parsed with lxml (libxml2's HTML parser). What is kept:
+- every element, in the same nesting and order, with its attributes (so the output parses to the same tag
+  structure); comments;
+- untranslated and untouched: ``code``, ``pre``, ``script``, ``style``, ``kbd``, ``samp``, ``textarea``,
+  ``svg``, ``math``, ``template`` and any element with ``translate="no"`` or class ``notranslate``;
+- the whitespace before and after the fragment and around each translated run of text.
+
+Entities are decoded for translation and written back by lxml's serializer: ``&amp; &lt; &gt;`` stay escaped
+(in text and attributes), other entities come back as the characters they stand for (``&copy;`` -> ``©``).
+
+How text is cut: block elements (``p``, ``li``, ``td``, ``h1``...) are translated separately; inside one, the
+text of its inline elements (``b``, ``a``, ``span``...) forms one *unit*, split into sentences
+(service/serving/segmentation.py). An inline element inside a sentence is placed around the target words that
+the cross-attention aligns to its source words: each target word takes the source word its subwords attend to
+most (attention summed over the word's source subwords, averaged over its target subwords and all layers and
+heads); each element then takes the contiguous run of target words with the most of its own words minus others'
+(inside its parent's run, after its earlier siblings). Untranslatable inline elements and ``<br>``/``<img>``
+follow the target word aligned to the source word before them.
+
+``HtmlPlan(html, language).sentences`` lists what to translate; ``plan.render(aligned)`` writes the result from
+one ``Aligned`` (target words, source word of each) per sentence. ``translate_html`` does both through the
+model's scheduler.
+"""
+
+from __future__ import annotations
+
+import html as html_lib
+import re
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+
+import lxml.html
+import numpy as np
+
+from core.tokenizer import EOS_ID
+from service.engine.engine import TranslateOptions, Translation
+from service.registry import LoadedModel
+from service.serving.context import RequestContext
+from service.serving.segmentation import (
+    NO_SPACE_LANGUAGES,
+    Layout,
+    html_options,
+    merge,
+    run_sources,
+    segment,
+    tokenize_sentences,
+)
+from service.work import Source
+
+SKIP_TAGS = frozenset({"code", "pre", "script", "style", "kbd", "samp", "textarea", "svg", "math", "template"})
+BLOCK_TAGS = frozenset(
+    {
+        "address", "article", "aside", "blockquote", "body", "caption", "center", "colgroup", "dd", "details", "dialog",
+        "div", "dl", "dt", "fieldset", "figcaption", "figure", "footer", "form", "h1", "h2", "h3", "h4", "h5", "h6",
+        "head", "header", "hgroup", "hr", "html", "legend", "li", "main", "menu", "nav", "ol", "optgroup", "option",
+        "p", "section", "summary", "table", "tbody", "td", "tfoot", "th", "thead", "title", "tr", "ul",
+    }
+)
+SEPARATE_TAGS = frozenset({"pre", "script", "style", "template", "textarea", "svg", "math"})  # never inside a sentence
+VOID_TAGS = frozenset({"br", "img", "wbr", "input", "area", "embed", "source", "track", "col", "meta", "link", "base"})
+_DOCUMENT = re.compile(r"\s*(<!doctype|<html[\s>])", re.IGNORECASE)
+# characters libxml2 refuses (it parses into an XML tree): C0 controls but tab/LF/CR, lone surrogates, U+FFFE/F
+_NOT_XML = re.compile("[\x00-\x08\x0b\x0c\x0e-\x1f\ud800-\udfff\ufffe\uffff]")
+
+Aligned = tuple[list[str], list[int | None]]  # target words, the (sentence-local) source word of each or None
+
+
+def _is_comment(el) -> bool:
+    return not isinstance(el.tag, str)
+
+
+def _skipped(el) -> bool:
+    """Untouched: never translated, content kept as it is (comments and processing instructions too)."""
+    if _is_comment(el):
+        return True
+    if el.tag.lower() in SKIP_TAGS:
+        return True
+    if (el.get("translate") or "").strip().lower() == "no":
+        return True
+    return "notranslate" in (el.get("class") or "").split()
+
+
+def _is_block(el) -> bool:
+    if _is_comment(el):
+        return False
+    if el.tag.lower() in BLOCK_TAGS:
+        return True
+    return not _skipped(el) and any(_is_block(child) for child in el)
+
+
+@dataclass(eq=False)
+class _Node:
+    """An element inside a unit: translated inline ("elem") or kept as one piece ("atom")."""
+
+    el: object
+    kind: str
+    children: list[_Node] = field(default_factory=list)
+    words: set[int] = field(default_factory=set)  # source words inside it (its descendants' too)
+    anchor: int = 0  # atoms: number of source words before it
+    ws_before: bool = False
+    ws_after: bool = False
+    start: int = 0  # target word interval given by the placement
+    end: int = 0
+
+
+@dataclass(eq=False)
+class _Unit:
+    """A run of inline content: text of a first slot (``(element, "text" | "tail")``) and inline children."""
+
+    slot: tuple[object, str]
+    root: _Node
+    words: list[str]
+    leading: str
+    trailing: str
+    sentences: list[tuple[int, int]] = field(default_factory=list)  # [start, end) source word ranges
+
+
+class HtmlPlan:
+    def __init__(self, markup: str, language: str = "en", split: bool = True) -> None:
+        self.language, self.split = language, split
+        body = _NOT_XML.sub("\ufffd", markup)
+        stripped = body.strip()
+        self.leading, self.trailing = body[: len(body) - len(body.lstrip())], body[len(body.rstrip()) :]
+        self.document = bool(_DOCUMENT.match(stripped))
+        self.units: list[_Unit] = []
+        self.tree = None
+        if not stripped:
+            self.leading, self.trailing = body, ""
+            return
+        if self.document:
+            self.tree = lxml.html.document_fromstring(stripped)
+        else:
+            self.tree = lxml.html.fragment_fromstring(stripped, create_parent="div")
+        self._container(self.tree)
+
+    # --- reading ----------------------------------------------------------------------------------
+    def _container(self, el) -> None:
+        """Units of a block element: runs of inline content between its block children."""
+        slot, run = (el, "text"), []
+        for child in el:
+            separates = _is_block(child) or (
+                _skipped(child) and not _is_comment(child) and child.tag.lower() in BLOCK_TAGS | SEPARATE_TAGS
+            )
+            if not separates:
+                run.append(child)  # inline: translated with the text around it, or kept whole as an atom
+                continue
+            self._unit(slot, run)
+            if not _skipped(child):
+                self._container(child)
+            slot, run = (child, "tail"), []
+        self._unit(slot, run)
+
+    def _unit(self, slot: tuple[object, str], run: list) -> None:
+        chars: list[tuple[str, _Node | None]] = []  # characters of the unit with their innermost element
+        root = _Node(None, "root")
+
+        def text(value: str | None, owner: _Node) -> None:
+            chars.extend((c, owner) for c in value or "")
+
+        def walk(el, parent: _Node) -> None:
+            if _skipped(el) or el.tag.lower() in VOID_TAGS or not _has_text(el):
+                node = _Node(el, "atom")
+                node.anchor = len(chars)  # a character position for now; turned into a word count below
+                chars.append((" ", None))  # an atom separates words
+            else:
+                node = _Node(el, "elem")
+                text(el.text, node)
+                for child in el:
+                    walk(child, node)
+            parent.children.append(node)
+            text(el.tail, parent)
+
+        text(getattr(slot[0], slot[1]), root)
+        for child in run:
+            walk(child, root)
+        full = "".join(c for c, _ in chars)
+        words, owners, starts = [], [], []
+        for m in re.finditer(r"\S+", full):
+            words.append(m.group())
+            owners.append(chars[m.start()][1])
+            starts.append(m.start())
+        if not words:
+            return
+        parents = _parents(root)
+        for w, owner in enumerate(owners):
+            node = owner
+            while node is not None:
+                node.words.add(w)
+                node = parents.get(node)
+        for node in _atoms(root):
+            at = node.anchor
+            node.ws_before = at > 0 and (chars[at - 1][0].isspace() and chars[at - 1][1] is not None)
+            node.ws_after = at + 1 < len(chars) and chars[at + 1][0].isspace() and chars[at + 1][1] is not None
+            node.anchor = sum(1 for s in starts if s < at)
+        leading = "".join(c for c, owner in chars[: len(full) - len(full.lstrip())] if owner is not None)
+        trailing = "".join(c for c, owner in chars[len(full.rstrip()) :] if owner is not None)
+        unit = _Unit(slot, root, words, leading, trailing)
+        # sentences: split the unit's words (joined by spaces) and give each sentence the words starting in it
+        joined = " ".join(words)
+        offsets, at = [], 0
+        for w in words:
+            offsets.append(at)
+            at += len(w) + 1
+        pieces = segment(joined, self.language) if self.split else [joined]
+        cursor, bounds = 0, []
+        for piece in pieces:
+            found = joined.find(piece, cursor)
+            if found < 0:
+                bounds = [0]
+                break
+            bounds.append(found)
+            cursor = found + len(piece)
+        first_words = sorted({next(i for i, o in enumerate(offsets) if o + len(words[i]) > b) for b in bounds} | {0})
+        unit.sentences = [(s, e) for s, e in zip(first_words, [*first_words[1:], len(words)], strict=True) if e > s]
+        self.units.append(unit)
+
+    @property
+    def sentences(self) -> list[str]:
+        return [" ".join(u.words[s:e]) for u in self.units for s, e in u.sentences]
+
+    # --- writing ----------------------------------------------------------------------------------
+    def render(self, aligned: Sequence[Aligned], target_language: str = "en") -> str:
+        """The markup with each sentence's text replaced by its target words (one ``Aligned`` per sentence,
+        in the order of ``sentences``)."""
+        if self.tree is None:
+            return self.leading + self.trailing
+        k = 0
+        for unit in self.units:
+            target: list[str] = []
+            links: list[int | None] = []
+            bounds: list[tuple[int, int]] = []
+            for s, _ in unit.sentences:
+                words, local = aligned[k]
+                k += 1
+                bounds.append((len(target), len(target) + len(words)))
+                target.extend(words)
+                links.extend(None if link is None else s + link for link in local)
+            _render_unit(unit, target, links, bounds, target_language)
+        if self.document:
+            doctype = self.tree.getroottree().docinfo.doctype
+            out = lxml.html.tostring(self.tree, encoding="unicode", doctype=doctype or None)
+        else:
+            out = html_lib.escape(self.tree.text or "", quote=False)
+            out += "".join(lxml.html.tostring(child, encoding="unicode") for child in self.tree)
+        return self.leading + out + self.trailing
+
+
+def _has_text(el) -> bool:
+    """Whether an inline element has words of its own to translate (in its text or its children's)."""
+    if (el.text or "").strip():
+        return True
+    for child in el:
+        if (child.tail or "").strip():
+            return True
+        if not _skipped(child) and child.tag.lower() not in VOID_TAGS and _has_text(child):
+            return True
+    return False
+
+
+def _parents(root: _Node) -> dict[_Node, _Node | None]:
+    out: dict[_Node, _Node | None] = {root: None}
+    stack = [root]
+    while stack:
+        node = stack.pop()
+        for child in node.children:
+            out[child] = node
+            stack.append(child)
+    return out
+
+
+def _atoms(root: _Node) -> list[_Node]:
+    found, stack = [], [root]
+    while stack:
+        node = stack.pop()
+        found.extend(c for c in node.children if c.kind == "atom")
+        stack.extend(c for c in node.children if c.kind == "elem")
+    return found
+
+
+def _best_run(own: list[bool]) -> tuple[int, int] | None:
+    """[start, end) maximising (own words - other words) inside; None when no own word (Kadane)."""
+    best, best_range, total, start = 0, None, 0, 0
+    for i, mine in enumerate(own):
+        if total <= 0:
+            total, start = 0, i
+        total += 1 if mine else -1
+        if total > best:
+            best, best_range = total, (start, i + 1)
+    return best_range
+
+
+@dataclass(frozen=True)
+class _Sentences:
+    """Where each sentence of a unit lies: [start, end) of its source words and of its target words."""
+
+    source: list[tuple[int, int]]
+    target: list[tuple[int, int]]
+
+    def atom_position(self, anchor: int, links: list[int | None]) -> int:
+        """Where an atom that followed ``anchor`` source words goes: at the end of its sentence's translation
+        when it followed the sentence's last word, else after the last target word aligned to the nearest source
+        word before it (inside the same sentence's translation)."""
+        if anchor == 0:
+            return 0
+        k = next(i for i, (s, e) in enumerate(self.source) if s < anchor <= e)
+        (s, e), (lo, hi) = self.source[k], self.target[k]
+        if anchor == e:
+            return hi
+        for w in range(anchor - 1, s - 1, -1):
+            hits = [j for j in range(lo, hi) if links[j] == w]
+            if hits:
+                return max(hits) + 1
+        return lo + round((anchor - s) * (hi - lo) / max(e - s, 1))
+
+
+def _place(node: _Node, lo: int, hi: int, links: list[int | None], sentences: _Sentences) -> None:
+    cursor = lo
+    for child in node.children:
+        if child.kind == "atom":
+            pos = min(max(sentences.atom_position(child.anchor, links), cursor), hi)
+            child.start = child.end = cursor = pos
+            continue
+        run = _best_run([links[j] in child.words for j in range(cursor, hi)])
+        if run is None:
+            start, end = cursor, min(cursor + 1, hi)  # nothing aligned: the next word, so its text is not lost
+        else:
+            start, end = cursor + run[0], cursor + run[1]
+        child.start, child.end, cursor = start, end, end
+        _place(child, start, end, links, sentences)
+
+
+def _render_unit(
+    unit: _Unit, target: list[str], links: list[int | None], bounds: list[tuple[int, int]], target_language: str
+) -> None:
+    _place(unit.root, 0, len(target), links, _Sentences(unit.sentences, bounds))
+    events: list[tuple[str, object]] = []
+
+    def emit(node: _Node, lo: int, hi: int) -> None:
+        pos = lo
+        for child in node.children:
+            events.extend(("word", target[j]) for j in range(pos, child.start))
+            if child.kind == "atom":
+                events.append(("atom", child))
+            else:
+                events.append(("open", child.el))
+                emit(child, child.start, child.end)
+                events.append(("close", child.el))
+            pos = child.end
+        events.extend(("word", target[j]) for j in range(pos, hi))
+
+    emit(unit.root, 0, len(target))
+    # clear the unit's text: its first slot, and the text and tails of everything inside it (atoms keep theirs)
+    setattr(unit.slot[0], unit.slot[1], None)
+    stack = list(unit.root.children)
+    while stack:
+        node = stack.pop()
+        node.el.tail = None
+        if node.kind == "elem":
+            node.el.text = None
+            stack.extend(node.children)
+
+    def write(slot: tuple[object, str], value: str) -> None:
+        if value:
+            setattr(slot[0], slot[1], (getattr(slot[0], slot[1]) or "") + value)
+
+    spaced = target_language not in NO_SPACE_LANGUAGES
+    current = space_slot = unit.slot
+    write(current, unit.leading)
+    previous = None  # "word", "atom+" (an atom with whitespace after it), "atom", or None at the start
+    for kind, value in events:
+        if kind == "word":
+            if spaced and previous in ("word", "atom+"):
+                write(space_slot, " ")
+            write(current, value)  # type: ignore[arg-type]
+            previous, space_slot = "word", current
+        elif kind == "open":
+            current = (value, "text")
+        elif kind == "close":
+            current = space_slot = (value, "tail")
+        else:
+            atom: _Node = value  # type: ignore[assignment]
+            if previous is not None and atom.ws_before:
+                write(space_slot, " ")
+            current = space_slot = (atom.el, "tail")
+            previous = "atom+" if atom.ws_after else "atom"
+    write(current, unit.trailing)
+
+
+# --- alignment of one translated sentence -----------------------------------------------------------------
+def _word_starts(pieces: Sequence[str]) -> list[int]:
+    """Word index of each subword: a new word at each piece that starts with '▁' (and at the first piece)."""
+    index, out = -1, []
+    for i, piece in enumerate(pieces):
+        if i == 0 or piece.startswith("\u2581"):
+            index += 1
+        out.append(index)
+    return out
+
+
+def align_words(model: LoadedModel, t: Translation, n_source_words: int) -> Aligned:
+    """Target words of a translation and, for each, the source word (of ``n_source_words``, whitespace-split)
+    it attends to most."""
+    engine = model.engine
+    target_pieces = engine.pieces(t.token_ids)
+    groups: list[list[int]] = []
+    for j, piece in enumerate(target_pieces):
+        if j == 0 or (piece.startswith("\u2581") and piece != "\u2581"):
+            groups.append([])
+        groups[-1].append(j)
+    words = [engine.tokenizer.decode([t.token_ids[j] for j in g]).strip() for g in groups]
+    keep = [i for i, w in enumerate(words) if w]
+    words, groups = [words[i] for i in keep], [groups[i] for i in keep]
+    if t.attention is None or not groups or n_source_words == 0:
+        return words, [None] * len(words)
+    source_pieces = engine.pieces([i for i in t.source_ids if i != EOS_ID])
+    piece_word = _word_starts(source_pieces)
+    n_piece_words = (piece_word[-1] + 1) if piece_word else 0
+    if n_piece_words != n_source_words and n_piece_words:  # normalisation merged or split words: scale
+        piece_word = [min(n_source_words - 1, w * n_source_words // n_piece_words) for w in piece_word]
+    attention = t.attention.mean(axis=(0, 1))[:, : len(source_pieces)]  # (target subwords, source subwords)
+    by_word = np.zeros((attention.shape[0], n_source_words))
+    for p, w in enumerate(piece_word):
+        by_word[:, w] += attention[:, p]
+    links: list[int | None] = [int(np.argmax(by_word[g].mean(axis=0))) for g in groups]
+    return words, links
+
+
+@dataclass
+class PreparedHtml:
+    model: LoadedModel
+    plans: list[HtmlPlan]
+    sources: list[Source]
+
+    async def run(self, options: TranslateOptions, ctx: RequestContext) -> tuple[list[Translation], LoadedModel]:
+        results, used = await run_sources(self.model, self.sources, html_options(options), ctx)
+        target = self.model.languages[1]
+        out, k = [], 0
+        for plan in self.plans:
+            sentences = plan.sentences
+            mine = results[k : k + len(sentences)]
+            k += len(sentences)
+            aligned = [align_words(used, t, len(s.split())) for t, s in zip(mine, sentences, strict=True)]
+            rendered = plan.render(aligned, target)
+            if not mine:
+                out.append(Translation(rendered, 0.0, [], [EOS_ID]))
+                continue
+            combined = merge(Layout(tuple(("sentence", i) for i in range(len(mine))), tuple(sentences)), mine, target)
+            combined.text = rendered
+            out.append(combined)
+        return out, used
+
+
+def prepare_html(
+    model: LoadedModel, texts: Sequence[str], ctx: RequestContext, split: bool, indices: Sequence[int]
+) -> PreparedHtml:
+    plans = [HtmlPlan(text, model.languages[0], split) for text in texts]
+    sentences = [s for plan in plans for s in plan.sentences]
+    owners = [indices[i] for i, plan in enumerate(plans) for _ in plan.sentences]
+    return PreparedHtml(model, plans, tokenize_sentences(model, sentences, owners, ctx))

@@ -1,0 +1,231 @@
+"""Paragraphs and line lists: split a text into sentences, translate them as one batch, put the text back together.
+
+The model was trained on single sentences; a paragraph is split with sentencex (a maintained rule-based
+segmenter, ~300 languages; see docs/benchmarks.md for its accuracy next to pysbd's) and each sentence is
+translated on its own. Everything that is not a sentence is kept verbatim: line breaks (N lines in, N lines
+out), blank lines, leading and trailing whitespace of the text and of each line. Between two sentences of one
+line the original gap is kept, except that a target language written without spaces (Chinese, Japanese, Thai)
+drops a gap of spaces and one written with spaces gets a space where the source had none.
+
+Pure functions (``split_text``, ``join``, ``merge``) and the serving layer's wrapper: ``prepare(model, texts,
+ctx, split, fmt, indices)`` splits and tokenizes (a text over the limit is refused before anything is queued),
+``await prepared.run(options, ctx)`` -> (one ``Translation`` per text, the model version that ran them), the
+shape ``run_work`` answers with; ``translate_texts`` does both.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import re
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+import numpy as np
+import sentencex
+
+from core.tokenizer import EOS_ID
+from service.engine.engine import SourceTooLongError, TranslateOptions, Translation
+from service.registry import LoadedModel
+from service.serving.common import run_work, tokenize
+from service.serving.context import RequestContext
+from service.work import Source
+
+NO_SPACE_LANGUAGES = frozenset({"zh", "ja", "th", "lo", "km", "my", "bo"})  # written without spaces between words
+_HORIZONTAL_SPACE = re.compile(r"[^\S\r\n\x0b\x0c\x1c-\x1e\x85\u2028\u2029]*")
+
+# A part of a text: ("text", verbatim), ("gap", verbatim whitespace between two sentences of a line),
+# or ("sentence", index into Layout.sentences).
+Part = tuple[str, str | int]
+
+
+@dataclass(frozen=True)
+class Layout:
+    parts: tuple[Part, ...]
+    sentences: tuple[str, ...]
+
+
+def segment(text: str, language: str) -> list[str]:
+    """Sentences of one line of text (no line breaks), stripped, in order."""
+    return [s.strip() for s in sentencex.segment(language, text) if s.strip()]
+
+
+def split_text(text: str, language: str, split: bool = True) -> Layout:
+    """The sentences of ``text`` and what lies between them. ``split=False``: the whole text is one sentence
+    (the behaviour before sentence splitting: nothing is stripped or kept aside)."""
+    if not split:
+        return Layout((("sentence", 0),), (text,))
+    parts: list[Part] = []
+    sentences: list[str] = []
+    for line in text.splitlines(keepends=True):
+        content = line.rstrip("\r\n\x0b\x0c\x1c\x1d\x1e\x85\u2028\u2029")
+        ending = line[len(content) :]
+        body = content.strip()
+        if not body:
+            parts.append(("text", line))
+            continue
+        start = content.index(body)
+        parts.append(("text", content[:start]))
+        cursor, found = 0, []
+        for sentence in segment(body, language):
+            at = body.find(sentence, cursor)
+            if at < 0:  # the segmenter changed the text: keep the line whole
+                found = [(0, body)]
+                break
+            found.append((at, sentence))
+            cursor = at + len(sentence)
+        for k, (at, sentence) in enumerate(found):
+            if k:
+                previous_end = found[k - 1][0] + len(found[k - 1][1])
+                parts.append(("gap", body[previous_end:at]))
+            parts.append(("sentence", len(sentences)))
+            sentences.append(sentence)
+        parts.append(("text", content[start + len(body) :] + ending))
+    return Layout(tuple(p for p in parts if p != ("text", "")), tuple(sentences))
+
+
+def _gap(gap: str, target_language: str) -> str:
+    """What goes between two translated sentences of one line."""
+    no_space = target_language in NO_SPACE_LANGUAGES
+    if _HORIZONTAL_SPACE.fullmatch(gap) is None:  # a gap with other characters (the segmenter's choice): keep it
+        return gap
+    if no_space:
+        return ""
+    return gap or " "
+
+
+def join(layout: Layout, translations: Sequence[str], target_language: str) -> str:
+    """The text again, with each sentence replaced by its translation."""
+    out = []
+    for kind, value in layout.parts:
+        if kind == "sentence":
+            out.append(translations[value].strip() if len(layout.parts) > 1 else translations[value])
+        elif kind == "gap":
+            out.append(_gap(value, target_language))  # type: ignore[arg-type]
+        else:
+            out.append(value)
+    return "".join(out)  # type: ignore[arg-type]
+
+
+def _block_diagonal(parts: Sequence[Translation]) -> np.ndarray | None:
+    """Cross-attention of the sentences as one (layers, heads, target, source) matrix, zero across sentences."""
+    shaped = [p.attention for p in parts if p.attention is not None]
+    if not shaped:
+        return None
+    layers, heads = shaped[0].shape[:2]
+    rows, cols = sum(len(p.token_ids) for p in parts), sum(len(p.source_ids) for p in parts)
+    out = np.zeros((layers, heads, rows, cols), dtype=shaped[0].dtype)
+    r = c = 0
+    for p in parts:
+        t, s = len(p.token_ids), len(p.source_ids)
+        if p.attention is not None:
+            out[:, :, r : r + t, c : c + s] = p.attention[:, :, :t, :s]
+        r, c = r + t, c + s
+    return out
+
+
+def merge(layout: Layout, parts: Sequence[Translation], target_language: str, num_hypotheses: int = 1) -> Translation:
+    """One Translation for a text from its sentences' translations: the joined text, the sum of the scores,
+    the subwords one sentence after the other (each source sentence with its </s>), n-best lists joined rank by
+    rank (a sentence with fewer hypotheses repeats its last), cross-attention block-diagonal."""
+    if len(parts) == 1 and layout.parts == (("sentence", 0),):
+        return parts[0]
+    if not parts:  # nothing to translate: empty, or only whitespace
+        text = join(layout, [], target_language)
+        return Translation(text, 0.0, [], [EOS_ID], [(text, 0.0, [])] if num_hypotheses > 1 else [])
+    text = join(layout, [p.text for p in parts], target_language)
+    hypotheses = []
+    if num_hypotheses > 1:
+        ranks = max(len(p.hypotheses) for p in parts)
+        for r in range(ranks):
+            chosen = [p.hypotheses[min(r, len(p.hypotheses) - 1)] if p.hypotheses else (p.text, p.score, p.token_ids)
+                      for p in parts]
+            hypotheses.append(
+                (join(layout, [h[0] for h in chosen], target_language), sum(h[1] for h in chosen),
+                 [i for h in chosen for i in h[2]])
+            )
+    return Translation(
+        text=text,
+        score=float(sum(p.score for p in parts)),
+        token_ids=[i for p in parts for i in p.token_ids],
+        source_ids=[i for p in parts for i in p.source_ids],
+        hypotheses=hypotheses,
+        attention=_block_diagonal(parts),
+    )
+
+
+def tokenize_sentences(
+    model: LoadedModel, sentences: list[str], owners: list[int], ctx: RequestContext
+) -> list[Source]:
+    """Sources of the sentences; one over the model's limit is reported with the index of its text
+    (``owners[i]``: the request index of sentence i's text)."""
+    try:
+        return [Source(ids) for ids in tokenize(model, sentences, ctx)] if sentences else []
+    except SourceTooLongError as exc:
+        exc.index = owners[exc.index]
+        raise
+
+
+async def run_sources(
+    model: LoadedModel, sources: list[Source], options: TranslateOptions, ctx: RequestContext
+) -> tuple[list[Translation], LoadedModel]:
+    return await run_work(model, options, sources, ctx) if sources else ([], model)
+
+
+@dataclass
+class Prepared:
+    """Texts of one model, split and tokenized (so a text over the limit is refused before any work is queued);
+    ``await run(options, ctx)`` translates them: (one Translation per text, the model version that ran them)."""
+
+    model: LoadedModel
+    layouts: list[Layout]
+    sources: list[Source]
+
+    async def run(self, options: TranslateOptions, ctx: RequestContext) -> tuple[list[Translation], LoadedModel]:
+        results, used = await run_sources(self.model, self.sources, options, ctx)
+        target = self.model.languages[1]
+        out, k = [], 0
+        for layout in self.layouts:
+            n = len(layout.sentences)
+            out.append(merge(layout, results[k : k + n], target, options.num_hypotheses))
+            k += n
+        return out, used
+
+
+def prepare(
+    model: LoadedModel,
+    texts: Sequence[str],
+    ctx: RequestContext,
+    split: bool = True,
+    fmt: str = "text",
+    indices: Sequence[int] | None = None,
+):
+    """Split (``split``: see the module doc) and tokenize texts of one model; ``fmt`` "html" gives
+    service/serving/html.py's PreparedHtml. ``indices``: the request index of each text (names a text over the
+    model's limit). Returns an object with ``await .run(options, ctx)``."""
+    indices = list(indices) if indices is not None else list(range(len(texts)))
+    if fmt == "html":
+        from service.serving.html import prepare_html  # html imports this module
+
+        return prepare_html(model, texts, ctx, split, indices)
+    layouts = [split_text(text, model.languages[0], split) for text in texts]
+    sentences = [s for layout in layouts for s in layout.sentences]
+    owners = [indices[i] for i, layout in enumerate(layouts) for _ in layout.sentences]
+    return Prepared(model, layouts, tokenize_sentences(model, sentences, owners, ctx))
+
+
+async def translate_texts(
+    model: LoadedModel,
+    texts: Sequence[str],
+    options: TranslateOptions,
+    ctx: RequestContext,
+    split: bool = True,
+    fmt: str = "text",
+    indices: Sequence[int] | None = None,
+) -> tuple[list[Translation], LoadedModel]:
+    """``prepare`` then ``run``: texts of one model -> (their translations, the model version that ran them)."""
+    return await prepare(model, texts, ctx, split, fmt, indices).run(options, ctx)
+
+
+def html_options(options: TranslateOptions) -> TranslateOptions:
+    """HTML needs the cross-attention (tags follow the words they align to) and has no n-best."""
+    return dataclasses.replace(options, return_attention=True, num_hypotheses=1)

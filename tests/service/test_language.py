@@ -1,0 +1,40 @@
+"""Offline language detection (service/language.py): lingua with its bundled models, restricted to a set."""
+
+from __future__ import annotations
+
+import pytest
+
+from service import language
+
+
+@pytest.mark.parametrize(
+    "text, code",
+    [
+        ("Ein Mann fährt mit dem Fahrrad durch die Stadt.", "de"),
+        ("A man rides his bike through the city.", "en"),
+        ("我们明天去公园吧。", "zh"),
+    ],
+)
+def test_detects_the_language(text, code):
+    found, confidence = language.detect(text, ["de", "en", "zh"])
+    assert found == code and 0.5 < confidence <= 1.0
+
+
+def test_confidences_are_ranked_and_restricted():
+    ranked = language.confidences("Guten Morgen, wie geht es dir?", ["en", "de"])
+    assert [c for c, _ in ranked] == ["de", "en"]
+    assert ranked[0][1] >= ranked[1][1] and abs(sum(v for _, v in ranked) - 1) < 1e-6
+
+
+def test_routing_detector_picks_among_candidates():
+    assert language.detect_among("Das ist ein Haus.", ["de", "en"]) == "de"
+    assert language.detect_among("Das ist ein Haus.", ["en"]) == "en"  # one candidate: nothing to detect
+    assert language.detect_among("12345 !!!", ["de", "en"]) is None  # no letters to go by
+    assert language.detect_among("Hallo", ["xx"]) is None
+
+
+def test_unknown_code_and_names():
+    with pytest.raises(language.UnknownLanguage):
+        language.detect("hello", ["en", "qq"])
+    assert language.language_name("de") == "German" and language.language_name("zh") == "Chinese"
+    assert language.language_name("qq") == "qq"
