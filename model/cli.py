@@ -24,6 +24,8 @@ def cmd_train(args: argparse.Namespace) -> int:
         run.train.epochs = args.epochs
     if args.max_steps is not None:
         run.train.max_steps = args.max_steps
+    if args.val_limit is not None:
+        run.train.bleu_max_sentences = args.val_limit
     trainer = Trainer.from_run(run, args.data, args.out, progress=not args.no_progress)
     if trainer.rank == 0:
         print(
@@ -45,6 +47,8 @@ def cmd_evaluate(args: argparse.Namespace) -> int:
     run = meta.get("run", {})
     src_lang, tgt_lang = run.get("source_lang", "de"), run.get("target_lang", "en")
     sources, references = read_parallel(args.data, args.split, src_lang, tgt_lang)
+    if args.limit:
+        sources, references = sources[: args.limit], references[: args.limit]
     results = {}
     for beam in args.beam:
         result, hyps = evaluate(model, tokenizer, sources, references, beam, args.length_penalty, progress=True)
@@ -91,6 +95,9 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--out", required=True, help="run folder (checkpoints, log, curve, release/)")
     p.add_argument("--epochs", type=int, help="override the config's epochs")
     p.add_argument("--max-steps", type=int, help="override the config's max_steps")
+    p.add_argument(
+        "--val-limit", type=int, help="validation BLEU on the first N sentences only (a smoke run: 1-10)"
+    )
     p.add_argument("--no-progress", action="store_true")
     p.set_defaults(func=cmd_train)
 
@@ -102,6 +109,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--length-penalty", type=float, default=0.6)
     p.add_argument("--output", help="write the JSON here too")
     p.add_argument("--hypotheses", help="write translations to <this>.beamN")
+    p.add_argument("--limit", type=int, default=0, help="only the first N sentences of the split (0 = all)")
     p.add_argument("--threads", type=int, default=0)
     p.set_defaults(func=cmd_evaluate)
 

@@ -352,7 +352,8 @@ class Trainer:
         scores = {}
         for name, path in candidates.items():
             model, _ = load_release(path)
-            scores[name] = evaluate(model, self.tokenizer, self.valid_src, self.valid_tgt, 1)[0]["bleu"]
+            n = self.cfg.bleu_max_sentences or len(self.valid_src)  # the same sentences as every validation
+            scores[name] = evaluate(model, self.tokenizer, self.valid_src[:n], self.valid_tgt[:n], 1)[0]["bleu"]
         chosen = max(scores, key=scores.get)
         model, _ = load_release(candidates[chosen])
         summary = {

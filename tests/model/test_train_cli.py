@@ -49,3 +49,29 @@ def test_cli_train_then_translate(corpus_dir, tmp_path, capsys):
 
     assert main(["translate", "--model", str(release), "--beam", "2", "der hund", "ein mann spielt"]) == 0
     assert len(capsys.readouterr().out.splitlines()) == 2
+
+
+def test_val_limit_and_evaluate_limit_make_a_smoke_run_cheap(corpus_dir, tmp_path, capsys, monkeypatch):
+    """--val-limit N decodes N validation sentences per validation; evaluate --limit N scores N sentences."""
+    import model.train as train_module
+
+    decoded: list[int] = []
+    real = train_module.evaluate
+
+    def counting(model, tokenizer, sources, *args, **kwargs):
+        decoded.append(len(sources))
+        return real(model, tokenizer, sources, *args, **kwargs)
+
+    monkeypatch.setattr(train_module, "evaluate", counting)
+    config = tmp_path / "tiny.json"
+    config.write_text(json.dumps(tiny_run(eval_every=3, keep_checkpoints=2).to_dict()))
+    out = tmp_path / "run"
+    argv = ["train", "--config", str(config), "--data", str(corpus_dir), "--out", str(out), "--no-progress"]
+    assert main([*argv, "--max-steps", "6", "--val-limit", "3"]) == 0
+    assert decoded and set(decoded) == {3}  # every validation and the final choice: 3 sentences each
+    capsys.readouterr()
+    split = next(p.stem for p in corpus_dir.glob("*.de") if not p.stem.startswith("train"))
+    result = tmp_path / "eval.json"
+    args = ["evaluate", "--model", str(out / "release"), "--data", str(corpus_dir), "--split", split]
+    assert main([*args, "--beam", "1", "--limit", "4", "--output", str(result)]) == 0
+    assert json.loads(result.read_text())["results"]["beam1"]["n_sentences"] == 4
