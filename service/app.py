@@ -14,9 +14,12 @@ from fastapi.middleware.cors import CORSMiddleware
 
 from service.api import errors, viewer
 from service.api.admin import build_admin_router
+from service.api.libretranslate import build_libretranslate_router
 from service.api.middleware import ServiceMiddleware
 from service.api.routes import build_router
+from service.api.v2 import build_v2_router
 from service.engine.bundle import BundleError
+from service.language import detect_among
 from service.metrics import Metrics
 from service.registry import Registry, RunnerWrapper
 from service.serving.routing import Detector
@@ -40,7 +43,7 @@ class AppState:
 def create_app(settings: Settings | None = None, wrap_runner: RunnerWrapper | None = None) -> FastAPI:
     settings = settings or Settings()
     metrics = Metrics()
-    state = AppState(settings, metrics, Registry(settings, metrics, wrap_runner))
+    state = AppState(settings, metrics, Registry(settings, metrics, wrap_runner), detector=detect_among)
 
     @asynccontextmanager
     async def lifespan(app: FastAPI):
@@ -70,6 +73,10 @@ def create_app(settings: Settings | None = None, wrap_runner: RunnerWrapper | No
     errors.install(app)
     app.include_router(build_router(app))
     app.include_router(build_admin_router())
+    if settings.v2_api:
+        app.include_router(build_v2_router(app))
+    if settings.libretranslate_api:
+        app.include_router(build_libretranslate_router(app))
     viewer.install(app)
     if settings.cors_origins:
         app.add_middleware(

@@ -88,6 +88,15 @@ class Settings(BaseSettings):
     log_level: str = "info"
     log_requests_text: bool = False
 
+    # other protocols (docs/protocols.md): Open Inference Protocol v2 under /v2, LibreTranslate's API at the root
+    v2_api: bool = Field(True, description="serve the Open Inference Protocol v2 (KServe / Triton clients) under /v2")
+    libretranslate_api: bool = Field(True, description="serve LibreTranslate's /translate, /detect and /languages")
+    detect_languages: CsvList = Field(
+        default_factory=lambda: ["de", "en", "zh"],
+        description="ISO 639-1 codes POST /detect chooses among (lingua, offline); 'auto' sources choose among the "
+        "served source languages",
+    )
+
     @property
     def effective_max_batch_sentences(self) -> int:
         return self.max_batch_sentences if self.batching else 1

@@ -18,6 +18,47 @@ _SAFE_ID = re.compile(r"^[A-Za-z0-9._:-]{1,128}$")
 WORK_PATHS = ("/v1/translate", "/v1/embed", "/v1/attention")  # requests that queue engine work
 OPERATIONS_PATHS = ("/healthz", "/readyz", "/metrics")  # open by default (MT_OPEN_PATHS), closable with API keys
 KNOWN_ENDPOINTS = {"/v1/translate", "/v1/embed", "/v1/attention", "/v1/models", "/healthz", "/readyz", "/metrics", "/"}
+# Open Inference Protocol v2 (service/api/v2.py) and the LibreTranslate API (service/api/libretranslate.py):
+# their errors are {"error": ...}; v2 needs an API key like /v1, LibreTranslate's key is checked in its handlers.
+LIBRETRANSLATE_PATHS = ("/translate", "/detect", "/languages")
+_V2_ENDPOINTS = [
+    (re.compile(r"^/v2/models/[^/]+(/versions/[^/]+)?/infer$"), "/v2/models/{name}/infer"),
+    (re.compile(r"^/v2/models/[^/]+(/versions/[^/]+)?/ready$"), "/v2/models/{name}/ready"),
+    (re.compile(r"^/v2/models/[^/]+(/versions/[^/]+)?$"), "/v2/models/{name}"),
+    (re.compile(r"^/v2(/health/live|/health/ready|/repository/index)?$"), None),  # the path is its own label
+]
+
+
+def endpoint_label(path: str) -> str:
+    """The metrics label of a path: the path of a known endpoint, a template for v2 model paths, else "other"."""
+    if path in KNOWN_ENDPOINTS or path in LIBRETRANSLATE_PATHS:
+        return path
+    for pattern, label in _V2_ENDPOINTS:
+        if pattern.match(path):
+            return label or path
+    return "other"
+
+
+def is_work_path(path: str) -> bool:
+    """Requests that queue engine work (refused up front with 429 when every queue is full)."""
+    return path in WORK_PATHS or path == "/translate" or _V2_ENDPOINTS[0][0].match(path) is not None
+
+
+def error_body(path: str, message: str) -> dict:
+    """An error in the form of the path's protocol: {"error": ...} for v2 and LibreTranslate, else {"detail": ...}."""
+    if path == "/v2" or path.startswith("/v2/") or path in LIBRETRANSLATE_PATHS:
+        return {"error": message}
+    return {"detail": message}
+
+
+def key_matches(offered: str, keys: list[str]) -> bool:
+    """Whether ``offered`` is one of ``keys``. Digests first, so every comparison is of equal length
+    (compare_digest can leak a length mismatch); every key is compared, in constant time each."""
+    digest = hashlib.sha256(offered.encode()).digest()
+    ok = False
+    for key in keys:
+        ok |= hmac.compare_digest(digest, hashlib.sha256(key.encode()).digest())
+    return ok
 
 
 async def _send_json(send: Send, status: int, body: dict, headers: list[tuple[bytes, bytes]] | None = None) -> None:
@@ -59,7 +100,7 @@ class ServiceMiddleware:
         request_id = given if _SAFE_ID.match(given) else uuid.uuid4().hex
         scope.setdefault("state", {})["request_id"] = request_id
         path = scope["path"]
-        endpoint = path if path in KNOWN_ENDPOINTS else "other"
+        endpoint = endpoint_label(path)
         started = time.perf_counter()
         status_holder = {"status": 500}
 
@@ -77,7 +118,9 @@ class ServiceMiddleware:
                 await _send_json(
                     send_wrapper,
                     401,
-                    {"detail": "missing or invalid API key: send 'Authorization: Bearer <key>' or 'X-API-Key: <key>'"},
+                    error_body(
+                        path, "missing or invalid API key: send 'Authorization: Bearer <key>' or 'X-API-Key: <key>'"
+                    ),
                     [(b"www-authenticate", b"Bearer")],
                 )
                 return
@@ -86,10 +129,11 @@ class ServiceMiddleware:
                 await _send_json(
                     send_wrapper,
                     413,
-                    {
-                        "detail": f"request body of {length} bytes exceeds the limit of "
-                        f"{s.max_body_bytes} bytes; send fewer or shorter texts"
-                    },
+                    error_body(
+                        path,
+                        f"request body of {length} bytes exceeds the limit of "
+                        f"{s.max_body_bytes} bytes; send fewer or shorter texts",
+                    ),
                 )
                 return
             refusal = self._queue_full(scope["method"], path)
@@ -97,7 +141,7 @@ class ServiceMiddleware:
                 await self._discard_body(receive)
                 scope["state"]["model"] = refusal[0]
                 retry = str(refusal[1].retry_after).encode()
-                await _send_json(send_wrapper, 429, {"detail": str(refusal[1])}, [(b"retry-after", retry)])
+                await _send_json(send_wrapper, 429, error_body(path, str(refusal[1])), [(b"retry-after", retry)])
                 return
             try:
                 await self.app(scope, self._limited(receive, s.max_body_bytes), send_wrapper)
@@ -105,10 +149,9 @@ class ServiceMiddleware:
                 await _send_json(
                     send_wrapper,
                     413,
-                    {
-                        "detail": f"request body exceeds the limit of {s.max_body_bytes} "
-                        "bytes; send fewer or shorter texts"
-                    },
+                    error_body(
+                        path, f"request body exceeds the limit of {s.max_body_bytes} bytes; send fewer or shorter texts"
+                    ),
                 )
         finally:
             self.state.in_flight -= 1
@@ -137,7 +180,8 @@ class ServiceMiddleware:
         """With MT_API_KEYS set, /v1/* and the operations endpoints need a key unless listed in MT_OPEN_PATHS."""
         s = self.state.settings
         keys = s.api_keys
-        if not keys or path in s.open_paths or not (path.startswith("/v1/") or path in OPERATIONS_PATHS):
+        protected = path.startswith(("/v1/", "/v2/")) or path == "/v2" or path in OPERATIONS_PATHS
+        if not keys or path in s.open_paths or not protected:
             return True
         if method == "OPTIONS" and s.cors_origins and "access-control-request-method" in headers:
             return True  # a CORS preflight: browsers send it without credentials
@@ -145,18 +189,12 @@ class ServiceMiddleware:
         auth = headers.get("authorization", "")
         if auth.lower().startswith("bearer "):
             offered = auth[7:].strip()
-        # Digests first, so every comparison is of equal length (compare_digest can leak a length mismatch);
-        # every key is compared, in constant time each.
-        digest = hashlib.sha256(offered.encode()).digest()
-        ok = False
-        for key in keys:
-            ok |= hmac.compare_digest(digest, hashlib.sha256(key.encode()).digest())
-        return ok
+        return key_matches(offered, keys)
 
     def _queue_full(self, method: str, path: str):
         """(model, QueueFull) when every loaded model's queue is full, so no work request can be accepted now."""
         registry = self.state.registry
-        if method != "POST" or path not in WORK_PATHS or self.state.draining or not registry.ready:
+        if method != "POST" or not is_work_path(path) or self.state.draining or not registry.ready:
             return None
         refusals = [(name, m.scheduler.refusal()) for name, m in registry.models.items()]
         if not refusals or any(refusal is None for _, refusal in refusals):

@@ -1,0 +1,232 @@
+"""LibreTranslate-compatible API at the root: POST /translate, POST /detect, GET /languages.
+
+Bodies are JSON or forms (application/x-www-form-urlencoded, multipart/form-data), as LibreTranslate takes
+them; answers and errors have LibreTranslate's shapes and status codes: 400 {"error"} for a bad request or an
+unserved language, 403 for an invalid API key, 429 {"error": "Slowdown: ..."} when the queue is full (and, as
+/v1 does, 413 for a body over the limit, 503 while loading or draining, 504 past the deadline).
+
+Honoured fields (docs/protocols.md): ``q`` (a string or, in JSON, a list of strings), ``source`` (a code or
+"auto"), ``target``, ``format`` ("text" | "html"), ``alternatives`` (plain text), ``api_key`` (with MT_API_KEYS;
+also accepted as 'Authorization: Bearer' or X-API-Key). Other fields are ignored, as LibreTranslate ignores them.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+from fastapi import APIRouter, FastAPI, Request
+from pydantic import BaseModel, Field
+
+from service.api.middleware import key_matches
+from service.api.protocol import ProtocolError, ProtocolRoute, context_of, error_schema, registry_of
+from service.serving import libretranslate as serving
+
+FORM_TYPES = ("application/x-www-form-urlencoded", "multipart/form-data")
+
+
+class Language(BaseModel):
+    code: str
+    name: str
+    targets: list[str]
+
+
+class Detection(BaseModel):
+    confidence: float = Field(ge=0, le=100)
+    language: str
+
+
+class TranslateResponse(BaseModel):
+    translatedText: str | list[str]  # noqa: N815 (LibreTranslate's field names)
+    detectedLanguage: Detection | list[Detection] | None = None  # noqa: N815
+    alternatives: list[str] | list[list[str]] | None = None
+
+
+ERRORS = {
+    400: error_schema("invalid request, or a language not served"),
+    403: error_schema("invalid API key"),
+    413: error_schema("request body too large, or more sentences than the server queues"),
+    429: error_schema("Slowdown: the queue is full; see Retry-After"),
+    500: error_schema("internal error"),
+    503: error_schema("not ready, or shutting down; see Retry-After"),
+    504: error_schema("the deadline passed before the work could start"),
+}
+
+
+class LibreRoute(ProtocolRoute):
+    prefixes = {429: "Slowdown: "}
+
+
+async def _fields(request: Request) -> tuple[dict[str, Any], bool]:
+    """(the body's fields, whether it was JSON). Form values are strings, line endings made LF."""
+    content_type = request.headers.get("content-type", "").split(";")[0].strip().lower()
+    if content_type in FORM_TYPES:
+        form = await request.form(max_files=0, max_fields=64)
+        fields: dict[str, Any] = {}
+        for key, value in form.multi_items():
+            if not isinstance(value, str):
+                raise ProtocolError(400, f"Invalid request: {key} must be text, not a file")
+            if key in fields:
+                raise ProtocolError(400, f"Invalid request: {key} given more than once (send a list as JSON)")
+            fields[key] = value.replace("\r\n", "\n")
+        return fields, False
+    body = await request.body()
+    if not body.strip():
+        return {}, True
+    try:
+        payload = json.loads(body, parse_constant=_no_constant)
+    except (ValueError, RecursionError):
+        raise ProtocolError(400, "Invalid JSON format") from None
+    if not isinstance(payload, dict):
+        raise ProtocolError(400, "Invalid JSON format")
+    return payload, True
+
+
+def _no_constant(name: str) -> None:
+    raise ValueError(name)
+
+
+def _string(fields: dict[str, Any], name: str, required: bool = True) -> str | None:
+    value = fields.get(name)
+    if value is None or value == "":
+        if required:
+            raise ProtocolError(400, f"Invalid request: missing {name} parameter")
+        return None
+    if not isinstance(value, str):
+        raise ProtocolError(400, f"Invalid request: {name} must be a string")
+    return value
+
+
+def _check_key(request: Request, fields: dict[str, Any]) -> None:
+    """With MT_API_KEYS: api_key in the body (or the /v1 headers); 403 for a wrong one, 400 for none."""
+    offered = fields.get("api_key")
+    if offered is not None and not isinstance(offered, str):
+        raise ProtocolError(400, "Invalid request: api_key must be a string")
+    keys = request.app.state.mt.settings.api_keys
+    if not keys:
+        return
+    if offered is None or offered == "":
+        auth = request.headers.get("authorization", "")
+        offered = auth[7:].strip() if auth.lower().startswith("bearer ") else request.headers.get("x-api-key")
+    if not offered:
+        raise ProtocolError(400, "Please contact the server operator to get an API key")
+    if not key_matches(offered, keys):
+        raise ProtocolError(403, "Invalid API key")
+
+
+def _json_body(schema: dict, example: dict) -> dict:
+    return {
+        "requestBody": {
+            "required": True,
+            "content": {"application/json": {"schema": schema, "example": example}},
+            "description": "JSON, or the same fields as a form (application/x-www-form-urlencoded or "
+            "multipart/form-data; q a single string there)",
+        }
+    }
+
+
+def build_libretranslate_router(app: FastAPI) -> APIRouter:
+    s = app.state.mt.settings
+    max_alternatives = s.max_beam_size - 1
+    text = {"type": "string", "maxLength": s.max_chars_per_text}
+    translate_schema = {
+        "type": "object",
+        "required": ["q", "source", "target"],
+        "properties": {
+            "q": {
+                "anyOf": [
+                    {**text, "minLength": 1},
+                    {"type": "array", "items": text, "minItems": 1, "maxItems": s.max_texts_translate},
+                ],
+                "description": "text, or texts, to translate",
+            },
+            "source": {"type": "string", "pattern": "^([a-z]{2}|auto)$", "description": "ISO 639-1 code or auto"},
+            "target": {"type": "string", "pattern": "^[a-z]{2}$"},
+            "format": {"type": "string", "enum": ["text", "html"], "default": "text"},
+            "alternatives": {"type": "integer", "minimum": 0, "maximum": max_alternatives, "default": 0},
+            "api_key": {"type": "string"},
+        },
+    }
+    detect_schema = {
+        "type": "object",
+        "required": ["q"],
+        "properties": {"q": {**text, "minLength": 1}, "api_key": {"type": "string"}},
+    }
+    router = APIRouter(route_class=LibreRoute, tags=["LibreTranslate"])
+
+    @router.get("/languages", response_model=list[Language], responses=ERRORS, summary="Languages served")
+    async def languages(request: Request) -> list[dict[str, Any]]:
+        return serving.languages(registry_of(request))
+
+    @router.post(
+        "/detect",
+        response_model=list[Detection],
+        responses=ERRORS,
+        summary="Detect the language of a text",
+        openapi_extra=_json_body(detect_schema, {"q": "Ein Hund läuft."}),
+    )
+    async def detect(request: Request) -> list[dict[str, Any]]:
+        fields, _ = await _fields(request)
+        _check_key(request, fields)
+        q = _string(fields, "q")
+        if len(q) > s.max_chars_per_text:
+            raise ProtocolError(400, f"Invalid request: request ({len(q)}) exceeds text limit ({s.max_chars_per_text})")
+        return await serving.detect(q, s.detect_languages)
+
+    @router.post(
+        "/translate",
+        response_model=TranslateResponse,
+        response_model_exclude_none=True,
+        responses=ERRORS,
+        summary="Translate text or HTML",
+        openapi_extra=_json_body(translate_schema, {"q": "Ein Hund läuft.", "source": "de", "target": "en"}),
+    )
+    async def translate(request: Request) -> dict[str, Any]:
+        fields, is_json = await _fields(request)
+        _check_key(request, fields)
+        q = fields.get("q")
+        if q is None or q == "" or q == []:
+            raise ProtocolError(400, "Invalid request: missing q parameter")
+        source = _string(fields, "source")
+        target = _string(fields, "target")
+        fmt = _string(fields, "format", required=False) or "text"
+        if fmt not in ("text", "html"):
+            raise ProtocolError(400, f"{fmt} format is not supported")
+        batch = isinstance(q, list)
+        texts = q if batch else [q]
+        if not all(isinstance(t, str) for t in texts):
+            raise ProtocolError(400, "Invalid request: q must be a string or a list of strings")
+        if len(texts) > s.max_texts_translate:
+            limit = s.max_texts_translate
+            raise ProtocolError(400, f"Invalid request: request ({len(texts)}) exceeds text limit ({limit})")
+        for t in texts:
+            if len(t) > s.max_chars_per_text:
+                limit = s.max_chars_per_text
+                raise ProtocolError(400, f"Invalid request: request ({len(t)}) exceeds text limit ({limit})")
+        alternatives = _alternatives(fields.get("alternatives", 0), is_json, max_alternatives)
+        registry = registry_of(request)
+        results, first = await serving.translate(
+            registry, texts, source, target, fmt, alternatives, s.max_beam_size,
+            s.detect_languages, context_of(request),
+        )  # fmt: skip
+        request.scope["state"]["model"] = first.name
+        answer: dict[str, Any] = {"translatedText": [r.text for r in results] if batch else results[0].text}
+        if source == "auto":
+            answer["detectedLanguage"] = [r.detected for r in results] if batch else results[0].detected
+        if alternatives > 0:
+            answer["alternatives"] = [r.alternatives for r in results] if batch else results[0].alternatives
+        return answer
+
+    return router
+
+
+def _alternatives(value: Any, is_json: bool, limit: int) -> int:
+    if isinstance(value, str) and not is_json:
+        if not value.strip().isdigit():
+            raise ProtocolError(400, "Invalid request: alternatives parameter is not a number")
+        value = int(value)
+    if isinstance(value, bool) or not isinstance(value, int) or value < 0:
+        raise ProtocolError(400, "Invalid request: alternatives parameter is not a number")
+    if value > limit:
+        raise ProtocolError(400, f"Invalid request: alternatives parameter must be <= {limit}")
+    return value

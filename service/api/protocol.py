@@ -1,0 +1,145 @@
+"""What the v2 and LibreTranslate routers share: errors as {"error": ...}, the request context, model lookup.
+
+``ProtocolRoute`` is the APIRoute class of both routers: whatever a handler raises (validation, the serving
+layer's and the scheduler's exceptions) comes back in the protocol's form, {"error": message}, with the
+status ``status_of`` maps it to; the /v1 API's handlers in service/api/errors.py are not involved.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable
+from typing import Any
+
+from fastapi import Request
+from fastapi.exceptions import RequestValidationError
+from fastapi.responses import JSONResponse, Response
+from fastapi.routing import APIRoute
+from pydantic import ValidationError
+
+from service.api.errors import NotReady, scheduler_status
+from service.api.middleware import BodyTooLarge
+from service.engine.engine import SourceTooLongError
+from service.registry import Registry, UnknownModel
+from service.scheduler import BatchFailed, QueueFull, SchedulerError, ShuttingDown
+from service.serving.context import RequestContext
+from service.serving.routing import UnservedPair
+
+log = logging.getLogger(__name__)
+
+
+class ProtocolError(Exception):
+    """An error a handler reports as it is: {"error": message} with ``status``."""
+
+    def __init__(self, status: int, message: str, headers: dict[str, str] | None = None) -> None:
+        super().__init__(message)
+        self.status, self.headers = status, headers or {}
+
+
+def error_response(status: int, message: str, headers: dict[str, str] | None = None) -> JSONResponse:
+    return JSONResponse({"error": message}, status_code=status, headers=headers)
+
+
+def validation_message(exc: RequestValidationError | ValidationError) -> str:
+    """One line naming each invalid field: "inputs.0.shape: Input should be a valid list; ..."."""
+    parts = []
+    for error in exc.errors():
+        loc = ".".join(str(p) for p in error.get("loc", ()) if p != "body")
+        parts.append(f"{loc}: {error.get('msg', 'invalid')}" if loc else str(error.get("msg", "invalid")))
+    return "; ".join(parts)[:2000] or "invalid request"
+
+
+def status_of(exc: Exception, request: Request) -> tuple[int, str, dict[str, str]]:
+    """(status, message, headers) of an exception raised while serving a protocol request."""
+    if isinstance(exc, ProtocolError):
+        return exc.status, str(exc), exc.headers
+    if isinstance(exc, RequestValidationError | ValidationError):
+        return 400, validation_message(exc), {}
+    if isinstance(exc, BodyTooLarge):
+        limit = request.app.state.mt.settings.max_body_bytes
+        return 413, f"request body exceeds the limit of {limit} bytes; send fewer or shorter texts", {}
+    if isinstance(exc, SourceTooLongError):
+        return 400, f"text {exc.index}: {exc}", {}
+    if isinstance(exc, UnknownModel):
+        return 404, str(exc), {}
+    if isinstance(exc, UnservedPair):
+        return 400, str(exc), {}
+    if isinstance(exc, NotReady):
+        return 503, str(exc), {"Retry-After": "2"}
+    if isinstance(exc, SchedulerError):
+        status = scheduler_status(exc)
+        if isinstance(exc, BatchFailed):
+            rid = request.scope["state"].get("request_id", "")
+            return 500, f"internal error; quote request id {rid} when reporting it", {}
+        if isinstance(exc, QueueFull):
+            return status, str(exc), {"Retry-After": str(exc.retry_after)}
+        return status, str(exc), {"Retry-After": "5"} if status == 503 else {}
+    rid = request.scope["state"].get("request_id", "")
+    log.error("unhandled error", exc_info=exc, extra={"request_id": rid})
+    return 500, f"internal error; quote request id {rid} when reporting it", {}
+
+
+class ProtocolRoute(APIRoute):
+    """Routes whose every error is {"error": message}; ``message_prefix`` adapts a status's wording
+    (LibreTranslate says "Slowdown: ..." on 429)."""
+
+    prefixes: dict[int, str] = {}
+
+    def get_route_handler(self) -> Callable:
+        handler = super().get_route_handler()
+        prefixes = self.prefixes
+
+        async def protocol_handler(request: Request) -> Response:
+            try:
+                return await handler(request)
+            except Exception as exc:  # every error in the protocol's form
+                status, message, headers = status_of(exc, request)
+                return error_response(status, prefixes.get(status, "") + message, headers)
+
+        return protocol_handler
+
+
+def registry_of(request: Request) -> Registry:
+    state = request.app.state.mt
+    if state.draining:
+        raise ShuttingDown("the service is shutting down; retry on another instance")
+    if not state.registry.ready:
+        raise NotReady("models are still loading; retry shortly")
+    return state.registry
+
+
+def timeout_of(request: Request, asked_s: float | None = None) -> float:
+    """The deadline: ``asked_s`` (a protocol's own parameter), else X-Request-Timeout, else the default; capped."""
+    s = request.app.state.mt.settings
+    header = request.headers.get("x-request-timeout")
+    if asked_s is None and header is not None:
+        try:
+            asked_s = float(header)
+        except ValueError:
+            raise ProtocolError(400, "header X-Request-Timeout must be seconds") from None
+        if not 0 < asked_s <= 3600:
+            raise ProtocolError(400, "header X-Request-Timeout must be in (0, 3600]")
+    return min(asked_s if asked_s is not None else s.request_timeout_s, s.max_request_timeout_s)
+
+
+def context_of(request: Request, timeout_s: float | None = None) -> RequestContext:
+    state = request.scope["state"]
+    logged = state.setdefault("texts", []) if request.app.state.mt.settings.log_requests_text else None
+    return RequestContext(
+        request_id=state["request_id"],
+        timeout_s=timeout_of(request, timeout_s),
+        batch_ids=state.setdefault("batch_ids", []),
+        is_disconnected=request.is_disconnected,
+        logged_texts=logged,
+    )
+
+
+def error_schema(description: str) -> dict[str, Any]:
+    return {
+        "description": description,
+        "content": {
+            "application/json": {
+                "schema": {"type": "object", "properties": {"error": {"type": "string"}}, "required": ["error"]}
+            }
+        },
+    }
