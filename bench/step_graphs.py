@@ -64,6 +64,10 @@ def _feeds(session, config: dict, rows: int, sources: int, src: int, past: int, 
     fetch_top = "top_k" in names and (top_k > 1 or not per_source)
     if "top_k" in names:
         feeds["top_k"] = np.array([top_k if fetch_top else 0])
+    if "positions" in names:  # interface 3: every row at position ``past``, grouped by source
+        from service.engine.step_inputs import uniform_inputs
+
+        feeds.update(uniform_inputs(rows, n_cross, past))
     return feeds, (["top_log_probs", "top_ids"] if fetch_top else ["log_probs"]) + presents
 
 

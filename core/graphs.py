@@ -6,8 +6,18 @@ The exporter (export/graphs.py, export/decoder_step.py) writes graphs with these
 encoder.onnx:      src_ids (batch, src) -> encoder_output, encoder_attention, cross_keys, cross_values
 decoder.onnx:      tokens, src_mask, cross_keys, cross_values, past_keys, past_values (stacked per layer)
                    -> log_probs, present_keys, present_values, self_attention, cross_attention
-decoder_step.onnx: tokens, src_mask, top_k, cross_keys_<i>, cross_values_<i>, past_keys_<i>, past_values_<i>
+decoder_step.onnx: tokens, src_mask, top_k, [positions, self_mask, query_rows, row_slots (interface 3)],
+                   cross_keys_<i>, cross_values_<i>, past_keys_<i>, past_values_<i>
                    -> log_probs, top_log_probs, top_ids, present_keys_<i>, present_values_<i>
+
+Interface 3 lets rows at different positions share a step (continuous batching, service/engine/live.py):
+- ``positions`` (rows, 1) int64: each row's own position (its number of real cache entries);
+- ``self_mask`` (rows, past_len + 1) bool: which cache columns (and the new one, always true) a row attends to;
+  a row's real entries are the last ones of the padded cache (left padding);
+- ``query_rows`` (sources, group) int64: the rows whose queries read each source's cross keys/values (padded to
+  the widest group by repeating a row of the same source); ``row_slots`` (rows,) int64: the flat slot
+  (source * group + j) of each row in that layout. Sources may have different numbers of rows (greedy and beam
+  sentences of any beam size share a step) and rows need not be ordered by source.
 """
 
 from __future__ import annotations
@@ -24,7 +34,10 @@ STEP_INTERFACE_KEY = "mtserve.decoder_step"
 MAX_TOP_K_KEY = "mtserve.max_top_k"
 # 1: cross keys/values per row (graphs of version 1 carry no metadata entry)
 # 2: cross keys/values per source, rows grouped by source; TopK runs only when top_k > 0
-STEP_INTERFACE = 2
+# 3: per-row positions and self-attention mask over a left-padded cache; rows find their source through
+#    query_rows / row_slots (any number of rows per source)
+STEP_INTERFACE = 3
+RAGGED_INPUTS = ["positions", "self_mask", "query_rows", "row_slots"]  # interface 3 and later
 
 
 def step_interface(metadata: Mapping[str, str]) -> int:
@@ -32,8 +45,8 @@ def step_interface(metadata: Mapping[str, str]) -> int:
     return int(metadata.get(STEP_INTERFACE_KEY, "1"))
 
 
-def step_input_names(n_layers: int) -> list[str]:
-    names = ["tokens", "src_mask", "top_k"]
+def step_input_names(n_layers: int, interface: int = STEP_INTERFACE) -> list[str]:
+    names = ["tokens", "src_mask", "top_k"] + (RAGGED_INPUTS if interface >= 3 else [])
     for i in range(n_layers):
         names += [f"cross_keys_{i}", f"cross_values_{i}"]
     for i in range(n_layers):

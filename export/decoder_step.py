@@ -7,16 +7,19 @@ graph for attention and teacher forcing. What makes a step cheaper than with ``d
   and re-stacked;
 - attention through onnxruntime's fused ``com.microsoft.MultiHeadAttention`` (CPU and CUDA kernels):
   self-attention appends to the cache itself, cross-attention reads the precomputed keys/values;
-- cross keys/values and ``src_mask`` have one row per *source*; the rows of a step are grouped by source
-  (rows = sources x rows_per_source: 1 for greedy, the beam for beam search), so the beams of a sentence
-  share one cross-attention call (queries (sources, beam, d)) and the engine never repeats them per beam;
+- cross keys/values and ``src_mask`` have one row per *source*; the queries of a source's rows are gathered
+  into one group (``query_rows``, (sources, group): 1 row for greedy, the beam for beam search, groups padded to
+  the widest), so the beams of a sentence share one cross-attention call (queries (sources, group, d)) and the
+  engine never repeats keys/values per beam; ``row_slots`` puts each row's output back in row order;
 - one fused Q|K|V projection per self-attention; activations (rows, 1, d_model), the layout the fused
   attention reads, so no reshapes around it;
 - ``log_probs`` (rows, vocab) for the new token, and ``top_log_probs`` / ``top_ids`` (rows, top_k) its
   ``top_k`` (an input, at most metadata ``mtserve.max_top_k``) best tokens, best first, ties to the lower id,
   found in two stages over chunks of the vocabulary (``add_top_k``): beam search reads only these; greedy
   asks for top_k 0 (empty, free) and takes numpy's argmax of log_probs, cheaper than TopK.
-The position of the new token is the cache length, read from ``past_keys_0``'s shape.
+Rows at different positions share a step (interface 3, continuous batching): each row has its own ``positions``
+entry and attends only to the cache columns ``self_mask`` marks (its real entries are the last ones of the
+left-padded cache; the fused self-attention appends the new key/value after them and the mask's last column).
 Names and interface version: ``core/graphs.py``; the version is stored in the model's metadata (version 1
 graphs, cross keys per row, have no such entry).
 Parity with PyTorch (max abs diff <= 1e-4): ``export.parity.step_max_diff``.
@@ -74,21 +77,35 @@ def supports_decoder_step(model: Transformer) -> bool:
     return supports_lean_graphs(model)
 
 
-def build_decoder_step(model: Transformer) -> onnx.ModelProto:
-    """The decoder-step graph of ``model`` (post- or pre-norm, sinusoidal or learned positions, any FFN)."""
+def build_decoder_step(model: Transformer, interface: int = STEP_INTERFACE) -> onnx.ModelProto:
+    """The decoder-step graph of ``model`` (post- or pre-norm, sinusoidal or learned positions, any FFN).
+
+    ``interface`` 2 builds the previous interface (one position for every row, rows grouped by source, the same
+    number each), kept so that tests and benchmarks can serve and measure bundles exported before version 3.
+    """
     cfg = model.cfg
     if not supports_decoder_step(model):
         raise ValueError("the lean decoder step does not implement relative positions; use decoder.onnx")
+    if interface not in (2, 3):
+        raise ValueError(f"decoder_step interfaces 2 and 3 can be built, not {interface}")
+    ragged = interface >= 3
     n_layers, d = cfg.n_decoder_layers, cfg.d_model
     b = GraphBuilder(model)
-    # queries grouped by source for cross-attention: (sources, rows_per_source, d)
-    n_sources = b.one("Shape", ["src_mask"], start=0, end=1)
-    by_source = b.one("Concat", [n_sources, b.ints("shape_any_d", [-1, d])], axis=0)
+    b.ints("shape_rows_d", [-1, d])
     # (sources, src) 1 = attend. A source needs one real token (the engine's always end with EOS): where all
     # are padding, PyTorch's cross-attention gives zeros, the fused kernel a uniform average
     key_mask = b.one("Cast", ["src_mask"], to=TensorProto.INT32)
-    position = b.one("Shape", ["past_keys_0"], start=2, end=3)  # (1,): the new token's position = past_len
-    x = b.embed("tokens", model.tgt_embed, position)  # (rows, 1, d)
+    if ragged:
+        # (rows, past_len + 1) 1 = attend: the row's real cache entries and the new token
+        self_mask = b.one("Cast", ["self_mask"], to=TensorProto.INT32)
+        x = b.embed("tokens", model.tgt_embed, "positions")  # (rows, 1, d): each row at its own position
+    else:
+        self_mask = ""
+        # queries grouped by source for cross-attention: (sources, rows_per_source, d)
+        n_sources = b.one("Shape", ["src_mask"], start=0, end=1)
+        by_source = b.one("Concat", [n_sources, b.ints("shape_any_d", [-1, d])], axis=0)
+        position = b.one("Shape", ["past_keys_0"], start=2, end=3)  # (1,): the new token's position = past_len
+        x = b.embed("tokens", model.tgt_embed, position)  # (rows, 1, d)
 
     for i, layer in enumerate(model.decoder_layers):
         p = f"decoder.{i}"
@@ -99,25 +116,32 @@ def build_decoder_step(model: Transformer) -> onnx.ModelProto:
             b_qkv = np.concatenate([weights(sa.q_proj.bias), weights(sa.k_proj.bias), weights(sa.v_proj.bias)])
             qkv = b.one("MatMul", [h, b.const(f"{p}.self.qkv.weight", w_qkv.T)])  # (rows, 1, 3d), bias in MHA
             q, k, v = b.op("Split", [qkv], 3, axis=2, num_outputs=3)  # each (rows, 1, d)
-            extra = [b.const(f"{p}.self.qkv.bias", b_qkv), "", "", f"past_keys_{i}", f"past_values_{i}"]
+            extra = [b.const(f"{p}.self.qkv.bias", b_qkv), self_mask, "", f"past_keys_{i}", f"past_values_{i}"]
             out, present_k, present_v = b.attention(q, k, v, extra, n_out=3)  # appends k, v to the cache
             b.rename_output(present_k, f"present_keys_{i}")
             b.rename_output(present_v, f"present_values_{i}")
             return b.linear(out, sa.out_proj, f"{p}.self.out")
 
         def cross_attention(h: str, i=i, p=p, ca=ca) -> str:
-            q = b.one("Reshape", [b.linear(h, ca.q_proj, f"{p}.cross.q"), by_source])
-            out = b.attention(q, f"cross_keys_{i}", f"cross_values_{i}", ["", key_mask])[0]
-            return b.linear(
-                b.one("Reshape", [out, b.ints(f"{p}.shape_rows", [-1, 1, d])]), ca.out_proj, f"{p}.cross.out"
-            )
+            if not ragged:
+                q = b.one("Reshape", [b.linear(h, ca.q_proj, f"{p}.cross.q"), by_source])
+                out = b.attention(q, f"cross_keys_{i}", f"cross_values_{i}", ["", key_mask])[0]
+                rows = b.one("Reshape", [out, b.ints(f"{p}.shape_rows", [-1, 1, d])])
+                return b.linear(rows, ca.out_proj, f"{p}.cross.out")
+            q = b.one("Reshape", [b.linear(h, ca.q_proj, f"{p}.cross.q"), "shape_rows_d"])  # (rows, d)
+            grouped = b.one("Gather", [q, "query_rows"], axis=0)  # (sources, group, d)
+            out = b.attention(grouped, f"cross_keys_{i}", f"cross_values_{i}", ["", key_mask])[0]
+            flat = b.one("Reshape", [out, "shape_rows_d"])  # (sources * group, d)
+            rows = b.one("Gather", [flat, "row_slots"], axis=0)  # (rows, d), back in row order
+            rows = b.one("Reshape", [rows, b.ints(f"{p}.shape_rows", [-1, 1, d])])
+            return b.linear(rows, ca.out_proj, f"{p}.cross.out")
 
         x = b.residual(x, layer.self_residual, self_attention, f"{p}.self")
         x = b.residual(x, layer.cross_residual, cross_attention, f"{p}.cross")
         x = b.residual(x, layer.ffn_residual, lambda h, p=p, f=layer.ffn: b.feed_forward(h, f, f"{p}.ffn"), f"{p}.ffn")
     if cfg.norm_placement == "pre":
         x = b.norm(x, model.decoder_norm, "decoder.final_norm")
-    x = b.one("Reshape", [x, b.ints("shape_rows_d", [-1, d])])  # (rows, d)
+    x = b.one("Reshape", [x, "shape_rows_d"])  # (rows, d)
     logits = b.linear(x, model.output, "output")
     b.nodes.append(helper.make_node("LogSoftmax", [logits], ["log_probs"], name="LogSoftmax_out", axis=-1))
     # top_k 0 gives (rows, 0) outputs at no cost: greedy takes numpy's argmax of log_probs, cheaper than TopK
@@ -130,9 +154,17 @@ def build_decoder_step(model: Transformer) -> onnx.ModelProto:
         helper.make_tensor_value_info("src_mask", TensorProto.BOOL, ["sources", "src_len"]),
         helper.make_tensor_value_info("top_k", TensorProto.INT64, [1]),
     ]
-    names = step_input_names(n_layers)
-    inputs += [helper.make_tensor_value_info(n, f32, cross) for n in names[3 : 3 + 2 * n_layers]]
-    inputs += [helper.make_tensor_value_info(n, f32, cache) for n in names[3 + 2 * n_layers :]]
+    if ragged:
+        inputs += [
+            helper.make_tensor_value_info("positions", TensorProto.INT64, ["rows", 1]),
+            helper.make_tensor_value_info("self_mask", TensorProto.BOOL, ["rows", "past_len_plus_1"]),
+            helper.make_tensor_value_info("query_rows", TensorProto.INT64, ["sources", "group"]),
+            helper.make_tensor_value_info("row_slots", TensorProto.INT64, ["rows"]),
+        ]
+    names = step_input_names(n_layers, interface)
+    first = len(inputs)
+    inputs += [helper.make_tensor_value_info(n, f32, cross) for n in names[first : first + 2 * n_layers]]
+    inputs += [helper.make_tensor_value_info(n, f32, cache) for n in names[first + 2 * n_layers :]]
     outputs = [
         helper.make_tensor_value_info("log_probs", f32, ["rows", cfg.vocab_size]),
         helper.make_tensor_value_info("top_log_probs", f32, ["rows", "top_k"]),
@@ -140,4 +172,4 @@ def build_decoder_step(model: Transformer) -> onnx.ModelProto:
     ]
     present = ["rows", heads, "past_len_plus_1", d_head]
     outputs += [helper.make_tensor_value_info(n, f32, present) for n in step_output_names(n_layers)[3:]]
-    return b.model_proto("decoder_step", inputs, outputs, {STEP_INTERFACE_KEY: str(STEP_INTERFACE), **top_k_meta})
+    return b.model_proto("decoder_step", inputs, outputs, {STEP_INTERFACE_KEY: str(interface), **top_k_meta})

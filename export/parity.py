@@ -23,6 +23,7 @@ from model.decoding import beam_search as torch_beam
 from model.decoding import greedy_search as torch_greedy
 from model.transformer import Transformer
 from service.engine import Engine, TranslateOptions
+from service.engine.step_inputs import ragged_inputs, uniform_inputs
 
 
 @torch.no_grad()
@@ -57,7 +58,8 @@ def step_max_diff(model: Transformer, session, shapes: Sequence[tuple[int, int, 
     """
     model.eval()
     n_layers = model.cfg.n_decoder_layers
-    per_source = step_interface(session.get_modelmeta().custom_metadata_map) >= 2
+    interface = step_interface(session.get_modelmeta().custom_metadata_map)
+    per_source = interface >= 2
     worst: dict[str, float] = {}
     for batch, src, _, past in shapes:
         group = 2 if per_source and batch % 2 == 0 else 1  # rows per source
@@ -78,8 +80,10 @@ def step_max_diff(model: Transformer, session, shapes: Sequence[tuple[int, int, 
         for i in range(n_layers):
             feeds[f"cross_keys_{i}"], feeds[f"cross_values_{i}"] = cross[i][0].numpy(), cross[i][1].numpy()
             feeds[f"past_keys_{i}"], feeds[f"past_values_{i}"] = cache[i][0].numpy(), cache[i][1].numpy()
+        if interface >= 3:  # every row at position past, rows grouped by source
+            feeds.update(uniform_inputs(batch, batch // group, past))
         got = dict(zip(step_output_names(n_layers), session.run(None, feeds), strict=True))
-        assert set(feeds) == set(step_input_names(n_layers))
+        assert set(feeds) == set(step_input_names(n_layers, interface))
         keep = ref > -30  # compare where probabilities are not vanishingly small
         diffs = {"step.log_probs": float(np.abs(got["log_probs"][keep] - ref[keep]).max())}
         # the top-k outputs: the values of the ids they name, best first
@@ -98,6 +102,56 @@ def step_max_diff(model: Transformer, session, shapes: Sequence[tuple[int, int, 
             )
         for name, value in diffs.items():
             worst[name] = max(worst.get(name, 0.0), value)
+    return worst
+
+
+@torch.no_grad()
+def ragged_step_max_diff(model: Transformer, session, seed: int = 0, max_past: int = 12) -> dict[str, float]:
+    """Max |ORT - PyTorch| of an interface-3 step whose rows sit at different positions and read sources with
+    different numbers of rows (1, 3, 2 and a source without rows), in shuffled row order, over a left-padded
+    cache whose padding holds random keys and huge values (the mask must hide them; the fused kernel adds -10000
+    to masked scores, so padding keys must stay of the size of real ones: the engine pads with zeros). Each row
+    is compared with PyTorch decoding that row alone on its real cache."""
+    model.eval()
+    cfg, n_layers = model.cfg, model.cfg.n_decoder_layers
+    gen = torch.Generator().manual_seed(seed)
+    row_sources = np.array([1, 0, 1, 2, 1, 2])[np.random.default_rng(seed).permutation(6)]
+    n_sources, rows = 4, len(row_sources)  # source 3 has no rows
+    lengths = torch.randint(0, max_past + 1, (rows,), generator=gen)
+    lengths[0] = max_past  # the widest row sets the cache width
+    width = int(lengths.max())
+    ex = example_inputs(model, batch=n_sources, src=9, tgt=1, past=0)
+    ex["src_mask"][:, 0] = True
+    tokens = torch.randint(4, cfg.vocab_size, (rows, 1), generator=gen)
+    shape = (rows, cfg.n_heads, width, cfg.d_head)
+    caches = [(torch.randn(shape, generator=gen), torch.randn(shape, generator=gen)) for _ in range(n_layers)]
+    feeds = {"tokens": tokens.numpy(), "src_mask": ex["src_mask"].numpy(), "top_k": np.array([4])}
+    feeds.update(ragged_inputs(lengths.numpy(), row_sources, n_sources, width))
+    padded = []
+    for i, (k, v) in enumerate(caches):
+        k, v = k.clone(), v.clone()
+        for r in range(rows):  # the padding before each row's real entries: garbage the mask must hide
+            k[r, :, : width - lengths[r]] = 3 * torch.randn(k[r, :, : width - lengths[r]].shape, generator=gen)
+            v[r, :, : width - lengths[r]] = 1e4
+        padded.append((k, v))
+        feeds[f"cross_keys_{i}"] = ex["cross_keys"][i].numpy()
+        feeds[f"cross_values_{i}"] = ex["cross_values"][i].numpy()
+        feeds[f"past_keys_{i}"], feeds[f"past_values_{i}"] = k.numpy(), v.numpy()
+    assert set(feeds) == set(step_input_names(n_layers, 3))
+    got = dict(zip(step_output_names(n_layers), session.run(None, feeds), strict=True))
+    worst = {"ragged.log_probs": 0.0, "ragged.present_keys": 0.0}
+    for r, s in enumerate(row_sources.tolist()):
+        real = width - int(lengths[r])
+        cross = [(ex["cross_keys"][i][s : s + 1], ex["cross_values"][i][s : s + 1]) for i in range(n_layers)]
+        cache = [(k[r : r + 1, :, real:], v[r : r + 1, :, real:]) for k, v in padded]
+        out = model.decode(tokens[r : r + 1], cross, ex["src_mask"][s : s + 1], cache)
+        ref = torch.log_softmax(out.logits[0, -1].float(), dim=-1).numpy()
+        keep = ref > -30
+        diff = float(np.abs(got["log_probs"][r][keep] - ref[keep]).max())
+        worst["ragged.log_probs"] = max(worst["ragged.log_probs"], diff)
+        for i, (k, _) in enumerate(out.cache):
+            diff = float(np.abs(got[f"present_keys_{i}"][r, :, real:] - k[0].numpy()).max())
+            worst["ragged.present_keys"] = max(worst["ragged.present_keys"], diff)
     return worst
 
 

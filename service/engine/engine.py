@@ -21,6 +21,7 @@ from core.tokenizer import BOS_ID, EOS_ID, PAD_ID, Tokenizer
 from service.engine.bundle import Bundle
 from service.engine.runtime import create_session
 from service.engine.search import TopCandidates, beam_search, greedy_search
+from service.engine.step_inputs import uniform_inputs
 
 
 class SourceTooLongError(ValueError):
@@ -50,6 +51,7 @@ class Translation:
     source_ids: list[int]  # EOS included
     hypotheses: list[tuple[str, float, list[int]]] = field(default_factory=list)  # (text, score, ids), best first
     attention: np.ndarray | None = None  # cross-attention (layers, heads, target, source)
+    truncated: bool = False  # stopped at its length limit without EOS (set by the serving layer, which knows it)
 
 
 def pad_batch(sequences: Sequence[Sequence[int]]) -> np.ndarray:
@@ -85,6 +87,8 @@ class _DecoderState:
         metadata = session.get_modelmeta().custom_metadata_map if lean else {}
         # interface 2 and later: cross keys/values per source, rows grouped by source
         self.per_source = lean and step_interface(metadata) >= 2
+        # interface 3: per-row positions, self-attention mask, query groups (a whole batch: all uniform)
+        self.ragged = lean and step_interface(metadata) >= 3
         self.has_top_k = lean and "top_k" in {i.name for i in session.get_inputs()}
         # interface 2 runs TopK only when asked (top_k > 0); greedy takes numpy's argmax of log_probs instead.
         # A graph's two-stage top-k serves at most MAX_TOP_K_KEY candidates; beyond, numpy ranks log_probs
@@ -168,6 +172,8 @@ class _DecoderState:
         feeds = {"tokens": tokens, "src_mask": self.src_mask}
         if self.has_top_k:
             feeds["top_k"] = self._top_k_input
+        if self.ragged:
+            feeds.update(uniform_inputs(len(tokens), len(self.src_mask), self.past_keys[0].shape[2]))
         for i in range(n_layers):
             feeds[f"cross_keys_{i}"], feeds[f"cross_values_{i}"] = self.cross_keys[i], self.cross_values[i]
             feeds[f"past_keys_{i}"], feeds[f"past_values_{i}"] = self.past_keys[i], self.past_values[i]
@@ -274,18 +280,27 @@ class Engine:
         work = [i for i, s in enumerate(sources) if len(s) > 1]  # an empty text translates to an empty text
         for i, s in enumerate(sources):
             if len(s) <= 1:
-                results[i] = Translation("", 0.0, [], list(s), [("", 0.0, [])] if options.num_hypotheses > 1 else [])
+                results[i] = self.empty_translation(s, options)
         if work:
             for i, nbest in zip(work, self._search([sources[i] for i in work], options, stats), strict=True):
-                best = nbest[0]
-                hyps = [(self.tokenizer.decode(h.tokens), h.score, h.tokens) for h in nbest]
-                results[i] = Translation(hyps[0][0], best.score, best.tokens, sources[i], hyps if len(hyps) > 1 else [])
+                results[i] = self.translation(sources[i], nbest)
                 stats["generated_tokens"] = stats.get("generated_tokens", 0) + sum(len(h.tokens) + 1 for h in nbest)
             if options.return_attention:
                 started = time.perf_counter()
-                self._attach_attention([results[i] for i in work])
+                self.attach_attention([results[i] for i in work])
                 stats["decode"] = stats.get("decode", 0.0) + time.perf_counter() - started
         return results  # type: ignore[return-value]
+
+    @staticmethod
+    def empty_translation(source: Sequence[int], options: TranslateOptions) -> Translation:
+        """An empty text (EOS alone) translates to an empty text."""
+        return Translation("", 0.0, [], list(source), [("", 0.0, [])] if options.num_hypotheses > 1 else [])
+
+    def translation(self, source: list[int], nbest: list[Hypothesis]) -> Translation:
+        """The answer of one sentence from its n-best hypotheses, best first."""
+        best = nbest[0]
+        hyps = [(self.tokenizer.decode(h.tokens), h.score, h.tokens) for h in nbest]
+        return Translation(hyps[0][0], best.score, best.tokens, source, hyps if len(hyps) > 1 else [])
 
     def _search(
         self, sources: list[list[int]], options: TranslateOptions, stats: dict[str, float]
@@ -313,7 +328,7 @@ class Engine:
         state = _DecoderState(session, keys, values, mask, lean, row_sources=rows, top_k=2 * k)
         return beam_search(state.step, limits, BOS_ID, EOS_ID, k, options.length_penalty, options.num_hypotheses)
 
-    def _attach_attention(self, results: list[Translation]) -> None:
+    def attach_attention(self, results: list[Translation]) -> None:
         """Cross-attention of each best hypothesis: row j is the step that generated token j."""
         enc = self.run_encoder([r.source_ids for r in results])
         dec = self.run_decoder_full(enc, [r.token_ids for r in results])

@@ -16,7 +16,7 @@ from tiny_bundle import SAMPLE_SENTENCES
 from core.graphs import STEP_INTERFACE, STEP_INTERFACE_KEY, step_input_names, step_interface, step_output_names
 from core.tokenizer import Tokenizer
 from export.decoder_step import build_decoder_step, supports_decoder_step
-from export.parity import step_max_diff
+from export.parity import ragged_step_max_diff, step_max_diff
 from model.checkpoint import load_release
 from service.engine import Engine, TranslateOptions, load_bundle
 
@@ -66,12 +66,15 @@ def test_step_graph_interface(tiny):
     assert [i.name for i in proto.graph.input] == step_input_names(n)
     assert [o.name for o in proto.graph.output] == step_output_names(n)
     assert {node.op_type for node in proto.graph.node} >= {"MultiHeadAttention", "TopK", "LogSoftmax"}
-    caches = set(step_input_names(n)[3:])
+    caches = {name for name in step_input_names(n) if name.startswith("past_")}
     concat = [node for node in proto.graph.node if node.op_type == "Concat" and caches & set(node.input)]
     assert not concat  # the fused attention appends to the cache itself
     metadata = {p.key: p.value for p in proto.metadata_props}
     assert metadata[STEP_INTERFACE_KEY] == str(STEP_INTERFACE)
-    assert step_interface(metadata) == STEP_INTERFACE == 2
+    assert step_interface(metadata) == STEP_INTERFACE == 3
+    ragged = ["positions", "self_mask", "query_rows", "row_slots"]
+    assert step_input_names(n)[:7] == ["tokens", "src_mask", "top_k", *ragged]
+    assert step_input_names(n, interface=2)[:4] == ["tokens", "src_mask", "top_k", "cross_keys_0"]
 
 
 def test_interface_versions_compare_as_integers():
@@ -92,8 +95,8 @@ def test_new_bundles_list_the_step_graph_for_fp32_and_int8(tiny):
     _, bundle = tiny
     manifest = json.loads((bundle.path / "manifest.json").read_text())
     for variant in ("fp32", "int8"):
-        assert manifest["variants"][variant]["decoder_step"] == f"{variant}/decoder_step.onnx"
-        assert f"{variant}/decoder_step.onnx" in manifest["files"]
+        assert manifest["variants"][variant]["decoder_step"] == f"graphs/{variant}.decoder_step.onnx"
+        assert f"graphs/{variant}.decoder_step.onnx" in manifest["files"]
     assert [i["name"] for i in manifest["graphs"]["decoder_step"]["inputs"]][:2] == ["tokens", "src_mask"]
     assert Engine(bundle, variant="int8", providers="cpu").step_decoder is not None
 
@@ -125,16 +128,44 @@ def test_bundle_without_step_graph_falls_back_to_decoder(tiny, tmp_path):
         assert got == [t.token_ids for t in reference.translate(SAMPLE_SENTENCES, options)]
 
 
-def test_step_graphs_of_the_first_interface_are_fed_per_row(tiny, tmp_path):
-    """Bundles exported before interface 2 take cross keys/values per row: the engine still serves them."""
+@pytest.mark.parametrize("name", LEAN_ARCHITECTURES)
+def test_ragged_step_rows_at_different_positions_match_pytorch_alone(name, tiny_bundle_dir):
+    """Interface 3: rows at their own positions over a left-padded cache, sources with 0, 1, 2 or 3 rows."""
+    vocab = Tokenizer(tiny_bundle_dir / "tokenizer.model").vocab_size
+    model = random_model(tiny_random_config(vocab, **ARCHITECTURES[name]), seed=5)
+    session = _session(model)
+    for seed in range(3):
+        worst = ragged_step_max_diff(model, session, seed)
+        assert max(worst.values()) <= TOLERANCE, worst
+
+
+def test_tiny_bundle_ragged_step_matches_pytorch(tiny):
     model, bundle = tiny
-    proto = onnx.load(str(bundle.graph("fp32", "decoder_step")))
-    del proto.metadata_props[:]  # no interface entry = version 1 (a graph fed per row is valid for version 2)
-    path = tmp_path / "decoder_step_v1.onnx"
+    session = ort.InferenceSession(str(bundle.graph("fp32", "decoder_step")), providers=["CPUExecutionProvider"])
+    assert max(ragged_step_max_diff(model, session, seed=7).values()) <= TOLERANCE
+
+
+@pytest.mark.parametrize("interface", [1, 2])
+def test_step_graphs_of_older_interfaces_are_served_in_whole_batches(tiny, tmp_path, interface):
+    """Bundles exported before interface 3 keep loading: interface 2 takes cross keys/values per source and one
+    position for all rows, interface 1 (no metadata entry) per row. The engine serves them with its whole-batch
+    search (same translations) and offers no live batch (continuous batching) for them."""
+    from service.engine.live import LiveBatch, supports_live
+
+    model, bundle = tiny
+    proto = build_decoder_step(model, interface=2)
+    if interface == 1:
+        del proto.metadata_props[:]  # no interface entry = version 1 (a graph fed per row is valid for version 2)
+    assert step_interface({p.key: p.value for p in proto.metadata_props}) == interface
+    assert [i.name for i in proto.graph.input] == step_input_names(model.cfg.n_decoder_layers, interface=2)
+    path = tmp_path / f"decoder_step_v{interface}.onnx"
     onnx.save(proto, str(path))
     current = Engine(bundle, variant="fp32", providers="cpu")
     legacy = Engine(bundle, variant="fp32", providers="cpu")
     legacy.step_decoder = ort.InferenceSession(str(path), providers=["CPUExecutionProvider"])
+    assert supports_live(current) and not supports_live(legacy)
+    with pytest.raises(ValueError, match="interface 3"):
+        LiveBatch(legacy)
     for beam in (1, 4):
         options = TranslateOptions(beam_size=beam)
         got = [t.token_ids for t in legacy.translate(SAMPLE_SENTENCES * 2, options)]

@@ -1,0 +1,453 @@
+"""Continuous (iteration-level) batching of translation search: a live decoding state that sentences join and
+leave at any step, like TGI's ``generate_token(batch)`` but for an encoder-decoder model on onnxruntime.
+
+``LiveBatch.add`` runs the encoder for the newcomers only and keeps their cross-attention keys/values in slots
+of a per-source store; they join at the next ``step``. ``step`` runs one decoder step (decoder_step.onnx,
+interface 3) for every live row, whatever its sentence's position, search (greedy or beam of any size), length
+penalty or length limit, and hands back each sentence the step it finishes (EOS, beams done, or its limit);
+``remove`` takes a sentence out at any step (its rows leave at the next one). A sentence gives the answer it gets
+alone (same search code as service/engine/search.py, per sentence: same choices, ties and sums; the decoder's
+float rounding may differ in the last bit as the padded cache's width changes).
+
+Layout between steps. Rows are grouped by beam size (greedy = 1 row per sentence, then beam sizes ascending), a
+sentence's rows next to each other. The self-attention cache (per layer (rows, heads, width, d_head)) is left
+padded: a row's real entries are its last ``positions[r]`` columns, padding columns are zeros (the fused kernel
+adds -10000 to masked scores, so padding must stay small and finite). Every step appends one column for every
+row; when the widest row leaves, the columns no row uses any more are cut. ``history`` (rows, width) holds each
+row's generated tokens in the same layout. A step's reordering (beams trading places, finished rows leaving,
+newcomers joining with an all-padding cache) is applied once, at the start of the next step, in one gather.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Hashable, Sequence
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from core.graphs import MAX_TOP_K_KEY, step_interface, step_present_names
+from core.search import Hypothesis, length_limits, length_penalty
+from core.tokenizer import BOS_ID, EOS_ID
+from service.engine.engine import Engine, TranslateOptions, Translation
+from service.engine.search import top_candidates
+from service.engine.step_inputs import ragged_inputs
+
+
+def supports_live(engine: Engine) -> bool:
+    """Whether the engine's bundle has an interface-3 step graph (older bundles: whole batches only)."""
+    session = engine.step_decoder
+    return session is not None and step_interface(session.get_modelmeta().custom_metadata_map) >= 3
+
+
+@dataclass(eq=False)
+class _Sentence:
+    key: Hashable
+    source: list[int]
+    options: TranslateOptions
+    limit: int
+    stream: bool
+    slot: int  # its source's place in the cross keys/values store
+    joined: int = -1  # the step counter at its first step (its own step t = counter - joined)
+    finished: list[Hypothesis] = field(default_factory=list)  # beam hypotheses that ended
+    emitted: int = 0  # tokens handed out as progress (streaming)
+
+    @property
+    def k(self) -> int:
+        return self.options.beam_size
+
+
+@dataclass(eq=False)
+class _Group:
+    """The live sentences of one beam size and, between steps, their next rows: ``parent`` (m, k) the cache row
+    each continues (-1: a newcomer), ``token`` the token it feeds next, ``score`` its running score."""
+
+    k: int
+    sentences: list[_Sentence] = field(default_factory=list)
+    parent: np.ndarray = field(default_factory=lambda: np.zeros((0, 1), np.int64))
+    token: np.ndarray = field(default_factory=lambda: np.zeros((0, 1), np.int64))
+    score: np.ndarray = field(default_factory=lambda: np.zeros((0, 1), np.float64))
+    offset: int = 0  # its first row in the current layout
+
+    def __post_init__(self) -> None:
+        self.parent = np.zeros((0, self.k), np.int64)
+        self.token = np.zeros((0, self.k), np.int64)
+        self.score = np.zeros((0, self.k), np.float64)
+
+    def append(self, sentence: _Sentence) -> None:
+        self.sentences.append(sentence)
+        start = np.full((1, self.k), -np.inf)
+        start[0, 0] = 0.0  # identical start beams: keep one alive (as search.beam_search)
+        self.parent = np.concatenate([self.parent, np.full((1, self.k), -1, np.int64)])
+        self.token = np.concatenate([self.token, np.full((1, self.k), BOS_ID, np.int64)])
+        self.score = np.concatenate([self.score, start])
+
+    def drop(self, keep: np.ndarray) -> None:
+        self.sentences = [s for s, k in zip(self.sentences, keep.tolist(), strict=True) if k]
+        self.parent, self.token, self.score = self.parent[keep], self.token[keep], self.score[keep]
+
+
+@dataclass
+class StepOutput:
+    """What one step produced: sentences that finished (key, Translation), streaming progress (key -> tokens that
+    became final this step: greedy's new token, or the new part of the prefix every live beam and every ended
+    hypothesis of the sentence shares, which can never change), and the rows that ran."""
+
+    finished: list[tuple[Hashable, Translation]] = field(default_factory=list)
+    progress: dict[Hashable, list[int]] = field(default_factory=dict)
+    rows: int = 0
+    seconds: float = 0.0
+    generated_tokens: int = 0
+
+
+class LiveBatch:
+    """A live decoding state on one engine. Not thread-safe: one thread calls add, remove and step."""
+
+    def __init__(self, engine: Engine) -> None:
+        if not supports_live(engine):
+            raise ValueError("continuous batching needs a decoder_step graph of interface 3; re-export the bundle")
+        self.engine = engine
+        self.session = engine.step_decoder
+        cfg = engine.config
+        self.n_layers, self.heads = int(cfg["n_decoder_layers"]), int(cfg["n_heads"])
+        self.d_head = int(cfg["d_model"]) // self.heads
+        self.max_top_k = int(self.session.get_modelmeta().custom_metadata_map.get(MAX_TOP_K_KEY, 1 << 30))
+        self._presents = step_present_names(self.n_layers)
+        self.groups: dict[int, _Group] = {}
+        self.sentences: dict[Hashable, _Sentence] = {}
+        self._counter = 0  # steps run
+        # rows of the last step (physical layout): caches per layer, start column, history of generated tokens
+        empty = np.zeros((0, self.heads, 0, self.d_head), np.float32)
+        self.keys: list[np.ndarray] = [empty] * self.n_layers
+        self.values: list[np.ndarray] = [empty] * self.n_layers
+        self.start = np.zeros(0, np.int64)
+        self.history = np.zeros((0, 0), np.int64)
+        self.width = 0
+        # cross keys/values per source slot (per layer (slots, heads, src, d_head)), its mask, free slots
+        self.cross_keys: list[np.ndarray] = [np.zeros((0, self.heads, 1, self.d_head), np.float32)] * self.n_layers
+        self.cross_values: list[np.ndarray] = list(self.cross_keys)
+        self.src_mask = np.zeros((0, 1), bool)
+        self._free: list[int] = []
+        self._used = 0  # slots below this are in use or holes
+
+    # --- what it holds ---------------------------------------------------------------------------
+    @property
+    def rows(self) -> int:
+        """Rows of the next step (live sentences x their beam sizes)."""
+        return sum(len(g.sentences) * g.k for g in self.groups.values())
+
+    def __len__(self) -> int:
+        return len(self.sentences)
+
+    def __contains__(self, key: Hashable) -> bool:
+        return key in self.sentences
+
+    @property
+    def cache_bytes(self) -> int:
+        """Bytes of the self-attention cache and the cross keys/values held now."""
+        return sum(a.nbytes for a in (*self.keys, *self.values, *self.cross_keys, *self.cross_values))
+
+    def bytes_per_position(self) -> int:
+        """Cache bytes of one row and one position (keys and values of every layer, float32)."""
+        return 2 * self.n_layers * self.heads * self.d_head * 4
+
+    # --- join and leave --------------------------------------------------------------------------
+    def add(
+        self, items: Sequence[tuple[Hashable, list[int], TranslateOptions, bool]]
+    ) -> tuple[list[tuple[Hashable, Translation]], float]:
+        """Sentences (key, source ids + EOS, options, stream) join at the next step; the encoder runs for them now.
+
+        Returns the sentences answered at once (an empty text translates to an empty text) and the encoder seconds.
+        """
+        done: list[tuple[Hashable, Translation]] = []
+        work = []
+        for key, source, options, stream in items:
+            if key in self.sentences:
+                raise ValueError(f"sentence {key!r} is already live")
+            if len(source) <= 1:
+                done.append((key, self.engine.empty_translation(source, options)))
+            else:
+                work.append((key, source, options, stream))
+        if not work:
+            return done, 0.0
+        started = time.perf_counter()
+        enc = self.engine.run_encoder([w[1] for w in work])
+        slots = self._store(enc["cross_keys"], enc["cross_values"], enc["src_mask"])
+        for (key, source, options, stream), slot in zip(work, slots, strict=True):
+            limit = length_limits([len(source)], self.engine.max_source_tokens, options.max_length)[0]
+            sentence = _Sentence(key, source, options, limit, stream, slot)
+            self.sentences[key] = sentence
+            self.groups.setdefault(options.beam_size, _Group(options.beam_size)).append(sentence)
+        self.groups = dict(sorted(self.groups.items()))
+        return done, time.perf_counter() - started
+
+    def remove(self, key: Hashable) -> bool:
+        """Take a sentence out (cancelled, deadline passed); its rows leave at the next step. False if not live."""
+        sentence = self.sentences.pop(key, None)
+        if sentence is None:
+            return False
+        group = self.groups[sentence.k]
+        group.drop(np.array([s is not sentence for s in group.sentences], dtype=bool))
+        self._release(sentence.slot)
+        return True
+
+    def _store(self, keys: np.ndarray, values: np.ndarray, mask: np.ndarray) -> list[int]:
+        """Put newcomers' cross keys/values (layers, n, heads, src, d_head) into free slots; returns the slots."""
+        n, width = mask.shape
+        have = self.src_mask.shape[1]
+        if width > have:  # a longer source: widen every slot (padding masked out)
+            pad = [(0, 0), (0, 0), (0, width - have), (0, 0)]
+            self.cross_keys = [np.pad(a, pad) for a in self.cross_keys]
+            self.cross_values = [np.pad(a, pad) for a in self.cross_values]
+            self.src_mask = np.pad(self.src_mask, [(0, 0), (0, width - have)])
+        while len(self._free) + len(self.src_mask) - self._used < n:
+            self._grow()
+        slots = sorted(self._free)[:n]
+        self._free = [s for s in self._free if s not in slots]
+        while len(slots) < n:
+            slots.append(self._used)
+            self._used += 1
+        index = np.array(slots)
+        for i in range(self.n_layers):
+            self.cross_keys[i][index] = 0.0
+            self.cross_keys[i][index, :, :width] = keys[i]
+            self.cross_values[i][index] = 0.0
+            self.cross_values[i][index, :, :width] = values[i]
+        self.src_mask[index] = False
+        self.src_mask[index, :width] = mask
+        return slots
+
+    def _grow(self) -> None:
+        capacity = max(8, 2 * len(self.src_mask))
+        extra = capacity - len(self.src_mask)
+        pad = [(0, extra), (0, 0), (0, 0), (0, 0)]
+        self.cross_keys = [np.pad(a, pad) for a in self.cross_keys]
+        self.cross_values = [np.pad(a, pad) for a in self.cross_values]
+        self.src_mask = np.pad(self.src_mask, [(0, extra), (0, 0)])
+        self.src_mask[-extra:, 0] = True  # an unused slot keeps one real (zero) key: never an all-padding source
+
+    def _release(self, slot: int) -> None:
+        self._free.append(slot)
+        while self._used and (self._used - 1) in self._free:  # holes at the end stop being fed
+            self._used -= 1
+            self._free.remove(self._used)
+        if len(self._free) > max(8, self._used // 2):
+            self._compact()
+
+    def _compact(self) -> None:
+        """Move the live sources to the first slots (fewer holes fed to every step) and cut unused width."""
+        live = sorted(self.sentences.values(), key=lambda s: s.slot)
+        old = np.array([s.slot for s in live], dtype=np.int64)
+        width = int(np.flatnonzero(self.src_mask[old].any(axis=0)).max(initial=0)) + 1  # the longest live source
+        self.cross_keys = [np.ascontiguousarray(a[old, :, :width]) for a in self.cross_keys]
+        self.cross_values = [np.ascontiguousarray(a[old, :, :width]) for a in self.cross_values]
+        self.src_mask = np.ascontiguousarray(self.src_mask[old, :width])
+        for i, sentence in enumerate(live):
+            sentence.slot = i
+        self._free, self._used = [], len(live)
+
+    # --- one step --------------------------------------------------------------------------------
+    def step(self) -> StepOutput:
+        """One decoder step for every live row; returns the sentences that finished and streaming progress."""
+        started = time.perf_counter()
+        out = StepOutput()
+        self._materialize()
+        rows = len(self.start)
+        out.rows = rows
+        if rows == 0:
+            return out
+        groups = [g for g in self.groups.values() if g.sentences]
+        beam_k = max((g.k for g in groups if g.k > 1), default=0)
+        fetch_top = 0 < 2 * beam_k <= self.max_top_k
+        feeds = self._feeds(groups, 2 * beam_k if fetch_top else 0)
+        fetch = ["top_log_probs", "top_ids", *self._presents] if fetch_top else ["log_probs", *self._presents]
+        outputs = self.session.run(fetch, feeds)
+        n_out = 2 if fetch_top else 1
+        self.keys, self.values = list(outputs[n_out::2]), list(outputs[n_out + 1 :: 2])
+        if fetch_top:
+            top_lp, top_ids = outputs[0], outputs[1]
+            log_probs = None
+        else:
+            top_lp = top_ids = None
+            log_probs = outputs[0]
+        width = self.width
+        for group in groups:
+            lo, hi = group.offset, group.offset + len(group.sentences) * group.k
+            if group.k == 1:
+                if log_probs is None:
+                    best, best_lp = top_ids[lo:hi, 0], top_lp[lo:hi, 0]
+                else:
+                    best = log_probs[lo:hi].argmax(axis=1)  # the first maximum, as TopK's lower id among ties
+                    best_lp = log_probs[lo:hi][np.arange(hi - lo), best]
+                self._greedy(group, best, best_lp, width, out)
+            else:
+                c = 2 * group.k
+                if log_probs is None:
+                    ids, lps = top_ids[lo:hi, :c], top_lp[lo:hi, :c]  # the first c of a longer ranking: the same
+                else:
+                    top = top_candidates(log_probs[lo:hi], c)
+                    ids, lps = top.ids, top.log_probs
+                self._beam(group, ids, lps, width, out)
+        self.width = width + 1
+        self._counter += 1
+        out.seconds = time.perf_counter() - started
+        return out
+
+    def _feeds(self, groups: list[_Group], top_k: int) -> dict[str, np.ndarray]:
+        row_sources = np.concatenate([np.repeat([s.slot for s in g.sentences], g.k) for g in groups])
+        feeds = ragged_inputs(self.width - self.start, row_sources, self._used, self.width)
+        last = np.concatenate([g.token.reshape(-1) for g in groups])
+        feeds["tokens"] = last.reshape(-1, 1)
+        feeds["src_mask"] = self.src_mask[: self._used]
+        feeds["top_k"] = np.array([top_k], dtype=np.int64)
+        for i in range(self.n_layers):
+            feeds[f"cross_keys_{i}"] = self.cross_keys[i][: self._used]
+            feeds[f"cross_values_{i}"] = self.cross_values[i][: self._used]
+            feeds[f"past_keys_{i}"], feeds[f"past_values_{i}"] = self.keys[i], self.values[i]
+        return feeds
+
+    def _materialize(self) -> None:
+        """Apply the last step's reordering, removals and newcomers to the cache and history in one gather."""
+        groups = [g for g in self.groups.values() if g.sentences]
+        parent = np.concatenate([g.parent.reshape(-1) for g in groups]) if groups else np.zeros(0, np.int64)
+        history_col = np.concatenate([g.token.reshape(-1) for g in groups]) if groups else np.zeros(0, np.int64)
+        offset = 0
+        for g in self.groups.values():
+            g.offset = offset
+            offset += len(g.sentences) * g.k
+        new = parent < 0
+        physical = len(self.start)
+        if not new.any() and len(parent) == physical and np.array_equal(parent, np.arange(physical)):
+            # every row continues in place: only the history grows (by the tokens fed this step)
+            self.history = np.concatenate([self.history, history_col[:, None]], axis=1)
+            for g in groups:
+                g.parent = np.arange(g.offset, g.offset + g.parent.size).reshape(g.parent.shape)
+            return
+        width = self.width  # the last step's cache width (the history is one column behind until now)
+        source = np.where(new, 0, parent)
+        start = np.where(new, width, self.start[source]) if physical else np.full(len(parent), width, np.int64)
+        cut = int(start.min()) if len(start) else width  # columns no row uses any more
+        if cut >= width:  # no row continues: an empty cache
+            shape = (len(parent), self.heads, 0, self.d_head)
+            self.keys = [np.zeros(shape, np.float32) for _ in range(self.n_layers)]
+            self.values = [np.zeros(shape, np.float32) for _ in range(self.n_layers)]
+            self.history = np.zeros((len(parent), 0), np.int64)
+        else:
+            self.keys = [self._gather(a, source, new, cut) for a in self.keys]
+            self.values = [self._gather(a, source, new, cut) for a in self.values]
+            history = self.history[source, cut:]
+            history[new] = 0
+            history_col = np.where(new, 0, history_col)  # a newcomer's BOS is no generated token
+            self.history = np.concatenate([history, history_col[:, None]], axis=1)
+        self.start = start - cut
+        self.width = width - cut
+        for g in groups:
+            g.parent = np.arange(g.offset, g.offset + g.parent.size).reshape(g.parent.shape)
+
+    @staticmethod
+    def _gather(array: np.ndarray, rows: np.ndarray, new: np.ndarray, cut: int) -> np.ndarray:
+        out = np.take(array[:, :, cut:] if cut else array, rows, axis=0)
+        if new.any():
+            out[new] = 0.0  # a newcomer's cache is all padding
+        return out
+
+    # --- search bookkeeping (service/engine/search.py, one sentence at a time in spirit) ----------------
+    def _steps(self, group: _Group) -> np.ndarray:
+        for s in group.sentences:
+            if s.joined < 0:
+                s.joined = self._counter
+        return np.fromiter((self._counter - s.joined for s in group.sentences), np.int64, len(group.sentences))
+
+    def _finish(self, sentence: _Sentence, nbest: list[Hypothesis], out: StepOutput) -> None:
+        del self.sentences[sentence.key]
+        self._release(sentence.slot)
+        translation = self.engine.translation(sentence.source, nbest)
+        if sentence.options.return_attention:
+            self.engine.attach_attention([translation])
+        out.finished.append((sentence.key, translation))
+        out.generated_tokens += sum(len(h.tokens) + 1 for h in nbest)
+
+    def _greedy(self, group: _Group, best: np.ndarray, best_lp: np.ndarray, width: int, out: StepOutput) -> None:
+        """greedy_search's step for the group's sentences: the best token, score summed in float64."""
+        m = len(group.sentences)
+        t = self._steps(group)
+        rows = group.offset + np.arange(m)
+        score = group.score.reshape(-1) + best_lp.astype(np.float64)
+        is_eos = best == EOS_ID
+        limit = np.fromiter((s.limit for s in group.sentences), np.int64, m)
+        stop = is_eos | (t + 1 >= limit)
+        for i in np.flatnonzero(stop).tolist():
+            tokens = self.history[rows[i], width - t[i] : width].tolist()
+            if not is_eos[i]:
+                tokens.append(int(best[i]))
+            total = float(score[i])
+            self._finish(group.sentences[i], [Hypothesis(tokens, total, total)], out)
+        keep = ~stop
+        for i in np.flatnonzero(keep).tolist():
+            sentence = group.sentences[i]
+            if sentence.stream:
+                out.progress[sentence.key] = [int(best[i])]
+                sentence.emitted += 1
+        group.drop(keep)
+        group.parent = rows[keep].reshape(-1, 1)
+        group.token = best[keep].reshape(-1, 1).astype(np.int64)
+        group.score = score[keep].reshape(-1, 1)
+
+    def _beam(self, group: _Group, ids: np.ndarray, lps: np.ndarray, width: int, out: StepOutput) -> None:
+        """beam_search's step for the group's sentences (same ranking, ties, hypothesis ends and limits)."""
+        m, k = len(group.sentences), group.k
+        c = ids.shape[1]
+        t = self._steps(group)
+        scores = (group.score[:, :, None] + lps.astype(np.float64).reshape(m, k, c)).reshape(m, k * c)
+        ids = ids.reshape(m, k * c)
+        origin = np.repeat(np.arange(k, dtype=np.int64), c)[None, :] * (1 << 32)  # beam of each candidate
+        order = np.lexsort((origin + ids, -scores), axis=1)[:, : 2 * k]
+        sentence = np.arange(m)[:, None]
+        cand_scores, cand_ids = scores[sentence, order], ids[sentence, order]
+        cand_rows = group.offset + sentence * k + order // c
+        is_eos = cand_ids == EOS_ID
+        for i, rank in zip(*np.nonzero(is_eos[:, :k]), strict=True):  # EOS among the k best ends a hypothesis
+            s = group.sentences[i]
+            score = float(cand_scores[i, rank])
+            seq = self.history[cand_rows[i, rank], width - t[i] : width].tolist()
+            s.finished.append(Hypothesis(seq, score, score / length_penalty(int(t[i]) + 1, s.options.length_penalty)))
+        chosen = np.flatnonzero(((~is_eos) & (np.cumsum(~is_eos, axis=1) <= k)).reshape(-1))
+        next_rows, next_ids, next_scores = (
+            a.reshape(-1)[chosen].reshape(m, k) for a in (cand_rows, cand_ids, cand_scores)
+        )
+        done = np.fromiter((len(s.finished) >= k for s in group.sentences), bool, m)
+        limit = np.fromiter((s.limit for s in group.sentences), np.int64, m)
+        at_limit = ~done & (t + 1 >= limit)
+        for i in np.flatnonzero(at_limit).tolist():  # length limit: the live hypotheses end as they are
+            s = group.sentences[i]
+            for row, token, score in zip(
+                next_rows[i].tolist(), next_ids[i].tolist(), next_scores[i].tolist(), strict=True
+            ):
+                seq = self.history[row, width - t[i] : width].tolist() + [token]
+                s.finished.append(Hypothesis(seq, score, score / length_penalty(len(seq), s.options.length_penalty)))
+        still = ~(done | at_limit)
+        for i in np.flatnonzero(~still).tolist():
+            s = group.sentences[i]
+            self._finish(s, sorted(s.finished, key=lambda h: -h.normalized)[: s.options.num_hypotheses], out)
+        for i in np.flatnonzero(still).tolist():
+            s = group.sentences[i]
+            if s.stream:
+                self._beam_progress(s, next_rows[i], next_ids[i], int(t[i]), width, out)
+        group.drop(still)
+        group.parent, group.token, group.score = next_rows[still], next_ids[still].astype(np.int64), next_scores[still]
+
+    def _beam_progress(
+        self, s: _Sentence, rows: np.ndarray, tokens: np.ndarray, t: int, width: int, out: StepOutput
+    ) -> None:
+        """The new part of the prefix that every live beam and every ended hypothesis share (it can never change)."""
+        beams = np.concatenate([self.history[rows, width - t : width], tokens[:, None]], axis=1)  # (k, t + 1)
+        differs = (beams != beams[:1]).any(axis=0)
+        shared = int(np.argmax(differs)) if differs.any() else beams.shape[1]
+        first = beams[0, :shared].tolist()
+        for h in s.finished:
+            n = min(shared, len(h.tokens))
+            same = next((j for j in range(n) if h.tokens[j] != first[j]), n)
+            shared = min(shared, same)
+        if shared > s.emitted:
+            out.progress[s.key] = first[s.emitted : shared]
+            s.emitted = shared

@@ -1,0 +1,44 @@
+"""The extra inputs of an interface-3 decoder step (core/graphs.py RAGGED_INPUTS) for the two layouts the engine
+feeds: a whole batch whose rows all sit at one position, grouped by source (``uniform_inputs``), and a live batch
+whose rows have positions and sources of their own (``ragged_inputs``, service/engine/live.py)."""
+
+from __future__ import annotations
+
+import numpy as np
+
+
+def uniform_inputs(rows: int, sources: int, past_len: int) -> dict[str, np.ndarray]:
+    """Every row at position ``past_len`` with a full cache; rows grouped by source, ``rows // sources`` each."""
+    return {
+        "positions": np.full((rows, 1), past_len, dtype=np.int64),
+        "self_mask": np.ones((rows, past_len + 1), dtype=bool),
+        "query_rows": np.arange(rows, dtype=np.int64).reshape(sources, rows // sources),
+        "row_slots": np.arange(rows, dtype=np.int64),
+    }
+
+
+def ragged_inputs(positions: np.ndarray, row_sources: np.ndarray, n_sources: int, width: int) -> dict[str, np.ndarray]:
+    """Rows at their own ``positions`` (= real cache entries, the last ones of a cache ``width`` wide) reading
+    source ``row_sources[r]`` of ``n_sources``; a source without rows (a hole) reads row 0 and is ignored."""
+    positions = np.asarray(positions, dtype=np.int64)
+    row_sources = np.asarray(row_sources, dtype=np.int64)
+    rows = len(row_sources)
+    counts = np.bincount(row_sources, minlength=n_sources)
+    group = max(1, int(counts.max(initial=0)))
+    order = np.argsort(row_sources, kind="stable")  # rows by source, in row order within a source
+    starts = np.concatenate([[0], np.cumsum(counts)[:-1]])
+    rank = np.empty(rows, dtype=np.int64)
+    rank[order] = np.arange(rows) - starts[row_sources[order]]  # j: the row's place among its source's rows
+    query_rows = np.zeros((n_sources, group), dtype=np.int64)
+    first = np.zeros(n_sources, dtype=np.int64)
+    used = counts > 0
+    first[used] = order[starts[used]]  # the first row of each source
+    query_rows[:] = first[:, None]  # padding slots repeat a row of the same source
+    query_rows[row_sources, rank] = np.arange(rows)
+    self_mask = np.arange(width + 1)[None, :] >= (width - positions.reshape(-1))[:, None]
+    return {
+        "positions": positions.reshape(rows, 1),
+        "self_mask": self_mask,
+        "query_rows": query_rows,
+        "row_slots": row_sources * group + rank,
+    }

@@ -1,0 +1,202 @@
+"""The live decoding state (continuous batching) without HTTP: sentences join a running batch at any step, leave
+the step they finish or whenever they are removed, and every sentence gets the answer it gets alone."""
+
+from __future__ import annotations
+
+import random
+
+import numpy as np
+import pytest
+from tiny_bundle import SAMPLE_SENTENCES, WORD_MAP
+
+from service.engine import Engine, TranslateOptions, load_bundle
+from service.engine.live import LiveBatch, supports_live
+
+RUNNING = [  # a running batch mixing searches, beam sizes, length penalties and limits
+    ("ein kind rennt im park und spielt", TranslateOptions()),
+    ("eine kleine rote katze sitzt unter dem blauen ball", TranslateOptions(beam_size=4, num_hypotheses=2)),
+    ("die katze sitzt auf dem ball", TranslateOptions(beam_size=2, max_length=4, length_penalty=1.0)),
+]
+JOINERS = [
+    ("der hund spielt im park", TranslateOptions()),
+    ("ein mann und eine frau sitzen", TranslateOptions(beam_size=3, num_hypotheses=3, length_penalty=0.2)),
+]
+
+
+@pytest.fixture(scope="module", params=["fp32", "int8"])
+def engine(request, tiny_bundle_dir) -> Engine:
+    return Engine(load_bundle(tiny_bundle_dir), variant=request.param, providers="cpu")
+
+
+@pytest.fixture(scope="module")
+def alone(engine):
+    cache: dict = {}
+
+    def get(text: str, options: TranslateOptions):
+        if (text, options) not in cache:
+            cache[text, options] = engine.translate([text], options)[0]
+        return cache[text, options]
+
+    return get
+
+
+def assert_same(got, want, label=""):
+    assert got.token_ids == want.token_ids, label
+    assert got.text == want.text, label
+    assert [h[2] for h in got.hypotheses] == [h[2] for h in want.hypotheses], label
+    assert got.score == pytest.approx(want.score, abs=1e-5), label
+    for (_, a, _), (_, b, _) in zip(got.hypotheses, want.hypotheses, strict=True):
+        assert a == pytest.approx(b, abs=1e-5), label
+
+
+def run(live: LiveBatch, schedule: dict[int, list], results: dict, progress: dict | None = None) -> int:
+    """Steps until nothing is live or scheduled; ``schedule`` maps a step number to the items joining before it."""
+    step = 0
+    while len(live) or any(s >= step for s in schedule):
+        if step in schedule:
+            done, _ = live.add(schedule[step])
+            results.update(done)
+        out = live.step()
+        results.update(out.finished)
+        if progress is not None:
+            for key, tokens in out.progress.items():
+                progress.setdefault(key, []).extend(tokens)
+        step += 1
+    return step
+
+
+def test_engine_of_the_tiny_bundle_supports_live_batches(engine):
+    assert supports_live(engine)
+
+
+def test_a_sentence_joining_at_step_k_gets_its_alone_answer_for_every_k(engine, alone):
+    sources = {text: engine.source_ids([text])[0] for text, _ in RUNNING + JOINERS}
+    running = [(i, sources[text], options, False) for i, (text, options) in enumerate(RUNNING)]
+    results: dict = {}
+    steps = run(LiveBatch(engine), {0: running}, results)
+    for i, (text, options) in enumerate(RUNNING):
+        assert_same(results[i], alone(text, options), f"running sentence {i} without a joiner")
+    assert steps >= 5
+    for j, (text, options) in enumerate(JOINERS):
+        for k in range(steps + 1):  # k = steps: it joins as the last running sentence finishes
+            results = {}
+            joiner = ("joiner", sources[text], options, False)
+            schedule = {0: running + [joiner]} if k == 0 else {0: running, k: [joiner]}
+            run(LiveBatch(engine), schedule, results)
+            assert_same(results["joiner"], alone(text, options), f"joiner {j} at step {k}")
+            for i, (text_i, options_i) in enumerate(RUNNING):
+                assert_same(results[i], alone(text_i, options_i), f"running sentence {i}, joiner {j} at step {k}")
+
+
+def test_a_stream_of_newcomers_every_step(engine, alone):
+    """Forty sentences of every kind join one or two per step (source slots grow, holes are reused and compacted);
+    every answer is the alone answer."""
+    rng = random.Random(5)
+    words = sorted(WORD_MAP)
+    texts = SAMPLE_SENTENCES + [" ".join(rng.choice(words) for _ in range(rng.randint(1, 16))) for _ in range(35)]
+    kinds = [o for _, o in RUNNING + JOINERS] + [TranslateOptions(beam_size=4, max_length=2)]
+    schedule: dict[int, list] = {}
+    for i, text in enumerate(texts):
+        item = (i, engine.source_ids([text])[0], kinds[i % len(kinds)], False)
+        schedule.setdefault(i // 2 + (i % 3 == 0), []).append(item)
+    live = LiveBatch(engine)
+    results: dict = {}
+    run(live, schedule, results)
+    assert len(results) == len(texts) and len(live) == 0 and live.rows == 0
+    for i, text in enumerate(texts):
+        assert_same(results[i], alone(text, kinds[i % len(kinds)]), f"sentence {i}")
+
+
+def test_rows_of_every_search_share_a_step_and_the_cache_shrinks_when_the_longest_leaves(engine):
+    live = LiveBatch(engine)
+    long_text = "eine kleine rote katze sitzt unter dem blauen ball und ein hund rennt im park"
+    live.add([("long", engine.source_ids([long_text])[0], TranslateOptions(beam_size=2), False)])
+    for _ in range(6):
+        live.step()
+    short = [(f"s{k}", engine.source_ids(["der hund"])[0], TranslateOptions(beam_size=k), False) for k in (1, 3, 4)]
+    live.add(short)
+    assert live.rows == 2 + 1 + 3 + 4
+    out = live.step()
+    assert out.rows == 10  # greedy, beam 2, 3 and 4 rows in one decoder step
+    assert live.width == 7  # the long sentence's 7 positions; the newcomers' first entries sit in the last column
+    assert live.remove("long") and not live.remove("long")
+    out = live.step()
+    assert out.rows == 8 and live.width <= 3  # the long sentence's columns were cut
+    while len(live):
+        live.step()
+    assert live.rows == 0
+
+
+def test_a_removed_sentence_frees_its_rows_at_once_and_the_others_are_undisturbed(engine, alone):
+    items = [(i, engine.source_ids([t])[0], o, False) for i, (t, o) in enumerate(RUNNING + JOINERS)]
+    for victim in range(len(items)):
+        for at in (0, 1, 3):
+            live = LiveBatch(engine)
+            live.add(items)
+            results: dict = {}
+            for _ in range(at):
+                results.update(live.step().finished)
+            if victim in results:
+                continue
+            rows = live.rows
+            assert live.remove(victim)
+            assert live.rows == rows - items[victim][2].beam_size
+            while len(live):
+                results.update(live.step().finished)
+            assert victim not in results
+            for i, (text, options) in enumerate(RUNNING + JOINERS):
+                if i != victim:
+                    assert_same(results[i], alone(text, options), f"sentence {i}, {victim} removed at step {at}")
+
+
+def test_streamed_tokens_are_a_prefix_that_never_changes(engine, alone):
+    """Greedy streams each token the step it is chosen; beam search the prefix every live beam and every ended
+    hypothesis share. What was streamed is always the start of the final answer."""
+    texts = [t for t, _ in RUNNING + JOINERS] + SAMPLE_SENTENCES
+    options = [TranslateOptions(), TranslateOptions(beam_size=4), TranslateOptions(beam_size=2, num_hypotheses=2)]
+    items = [(i, engine.source_ids([t])[0], options[i % 3], True) for i, t in enumerate(texts)]
+    results: dict = {}
+    progress: dict = {}
+    live = LiveBatch(engine)
+    live.add(items[:5])
+    seen: dict = {}
+    step = 0
+    while len(live) or step < 3:
+        if step == 2:
+            results.update(live.add(items[5:])[0])
+        out = live.step()
+        for key, tokens in out.progress.items():
+            progress.setdefault(key, []).extend(tokens)
+            final = alone(texts[key], options[key % 3]).token_ids
+            assert final[: len(progress[key])] == progress[key]  # never rewritten
+            seen[key] = True
+        results.update(out.finished)
+        step += 1
+    for i in range(len(texts)):
+        got = results[i]
+        assert got.token_ids[: len(progress.get(i, []))] == progress.get(i, [])
+        if options[i % 3].beam_size == 1:  # greedy streams every token but the one of its last step
+            assert len(progress.get(i, [])) >= len(got.token_ids) - 1
+    assert any(options[key % 3].beam_size > 1 for key in seen)  # beam sentences streamed too
+
+
+def test_an_empty_text_is_answered_when_it_joins(engine):
+    live = LiveBatch(engine)
+    done, _ = live.add([("empty", engine.source_ids([""])[0], TranslateOptions(beam_size=2, num_hypotheses=2), True)])
+    assert [key for key, _ in done] == ["empty"] and done[0][1].text == "" and len(live) == 0
+    assert live.step().rows == 0
+    with pytest.raises(ValueError, match="already live"):
+        items = [("a", engine.source_ids(["der hund"])[0], TranslateOptions(), False)]
+        live.add(items)
+        live.add(items)
+
+
+def test_attention_is_attached_to_finished_sentences(engine, alone):
+    options = TranslateOptions(beam_size=2, return_attention=True)
+    live = LiveBatch(engine)
+    live.add([("a", engine.source_ids(["der hund spielt"])[0], options, False)])
+    results: dict = {}
+    while len(live):
+        results.update(live.step().finished)
+    want = alone("der hund spielt", options)
+    assert np.allclose(results["a"].attention, want.attention, atol=1e-5)
