@@ -9,8 +9,8 @@ from contextlib import asynccontextmanager
 from dataclasses import dataclass, field
 
 from fastapi import FastAPI
-from fastapi_offline import FastAPIOffline
 from fastapi.middleware.cors import CORSMiddleware
+from fastapi_offline import FastAPIOffline
 
 from service.api import errors, viewer
 from service.api.admin import build_admin_router
@@ -19,9 +19,10 @@ from service.api.middleware import ServiceMiddleware
 from service.api.routes import build_router
 from service.api.v2 import build_v2_router
 from service.engine.bundle import BundleError
-from service.language import detect_among
+from service.language import detect, detect_among
 from service.metrics import Metrics
 from service.registry import Registry, RunnerWrapper
+from service.serving.quality import QualityPolicy
 from service.serving.routing import Detector
 from service.settings import Settings
 
@@ -36,6 +37,7 @@ class AppState:
     draining: bool = False
     in_flight: int = 0
     detector: Detector | None = None  # language detection for source_language "auto"
+    quality: QualityPolicy | None = None  # language checks and warnings of translations
     reloads: set[asyncio.Task] = field(default_factory=set, repr=False)  # SIGHUP reloads in progress
     load_task: asyncio.Task | None = field(default=None, repr=False)
 
@@ -43,7 +45,9 @@ class AppState:
 def create_app(settings: Settings | None = None, wrap_runner: RunnerWrapper | None = None) -> FastAPI:
     settings = settings or Settings()
     metrics = Metrics()
-    state = AppState(settings, metrics, Registry(settings, metrics, wrap_runner), detector=detect_among)
+    quality = QualityPolicy(detect, tuple(settings.detect_languages), settings.language_mismatch == "reject")
+    registry = Registry(settings, metrics, wrap_runner)
+    state = AppState(settings, metrics, registry, detector=detect_among, quality=quality)
 
     @asynccontextmanager
     async def lifespan(app: FastAPI):

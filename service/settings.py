@@ -51,12 +51,22 @@ class Settings(BaseSettings):
     inter_op_threads: int = Field(1, ge=1, le=256)
     engine_workers: int = Field(1, ge=1, le=64, description="batches run concurrently per model")
 
-    # dynamic batching
-    batching: bool = True
+    # batching
+    scheduler: str = Field(
+        "dynamic",
+        pattern="^(continuous|dynamic|off)$",
+        description="continuous: sentences join the running decode at every step and leave the step they finish; "
+        "dynamic: whole batches formed within MT_MAX_WAIT_MS and decoded to their end; off: one sentence at a time",
+    )
+    batching: bool = Field(True, description="false = MT_SCHEDULER=off (the older switch)")
     max_batch_sentences: int = Field(32, ge=1, le=4096)
     max_batch_tokens: int = Field(4096, ge=16)
     max_wait_ms: float = Field(5.0, ge=0, le=10_000)
     max_queue_sentences: int = Field(1024, ge=1)
+    max_live_rows: int = Field(128, ge=1, le=65536, description="continuous: rows of one decoder step (beam 4 = 4)")
+    max_cache_mb: float = Field(
+        512.0, gt=0, description="continuous: the padded key/value cache the live sentences may reach, MiB"
+    )
 
     # deadlines and shutdown
     request_timeout_s: float = Field(30.0, gt=0, description="default deadline of a request")
@@ -69,6 +79,14 @@ class Settings(BaseSettings):
         "(httpx: 5 s) so a client never reuses a connection the server is closing",
     )
     load_delay_s: float = Field(0.0, ge=0, description="wait before loading models (tests, staged roll-outs)")
+
+    # answers
+    language_mismatch: str = Field(
+        "warn",
+        pattern="^(warn|reject)$",
+        description="a text the language detector places in another language than its model's source: "
+        "warn (a language_mismatch warning) or reject (422)",
+    )
 
     # request limits
     max_body_bytes: int = Field(1 << 20, ge=1024)
@@ -99,4 +117,9 @@ class Settings(BaseSettings):
 
     @property
     def effective_max_batch_sentences(self) -> int:
-        return self.max_batch_sentences if self.batching else 1
+        return self.max_batch_sentences if self.effective_scheduler != "off" else 1
+
+    @property
+    def effective_scheduler(self) -> str:
+        """MT_SCHEDULER, or off when MT_BATCHING=false."""
+        return self.scheduler if self.batching else "off"

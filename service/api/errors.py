@@ -26,6 +26,7 @@ from service.scheduler import (
     ShuttingDown,
 )
 from service.serving.attention import OutOfRange
+from service.serving.quality import LanguageMismatch
 from service.serving.routing import UnservedPair
 
 log = logging.getLogger(__name__)
@@ -141,6 +142,10 @@ def install(app: FastAPI) -> None:
         field = getattr(exc, "field", "texts")  # set by the serving layer: the request field the text came from
         loc = ["body", field, exc.index] if getattr(exc, "indexed", True) else ["body", field]
         return _unprocessable(loc, str(exc))
+
+    @app.exception_handler(LanguageMismatch)
+    async def language_mismatch(_: Request, exc: LanguageMismatch) -> JSONResponse:
+        return _unprocessable(["body", "texts", exc.index], str(exc))
 
     @app.exception_handler(UnservedPair)
     async def unserved_pair(_: Request, exc: UnservedPair) -> JSONResponse:

@@ -62,6 +62,7 @@ def _context(request: Request, body: Any) -> RequestContext:
         batch_ids=state.setdefault("batch_ids", []),  # filled by the scheduler, read by the access log
         is_disconnected=request.is_disconnected,
         logged_texts=logged,  # opt-in debugging only: texts go to the access log
+        quality=request.app.state.mt.quality,
     )
 
 

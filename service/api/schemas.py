@@ -21,6 +21,11 @@ class Hypothesis(BaseModel):
     score: float
 
 
+class TranslationWarning(BaseModel):
+    code: str
+    message: str
+
+
 class TranslationOut(BaseModel):
     text: str
     score: float = Field(description="sum of the log-probabilities of the generated tokens, EOS included")
@@ -36,6 +41,16 @@ class TranslationOut(BaseModel):
     model: str | None = Field(None, description="the model that translated this text")
     version: str | None = Field(None, description="the version of that model")
     detected_language: str | None = Field(None, description="the text's language when source_language was 'auto'")
+    confidence: float | None = Field(
+        None,
+        description="estimated probability that this translation is good (chrF >= the model's fitted threshold), "
+        "from the model's score; absent when the model has no fitted map or the text is empty",
+    )
+    warnings: list[TranslationWarning] | None = Field(
+        None,
+        description="what to know about this translation: language_mismatch, truncated, low_confidence, "
+        "unknown_characters, multiple_sentences (empty list when none)",
+    )
 
 
 class TranslateResponse(BaseModel):

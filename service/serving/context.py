@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
+from typing import Any
 
 
 async def _never() -> bool:
@@ -17,3 +18,4 @@ class RequestContext:
     batch_ids: list[int] = field(default_factory=list)  # filled with the engine batches that ran this request
     is_disconnected: Callable[[], Awaitable[bool]] = _never  # polled while the work waits
     logged_texts: list[str] | None = None  # when set (opt-in debugging), the request's texts are appended
+    quality: Any = None  # service.serving.quality.QualityPolicy: language checks of translations

@@ -23,6 +23,7 @@ from dataclasses import dataclass
 import numpy as np
 import sentencex
 
+from core.search import length_limits
 from core.tokenizer import EOS_ID
 from service.engine.engine import SourceTooLongError, TranslateOptions, Translation
 from service.registry import LoadedModel
@@ -144,6 +145,7 @@ def merge(layout: Layout, parts: Sequence[Translation], target_language: str, nu
                  [i for h in chosen for i in h[2]])
             )
     return Translation(
+        truncated=any(p.truncated for p in parts),
         text=text,
         score=float(sum(p.score for p in parts)),
         token_ids=[i for p in parts for i in p.token_ids],
@@ -171,6 +173,12 @@ async def run_sources(
     return await run_work(model, options, sources, ctx) if sources else ([], model)
 
 
+def mark_truncated(model: LoadedModel, t: Translation, options: TranslateOptions) -> Translation:
+    """A sentence's translation that reached its length limit ended without EOS: truncated."""
+    [limit] = length_limits([len(t.source_ids)], model.engine.max_source_tokens, options.max_length)
+    return dataclasses.replace(t, truncated=True) if t.token_ids and len(t.token_ids) >= limit else t
+
+
 @dataclass
 class Prepared:
     """Texts of one model, split and tokenized (so a text over the limit is refused before any work is queued);
@@ -182,6 +190,7 @@ class Prepared:
 
     async def run(self, options: TranslateOptions, ctx: RequestContext) -> tuple[list[Translation], LoadedModel]:
         results, used = await run_sources(self.model, self.sources, options, ctx)
+        results = [mark_truncated(self.model, r, options) for r in results]
         target = self.model.languages[1]
         out, k = [], 0
         for layout in self.layouts:

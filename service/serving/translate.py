@@ -8,8 +8,9 @@ from typing import Any
 from service.engine.engine import TranslateOptions, Translation, alignment
 from service.registry import LoadedModel, Registry
 from service.serving.context import RequestContext
+from service.serving.quality import assess, check_languages
 from service.serving.routing import Detector, route
-from service.serving.segmentation import prepare
+from service.serving.segmentation import prepare, split_text
 
 
 def options_of(body: Any) -> TranslateOptions:
@@ -35,6 +36,8 @@ async def translate(
         getattr(body, "target_language", None),
         detect,
     )
+    if ctx.quality is not None:
+        check_languages(models, body.texts, ctx.quality)  # MT_LANGUAGE_MISMATCH=reject: 422 before any work
     groups: dict[str, list[int]] = {}  # model name -> the indices of its texts
     for i, model in enumerate(models):
         groups.setdefault(model.name, []).append(i)
@@ -48,6 +51,10 @@ async def translate(
         for i, t in zip(idx, results, strict=True):
             served[i] = used
             translations[i] = translation_out(used, t, body, detected[i])
+            if fmt == "text":
+                sentences = 1 if split else len(split_text(body.texts[i], used.languages[0], True).sentences)
+                value, warnings = assess(used, body.texts[i], t, options, ctx.quality, sentences)
+                translations[i].update(confidence=value, warnings=warnings)
     first = served[0]
     return {"model": first.name, "version": first.version, "translations": translations}
 

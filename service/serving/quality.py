@@ -1,0 +1,141 @@
+"""What the service can say about a translation besides the translation: a confidence and warnings.
+
+Warnings (``{"code", "message"}``, an empty list when there is nothing to say):
+- ``language_mismatch``: the language detector says the text is not in the model's source language;
+- ``truncated``: the translation stopped at its length limit (max_length, or 2 x source + 10) without ending;
+- ``low_confidence``: the confidence is under LOW_CONFIDENCE;
+- ``unknown_characters``: characters the tokenizer never saw went through byte fallback;
+- ``multiple_sentences``: the text holds several sentences and split_sentences was off (the model was trained
+  on single sentences).
+The confidence is the bundle's fitted map (core/confidence.py, manifest ``confidence``) of the translation's mean
+log-probability per token: the estimated probability that its chrF against a reference would be >= the
+threshold it was fitted for. None when the bundle has no fitted map, or for an empty text.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+
+from core.confidence import confidence
+from service.engine.engine import TranslateOptions, Translation
+from service.registry import LoadedModel
+
+LOW_CONFIDENCE = 0.5
+BYTE_PIECE = re.compile(r"^<0x[0-9A-Fa-f]{2}>$")
+# detect(text, candidates) -> (ISO 639-1 code, its confidence) or None; service/language.py provides one
+Identify = Callable[[str, Sequence[str]], "tuple[str, float] | None"]
+
+
+@dataclass(frozen=True)
+class QualityPolicy:
+    """How translations are checked: the language detector and its candidates, and whether a text in another
+    language than the model's source is refused (MT_LANGUAGE_MISMATCH=reject) or only warned about."""
+
+    identify: Identify | None = None
+    candidates: tuple[str, ...] = ()
+    reject_mismatch: bool = False
+    min_detect_confidence: float = 0.8
+
+
+class LanguageMismatch(ValueError):
+    """A text is not in the model's source language and the policy refuses such texts (422)."""
+
+    def __init__(self, index: int, message: str) -> None:
+        super().__init__(message)
+        self.index = index
+
+
+def mismatch(model: LoadedModel, text: str, policy: QualityPolicy) -> tuple[str, float] | None:
+    """(detected language, detector confidence) when the detector is sure ``text`` is not in the model's source
+    language; None otherwise (no detector, too little text to tell, or the right language)."""
+    source_language = model.languages[0]
+    if policy.identify is None or not policy.candidates or not text.strip():
+        return None
+    found = policy.identify(text, sorted({*policy.candidates, source_language}))
+    if found is not None and found[0] != source_language and found[1] >= policy.min_detect_confidence:
+        return found
+    return None
+
+
+def check_languages(models: Sequence[LoadedModel], texts: Sequence[str], policy: QualityPolicy) -> None:
+    """With reject_mismatch: LanguageMismatch for the first text whose language is not its model's source."""
+    if not policy.reject_mismatch:
+        return
+    for i, (model, text) in enumerate(zip(models, texts, strict=True)):
+        found = mismatch(model, text, policy)
+        if found is not None:
+            raise LanguageMismatch(
+                i,
+                f"the text looks like {found[0]} (detector confidence {found[1]:.2f}) but model {model.name} "
+                f"translates from {model.languages[0]}; send it to a model for {found[0]}, or use "
+                "source_language 'auto'",
+            )
+
+
+def _warning(code: str, message: str) -> dict[str, str]:
+    return {"code": code, "message": message}
+
+
+def unknown_characters(model: LoadedModel, text: str) -> list[str]:
+    """Characters of ``text`` that the tokenizer spells out as UTF-8 bytes (it never saw them in training)."""
+    tokenizer = model.engine.tokenizer
+    seen: list[str] = []
+    for char in dict.fromkeys(text):
+        if char.isspace():
+            continue
+        pieces = tokenizer.pieces(tokenizer.encode(char))
+        if any(BYTE_PIECE.match(p) for p in pieces):
+            seen.append(char)
+    return seen
+
+
+def assess(
+    model: LoadedModel,
+    text: str,
+    translation: Translation,
+    options: TranslateOptions,
+    policy: QualityPolicy | None = None,
+    sentences: int = 1,
+) -> tuple[float | None, list[dict[str, str]]]:
+    """(confidence, warnings) of one translated text; ``sentences``: how many the text holds when it was
+    translated whole (split_sentences off), else 1."""
+    warnings: list[dict[str, str]] = []
+    if not translation.token_ids:
+        return None, warnings
+    found = mismatch(model, text, policy) if policy is not None else None
+    if found is not None:
+        warnings.append(
+            _warning(
+                "language_mismatch",
+                f"the text looks like {found[0]} (detector confidence {found[1]:.2f}), but model {model.name} "
+                f"translates from {model.languages[0]}: expect a poor translation",
+            )
+        )
+    if translation.truncated:
+        limit = f"max_length {options.max_length}" if options.max_length else "2 x source subwords + 10"
+        warnings.append(_warning("truncated", f"the translation stopped at its length limit ({limit}) before it ended"))
+    params = model.bundle.manifest.get("confidence")
+    value = None
+    if params:
+        value = round(confidence(translation.score, len(translation.token_ids), params), 4)
+        if value < LOW_CONFIDENCE:
+            warnings.append(
+                _warning("low_confidence", f"confidence {value:.2f}: the model is unsure of this translation")
+            )
+    unknown = unknown_characters(model, text)
+    if unknown:
+        shown = "".join(unknown[:10]) + ("..." if len(unknown) > 10 else "")
+        warnings.append(
+            _warning("unknown_characters", f"{len(unknown)} character(s) the model never saw in training: {shown}")
+        )
+    if sentences > 1:
+        warnings.append(
+            _warning(
+                "multiple_sentences",
+                f"the text holds {sentences} sentences; the model was trained on single sentences "
+                "(split_sentences translates them one by one)",
+            )
+        )
+    return value, warnings
