@@ -364,6 +364,22 @@ class Engine:
         tgt_ids = None if target is None else self.tokenizer.encode(target)[: self.max_source_tokens - 1]
         return self.attention_ids(src_ids, tgt_ids)
 
+    def search_score(self, enc: dict[str, np.ndarray], tgt_ids: list[int]) -> float | None:
+        """Score of ``tgt_ids`` + EOS (one source in ``enc``) from the graph search runs on, stepped token by token
+        and summed as the search sums (float32 log-probabilities, float64 sum): the score /v1/translate reports
+        for the same target. None when search runs on decoder.onnx or the step graph gives only its top tokens."""
+        if self.step_decoder is None:
+            return None
+        state = _DecoderState(self.step_decoder, enc["cross_keys"], enc["cross_values"], enc["src_mask"], lean=True)
+        last, total = BOS_ID, 0.0
+        for token in [*tgt_ids, EOS_ID]:
+            out = state.step(np.full((1, 1), last, dtype=np.int64), None)
+            if isinstance(out, TopCandidates):
+                return None
+            total += float(out[0, token])
+            last = token
+        return total
+
     def attention_ids(self, src_ids: list[int], tgt_ids: list[int] | None = None) -> dict[str, object]:
         """Encoder [L][H][src][src], decoder [L][H][tgt][tgt] and cross [L][H][tgt][src] attention.
 
@@ -374,9 +390,10 @@ class Engine:
             tgt_ids = self.translate_ids([src_ids])[0].token_ids
         enc = self.run_encoder([src_ids])
         dec = self.run_decoder_full(enc, [tgt_ids])
-        log_probs = dec["log_probs"][0]
-        steps = [*tgt_ids, EOS_ID]
-        score = float(sum(float(log_probs[i, t]) for i, t in enumerate(steps)))
+        score = self.search_score(enc, tgt_ids)
+        if score is None:  # no step graph that gives full log-probabilities: the attention graph's own score
+            log_probs = dec["log_probs"][0]
+            score = float(sum(float(log_probs[i, t]) for i, t in enumerate([*tgt_ids, EOS_ID])))
         return {
             "source_tokens": self.pieces(src_ids),
             "target_tokens": self.pieces([BOS_ID, *tgt_ids]),

@@ -138,3 +138,18 @@ def test_source_of_length_one(fp32_engine, reference_model):
         tgt_in = torch.tensor([[BOS_ID, *reference.tokens]])
         want = torch.log_softmax(reference_model(torch.tensor(src), tgt_in), dim=-1).numpy()
     _close(fp32_engine.run_decoder_full(enc, [reference.tokens])["log_probs"], want)
+
+
+@pytest.mark.parametrize("variant", ["fp32", "int8"])
+def test_attention_scores_a_target_as_translate_scored_it(tiny_bundle_dir, variant):
+    """One score: /v1/attention's score of a translation is the score /v1/translate gave it (the same step
+    graph and variant, summed the same way), for greedy exactly and for beam search to rounding."""
+    from service.engine import Engine, TranslateOptions, load_bundle
+
+    engine = Engine(load_bundle(tiny_bundle_dir), variant=variant)
+    for text in ("ein mann spielt", "der hund rennt über die wiese", "eine frau"):
+        greedy = engine.translate([text], TranslateOptions(beam_size=1))[0]
+        assert engine.attention(text)["score"] == greedy.score
+        beam = engine.translate([text], TranslateOptions(beam_size=4))[0]
+        scored = engine.attention_ids(beam.source_ids, beam.token_ids)["score"]
+        assert abs(scored - beam.score) < 1e-4, (text, scored, beam.score)
