@@ -45,13 +45,17 @@ def translate(
 def bleu(hypotheses: Sequence[str], references: Sequence[str]) -> dict[str, object]:
     cased = sacrebleu.BLEU()
     lower = sacrebleu.BLEU(lowercase=True)
+    chrf = sacrebleu.CHRF()
     score = cased.corpus_score(list(hypotheses), [list(references)])
     score_lc = lower.corpus_score(list(hypotheses), [list(references)])
+    score_chrf = chrf.corpus_score(list(hypotheses), [list(references)])
     return {
         "bleu": round(score.score, 2),
         "bleu_lowercase": round(score_lc.score, 2),
+        "chrf": round(score_chrf.score, 2),
         "signature": str(cased.get_signature()),
         "signature_lowercase": str(lower.get_signature()),
+        "signature_chrf": str(chrf.get_signature()),
         "detail": str(score),
         "n_sentences": len(hypotheses),
     }

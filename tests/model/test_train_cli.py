@@ -75,3 +75,11 @@ def test_val_limit_and_evaluate_limit_make_a_smoke_run_cheap(corpus_dir, tmp_pat
     args = ["evaluate", "--model", str(out / "release"), "--data", str(corpus_dir), "--split", split]
     assert main([*args, "--beam", "1", "--limit", "4", "--output", str(result)]) == 0
     assert json.loads(result.read_text())["results"]["beam1"]["n_sentences"] == 4
+
+
+def test_bleu_report_has_chrf_with_its_signature():
+    from model.evaluate import bleu
+
+    result = bleu(["a man rides a bike", "two dogs play"], ["a man rides a bicycle", "two dogs are playing"])
+    assert 0 < result["chrf"] < 100 and result["signature_chrf"].startswith("nrefs:1")
+    assert bleu(["same text here"], ["same text here"])["chrf"] == 100.0
