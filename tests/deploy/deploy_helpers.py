@@ -81,3 +81,38 @@ def entrypoint_server(repository: Path, log_path: Path, env: dict[str, str] | No
         command=["bash", str(ENTRYPOINT)],
         log_path=log_path,
     )
+
+
+# settings whose container value is fixed by the image (not taken from the caller's environment)
+CONTAINER_FIXED = {"MT_HOST": "0.0.0.0", "MT_PORT": "8000", "MT_MODEL_REPOSITORY": "/app/model_repository"}
+PER_SERVICE = {"MT_PROVIDERS"}  # set by each compose service (cuda / cpu)
+
+
+def env_default(value: object) -> str:
+    """A Settings default as the MT_* string that parses back to it."""
+    if isinstance(value, bool):
+        return str(value).lower()
+    if isinstance(value, list):
+        return ",".join(map(str, value))
+    if isinstance(value, dict):
+        return ",".join(f"{k}={v}" for k, v in value.items())
+    if isinstance(value, float) and value.is_integer():
+        return str(int(value))
+    return str(value)
+
+
+def expected_compose_environment() -> dict[str, str]:
+    """What docker-compose.yml's x-mt-environment must hold: every setting, the caller's value or the default."""
+    from service.settings import Settings
+
+    expected = {}
+    for name, field in Settings.model_fields.items():
+        env = f"MT_{name.upper()}"
+        if env in PER_SERVICE:
+            continue
+        if env in CONTAINER_FIXED:
+            expected[env] = CONTAINER_FIXED[env]
+            continue
+        default = field.default if field.default_factory is None else field.default_factory()
+        expected[env] = f"${{{env}:-{env_default(default)}}}"
+    return expected

@@ -6,7 +6,16 @@ import re
 from pathlib import Path
 
 import pytest
-from deploy_helpers import COMPOSE_FILES, DEPLOY, ROOT, load_yaml, run, settings_fields, tool
+from deploy_helpers import (
+    COMPOSE_FILES,
+    DEPLOY,
+    ROOT,
+    expected_compose_environment,
+    load_yaml,
+    run,
+    settings_fields,
+    tool,
+)
 
 SERVICE_VARIANTS = {"mt": "gpu", "mt-cpu": "cpu", "mt-replica": "scaled"}  # service -> profile
 
@@ -51,7 +60,8 @@ def test_each_variant_has_its_profile_build_target_and_network_alias():
         target = svc["build"]["target"]
         assert re.search(rf"^FROM \S+ AS {target}$", dockerfile, re.MULTILINE), target
         assert "mt" in svc["networks"]["default"]["aliases"], "Prometheus and nginx find replicas as 'mt'"
-        assert seconds(svc["stop_grace_period"]) >= float(svc["environment"]["MT_DRAIN_SECONDS"]) + 5
+        drain = re.fullmatch(r"\$\{MT_DRAIN_SECONDS:-([0-9.]+)\}", svc["environment"]["MT_DRAIN_SECONDS"])
+        assert drain and seconds(svc["stop_grace_period"]) >= float(drain.group(1)) + 5
         assert "/readyz" in " ".join(svc["healthcheck"]["test"])
         assert svc["environment"]["MT_HOST"] == "0.0.0.0"
     for name in ("prometheus", "grafana"):
@@ -108,6 +118,25 @@ def test_bind_mounts_point_at_files_in_the_repository():
     dashboards_target = next(v.split(":")[1] for v in mounts["grafana"] if v.startswith("./deploy/grafana/dashboards"))
     provider = load_yaml(DEPLOY / "grafana" / "provisioning" / "dashboards" / "mtserve.yml")
     assert provider["providers"][0]["options"]["path"] == dashboards_target
+
+
+def test_every_setting_reaches_the_containers_with_the_services_default(monkeypatch):
+    """x-mt-environment passes every MT_* setting through (the caller's value, else the service's default);
+    a setting added to service/settings.py without a line here fails this test."""
+    from service.settings import Settings
+
+    anchor = compose()["x-mt-environment"]
+    assert anchor == expected_compose_environment()
+    for env, value in anchor.items():  # each default, given as the variable, parses back to the Settings default
+        match = re.fullmatch(r"\$\{(MT_\w+):-(.*)\}", value)
+        if not match:
+            continue
+        name = env[3:].lower()
+        field = Settings.model_fields[name]
+        default = field.default if field.default_factory is None else field.default_factory()
+        monkeypatch.setenv(env, match.group(2))
+        assert getattr(Settings(), name) == default, (env, match.group(2))
+        monkeypatch.delenv(env)
 
 
 def test_environment_names_real_settings_and_no_secret_values():
