@@ -19,7 +19,7 @@ from fastapi import APIRouter, FastAPI, Request
 from pydantic import BaseModel, Field
 
 from service.api.middleware import key_matches
-from service.api.protocol import ProtocolError, ProtocolRoute, context_of, error_schema, registry_of
+from service.api.protocol import ProtocolError, ProtocolRoute, check_unicode, context_of, error_schema, registry_of
 from service.serving import libretranslate as serving
 
 FORM_TYPES = ("application/x-www-form-urlencoded", "multipart/form-data")
@@ -94,7 +94,7 @@ def _string(fields: dict[str, Any], name: str, required: bool = True) -> str | N
         return None
     if not isinstance(value, str):
         raise ProtocolError(400, f"Invalid request: {name} must be a string")
-    return value
+    return check_unicode(value, name)
 
 
 def _check_key(request: Request, fields: dict[str, Any]) -> None:
@@ -102,6 +102,8 @@ def _check_key(request: Request, fields: dict[str, Any]) -> None:
     offered = fields.get("api_key")
     if offered is not None and not isinstance(offered, str):
         raise ProtocolError(400, "Invalid request: api_key must be a string")
+    if isinstance(offered, str):
+        check_unicode(offered, "api_key")
     keys = request.app.state.mt.settings.api_keys
     if not keys:
         return
@@ -142,7 +144,7 @@ def build_libretranslate_router(app: FastAPI) -> APIRouter:
             },
             "source": {"type": "string", "pattern": "^([a-z]{2}|auto)$", "description": "ISO 639-1 code or auto"},
             "target": {"type": "string", "pattern": "^[a-z]{2}$"},
-            "format": {"type": "string", "enum": ["text", "html"], "default": "text"},
+            "format": {"type": "string", "enum": ["text", "html", ""], "default": "text", "description": "'' is text"},
             "alternatives": {"type": "integer", "minimum": 0, "maximum": max_alternatives, "default": 0},
             "api_key": {"type": "string"},
         },
@@ -196,6 +198,7 @@ def build_libretranslate_router(app: FastAPI) -> APIRouter:
         texts = q if batch else [q]
         if not all(isinstance(t, str) for t in texts):
             raise ProtocolError(400, "Invalid request: q must be a string or a list of strings")
+        texts = [check_unicode(t, "q") for t in texts]
         if len(texts) > s.max_texts_translate:
             limit = s.max_texts_translate
             raise ProtocolError(400, f"Invalid request: request ({len(texts)}) exceeds text limit ({limit})")

@@ -44,9 +44,12 @@ def is_work_path(path: str) -> bool:
     return path in WORK_PATHS or path == "/translate" or _V2_ENDPOINTS[0][0].match(path) is not None
 
 
-def error_body(path: str, message: str) -> dict:
-    """An error in the form of the path's protocol: {"error": ...} for v2 and LibreTranslate, else {"detail": ...}."""
-    if path == "/v2" or path.startswith("/v2/") or path in LIBRETRANSLATE_PATHS:
+def error_body(path: str, message: str, status: int = 0) -> dict:
+    """An error in the form of the path's protocol: {"error": ...} for v2 and LibreTranslate (whose 429 says
+    "Slowdown: ..."), else {"detail": ...}."""
+    if path in LIBRETRANSLATE_PATHS:
+        return {"error": ("Slowdown: " if status == 429 else "") + message}
+    if path == "/v2" or path.startswith("/v2/"):
         return {"error": message}
     return {"detail": message}
 
@@ -141,7 +144,7 @@ class ServiceMiddleware:
                 await self._discard_body(receive)
                 scope["state"]["model"] = refusal[0]
                 retry = str(refusal[1].retry_after).encode()
-                await _send_json(send_wrapper, 429, error_body(path, str(refusal[1])), [(b"retry-after", retry)])
+                await _send_json(send_wrapper, 429, error_body(path, str(refusal[1]), 429), [(b"retry-after", retry)])
                 return
             try:
                 await self.app(scope, self._limited(receive, s.max_body_bytes), send_wrapper)

@@ -16,6 +16,7 @@ from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse, Response
 from fastapi.routing import APIRoute
 from pydantic import ValidationError
+from starlette.exceptions import HTTPException
 
 from service.api.errors import NotReady, scheduler_status
 from service.api.middleware import BodyTooLarge
@@ -37,7 +38,17 @@ class ProtocolError(Exception):
 
 
 def error_response(status: int, message: str, headers: dict[str, str] | None = None) -> JSONResponse:
-    return JSONResponse({"error": message}, status_code=status, headers=headers)
+    safe = message.encode("utf-8", "replace").decode("utf-8")  # a message may quote input with lone surrogates
+    return JSONResponse({"error": safe}, status_code=status, headers=headers)
+
+
+def check_unicode(text: str, what: str) -> str:
+    """``text`` if it can be encoded as UTF-8 (JSON lets a client send lone surrogates: "\\ud800"); else 400."""
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:
+        raise ProtocolError(400, f"{what} is not valid Unicode (it has a lone surrogate)") from None
+    return text
 
 
 def validation_message(exc: RequestValidationError | ValidationError) -> str:
@@ -58,6 +69,8 @@ def status_of(exc: Exception, request: Request) -> tuple[int, str, dict[str, str
     if isinstance(exc, BodyTooLarge):
         limit = request.app.state.mt.settings.max_body_bytes
         return 413, f"request body exceeds the limit of {limit} bytes; send fewer or shorter texts", {}
+    if isinstance(exc, HTTPException):  # raised by Starlette itself, e.g. a malformed multipart form: 400
+        return exc.status_code, str(exc.detail), dict(exc.headers or {})
     if isinstance(exc, SourceTooLongError):
         return 400, f"text {exc.index}: {exc}", {}
     if isinstance(exc, UnknownModel):

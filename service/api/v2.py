@@ -19,7 +19,14 @@ from fastapi import APIRouter, FastAPI, Request
 from fastapi.responses import JSONResponse, Response
 from pydantic import BaseModel, ConfigDict, Field
 
-from service.api.protocol import ProtocolError, ProtocolRoute, context_of, error_schema, registry_of
+from service.api.protocol import (
+    ProtocolError,
+    ProtocolRoute,
+    check_unicode,
+    context_of,
+    error_schema,
+    registry_of,
+)
 from service.serving import inference_v2
 from service.settings import Settings
 
@@ -169,9 +176,20 @@ ERRORS = {
 
 # --- tensors ------------------------------------------------------------------------------------------------
 def _flatten(data: Any) -> list[Any]:
-    if isinstance(data, list):
-        return [x for item in data for x in _flatten(item)]
-    return [data]
+    """Nested lists' elements in row-major order (iteratively: nesting depth is the client's choice)."""
+    out, stack = [], [iter([data])]
+    while stack:
+        item = next(stack[-1], _END)
+        if item is _END:
+            stack.pop()
+        elif isinstance(item, list):
+            stack.append(iter(item))
+        else:
+            out.append(item)
+    return out
+
+
+_END = object()
 
 
 def decode_bytes_tensor(raw: bytes) -> list[bytes]:
@@ -190,7 +208,7 @@ def decode_bytes_tensor(raw: bytes) -> list[bytes]:
 
 
 def encode_bytes_tensor(values: list[str]) -> bytes:
-    return b"".join(struct.pack("<I", len(b)) + b for b in (v.encode("utf-8") for v in values))
+    return b"".join(struct.pack("<I", len(b)) + b for b in (v.encode("utf-8", "replace") for v in values))
 
 
 def _texts(tensor: Any, binary: bytes) -> list[str]:
@@ -216,7 +234,7 @@ def _texts(tensor: Any, binary: bytes) -> list[str]:
                 raise ProtocolError(400, f"input TEXT element {i} is not UTF-8") from None
         if not isinstance(element, str):
             raise ProtocolError(400, f"input TEXT element {i} must be a string, got {type(element).__name__}")
-        texts.append(element)
+        texts.append(check_unicode(element, f"input TEXT element {i}"))
     if math.prod(tensor.shape) != len(texts):
         raise ProtocolError(400, f"input TEXT has shape {tensor.shape} but {len(texts)} elements")
     return texts
@@ -348,7 +366,7 @@ def build_v2_router(app: FastAPI) -> APIRouter:
         answer: dict[str, Any] = {"model_name": view.name, "model_version": used.version, "outputs": entries}
         if parsed.id is not None:
             answer["id"] = parsed.id
-        header = json.dumps(answer, ensure_ascii=False).encode()
+        header = json.dumps(answer).encode()  # ASCII: \u escapes, also for whatever a client put in id
         if not any(blobs):
             return Response(header, media_type="application/json")
         return Response(

@@ -1,0 +1,97 @@
+"""The v2 protocol's error form ({"error": message}) for bad input, over plain HTTP."""
+
+from __future__ import annotations
+
+import json
+import struct
+
+import pytest
+
+GOOD = {"inputs": [{"name": "TEXT", "shape": [1], "datatype": "BYTES", "data": ["Ein Hund."]}]}
+
+
+def _with(**changes) -> dict:
+    tensor = {**GOOD["inputs"][0], **changes}
+    return {"inputs": [tensor]}
+
+
+@pytest.mark.parametrize(
+    "body, status, needle",
+    [
+        (b"{not json", 400, "not valid JSON"),
+        (b"[1, 2]", 400, "JSON object"),
+        (json.dumps({"inputs": []}).encode(), 400, "inputs"),
+        (json.dumps(_with(name="INPUT0")).encode(), 400, "inputs.0.name"),
+        (json.dumps(_with(datatype="FP32")).encode(), 400, "inputs.0.datatype"),
+        (json.dumps(_with(shape=[3])).encode(), 400, "shape [3] but 1 elements"),
+        (json.dumps(_with(data=[1])).encode(), 400, "must be a string"),
+        (json.dumps(_with(data=None)).encode(), 400, "no data"),
+        (json.dumps({**GOOD, "parameters": {"beam_size": 99}}).encode(), 400, "beam_size"),
+        (json.dumps({**GOOD, "parameters": {"beam_size": "2"}}).encode(), 400, "beam_size"),
+        (json.dumps({**GOOD, "outputs": [{"name": "LOGITS"}]}).encode(), 400, "outputs.0.name"),
+        (json.dumps(_with(shape=[70], data=["a"] * 70)).encode(), 400, "at most 64 per request"),
+        (json.dumps(_with(data=["Wort " * 600])).encode(), 400, "characters; at most"),
+        (json.dumps(_with(data=["Wort " * 300])).encode(), 400, "subword tokens; the limit is"),
+        (b'{"inputs": [{"name": "TEXT", "shape": [1], "datatype": "BYTES", "data": [NaN]}]}', 400, "not valid JSON"),
+    ],
+)
+def test_bad_infer_requests(api, body, status, needle):
+    response = api.post("/v2/models/de-en/infer", content=body, headers={"content-type": "application/json"})
+    assert response.status_code == status, response.text
+    assert set(response.json()) == {"error"} and needle in response.json()["error"], response.text
+
+
+@pytest.mark.parametrize(
+    "path",
+    [
+        "/v2/models/nope",
+        "/v2/models/nope/ready",
+        "/v2/models/de-en/versions/7",
+        "/v2/models/de-en-embed/versions/0/ready",
+    ],
+)
+def test_unknown_model_or_version_404(api, path):
+    response = api.get(path)
+    assert response.status_code == 404 and set(response.json()) == {"error"}
+
+
+def test_unknown_model_infer_404(api):
+    response = api.post("/v2/models/nope/infer", json=GOOD)
+    assert response.status_code == 404 and "available" in response.json()["error"]
+
+
+def test_binary_request_and_response(api):
+    """Triton's binary tensor data extension by hand: a JSON header, then length-prefixed UTF-8 elements."""
+    texts = ["Ein Hund.", "Grüße"]
+    raw = b"".join(struct.pack("<I", len(t.encode())) + t.encode() for t in texts)
+    header = json.dumps(
+        {
+            "inputs": [
+                {"name": "TEXT", "shape": [2], "datatype": "BYTES", "parameters": {"binary_data_size": len(raw)}}
+            ],
+            "parameters": {"binary_data_output": True},
+        }
+    ).encode()
+    response = api.post(
+        "/v2/models/de-en/infer",
+        content=header + raw,
+        headers={"content-type": "application/octet-stream", "inference-header-content-length": str(len(header))},
+    )
+    assert response.status_code == 200, response.text
+    length = int(response.headers["inference-header-content-length"])
+    meta = json.loads(response.content[:length])
+    sizes = [o["parameters"]["binary_data_size"] for o in meta["outputs"]]
+    assert [o["name"] for o in meta["outputs"]] == ["TRANSLATION", "SCORE"] and sizes[1] == 8
+    assert len(response.content) == length + sum(sizes)
+    truncated = api.post(
+        "/v2/models/de-en/infer",
+        content=header + raw[:-1],
+        headers={"inference-header-content-length": str(len(header))},
+    )
+    assert truncated.status_code == 400 and "binary_data_size" in truncated.json()["error"]
+
+
+def test_server_endpoints(api):
+    assert api.get("/v2/health/live").json() == {"live": True}
+    assert api.get("/v2/health/ready").json() == {"ready": True}
+    assert api.get("/v2").json()["name"] == "mtserve"
