@@ -97,6 +97,9 @@ class ModelInfo(BaseModel):
     layers: dict[str, int]
     heads: int
     dimension: int
+    scheduler: str | None = Field(
+        None, description="continuous, dynamic or off (continuous needs a bundle with an interface-3 step graph)"
+    )
     versions_available: list[str] | None = Field(None, description="version folders on disk, lowest first")
     version_reason: str | None = Field(None, description="why this version is served")
 
@@ -193,7 +196,7 @@ def request_models(s: Settings) -> RequestModels:
             strict=True,  # types as the schema states them: no "4" for 4, no 1 for true (see _integral)
             json_schema_extra={"examples": [{"source": DE_EXAMPLE, "kinds": ["cross"], "aggregate": "mean"}]},
         )
-        source: Annotated[str, StringConstraints(min_length=1, max_length=s.max_chars_per_text)]
+        source: Text = Field(description="an empty or whitespace-only source is the empty sentence (</s> alone)")
         target: Text | None = Field(None, description="the model's own greedy translation when absent")
         model: ModelName = None
         kinds: list[Literal["encoder", "decoder", "cross"]] = Field(

@@ -20,6 +20,7 @@ def tokenize(model: LoadedModel, texts: Sequence[str], ctx: RequestContext, fiel
     ``field`` (the request field it came from) and ``indexed`` (whether the field is a list) set on it."""
     if ctx.logged_texts is not None:
         ctx.logged_texts.extend(texts)
+    texts = [text if text.strip() else "" for text in texts]  # whitespace only: the empty sentence, everywhere
     try:
         return model.engine.source_ids(texts, model.max_source_subwords)
     except SourceTooLongError as exc:

@@ -67,3 +67,14 @@ def test_confidence_comes_from_the_bundles_fitted_map(tiny_bundle_dir, tmp_path)
     with LiveServer(repository2, log_path=tmp_path / "log2") as server:
         [t] = translate(server.url, {"texts": ["ein mann spielt"]}).json()["translations"]
         assert t["confidence"] > 0.99 and "low_confidence" not in codes(t)
+
+
+def test_every_endpoint_takes_an_empty_or_whitespace_text_as_the_empty_sentence(live_server):
+    url = live_server.url
+    vectors = httpx.post(url + "/v1/embed", json={"texts": ["", " \n\t "]}, timeout=60).json()["embeddings"]
+    assert vectors[0] == vectors[1]  # whitespace only = empty: the encoder's vector of </s> alone
+    for source in ("", "\n\t"):
+        answer = httpx.post(url + "/v1/attention", json={"source": source, "kinds": ["cross"]}, timeout=60)
+        assert answer.status_code == 200, answer.text
+        body = answer.json()
+        assert body["source_tokens"] == ["</s>"] and body["target_text"] == "" and body["target_tokens"] == ["<s>"]
