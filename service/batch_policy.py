@@ -5,6 +5,11 @@ options) only, at most ``max_sentences`` of them and at most ``max_tokens`` padd
 longest). It is built around the oldest sentence from the sentences closest to it in length (less padding;
 the oldest always goes, so nothing starves). It is dispatched when a full batch of the oldest sentence's key
 is waiting or the oldest sentence has waited ``max_wait_s``. The asyncio plumbing is ``service/scheduler.py``.
+
+Continuous batching (``MT_SCHEDULER=continuous``): before every decoder step, ``admit`` lets waiting sentences
+join the live decode, oldest first, while the step's rows and its padded key/value cache stay within
+``LiveLimits``; ``next_work`` alternates decoder steps with whole batches of the other work (embeddings,
+attention), so neither waits for more than one of the other's turns.
 """
 
 from __future__ import annotations
@@ -33,6 +38,8 @@ class Queued:
     ticket: Any = None  # the request it belongs to
     index: int = 0  # its position in that request
     payload: Any = None
+    rows: int = 1  # continuous batching: decoder rows it takes (its beam size)
+    positions: int = 0  # continuous batching: the cache positions it may reach (its length limit)
 
 
 def wait_before_dispatch(queue: Sequence[Queued], limits: BatchLimits, now: float) -> float:
@@ -78,3 +85,62 @@ def retry_after(depth: int, n_items: int, limits: BatchLimits, seconds_per_sente
     if depth + n_items <= limits.max_queue:
         return None
     return max(1, round(depth * seconds_per_sentence / limits.workers))
+
+
+@dataclass
+class LiveLimits:
+    """Budgets of one decoder step in continuous batching."""
+
+    max_rows: int = 128  # rows of a step (a beam-4 sentence takes 4)
+    max_cache_bytes: int = 512 << 20  # the padded self-attention cache the live sentences may reach
+
+
+@dataclass
+class LiveLoad:
+    """What decodes now: its rows and the widest cache any live sentence may reach (its length limit)."""
+
+    rows: int = 0
+    positions: int = 0
+
+
+def projected_cache_bytes(rows: int, positions: int, bytes_per_position: int) -> int:
+    """The padded cache at its widest: every row as wide as the longest length limit (left padding)."""
+    return rows * positions * bytes_per_position
+
+
+def admit(
+    waiting: Sequence[Queued], load: LiveLoad, limits: LiveLimits, bytes_per_position: int
+) -> list[Queued]:
+    """The waiting sentences (oldest first) that join the live decode before its next step.
+
+    Strictly oldest first: the first sentence that does not fit the row or cache budget stops admission, so no
+    younger sentence overtakes it and nothing starves (it joins as soon as enough rows leave). A sentence larger
+    than the budgets on its own joins when nothing else decodes.
+    """
+    chosen: list[Queued] = []
+    rows, positions = load.rows, load.positions
+    for q in waiting:
+        new_rows, new_positions = rows + q.rows, max(positions, q.positions)
+        fits = new_rows <= limits.max_rows and (
+            projected_cache_bytes(new_rows, new_positions, bytes_per_position) <= limits.max_cache_bytes
+        )
+        if not fits and rows > 0:
+            break
+        chosen.append(q)
+        rows, positions = new_rows, new_positions
+        if not fits:  # an oversized sentence alone
+            break
+    return chosen
+
+
+def next_work(decoding: bool, decode_waiting: bool, other_waiting: bool, last: str) -> str:
+    """What the engine thread does next: ``"step"`` (a decoder step, admitting waiting sentences first),
+    ``"batch"`` (one whole batch of other work) or ``"idle"``. Steps and batches alternate while both have work:
+    a large embedding request delays decoding by at most one of its batches, and a busy decode never starves it.
+    """
+    wants_step = decoding or decode_waiting
+    if other_waiting and (last != "batch" or not wants_step):
+        return "batch"
+    if wants_step:
+        return "step"
+    return "idle"

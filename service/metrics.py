@@ -6,6 +6,7 @@ from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 
 LATENCY_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0)
 BATCH_BUCKETS = (1, 2, 4, 8, 16, 32, 64, 128, 256)
+ROW_BUCKETS = (1, 2, 4, 8, 16, 32, 64, 128, 256, 512)
 
 
 class Metrics:
@@ -44,6 +45,31 @@ class Metrics:
             "mt_model_info", "Loaded models (value 1)", ["model", "version", "variant", "provider"], registry=r
         )
         self.dropped = Counter(
-            "mt_dropped_requests_total", "Requests dropped before any engine work", ["model", "reason"], registry=r
+            "mt_dropped_requests_total",
+            "Requests dropped before their work was done (before it started, or mid-decode with continuous batching)",
+            ["model", "reason"],
+            registry=r,
         )
         self.in_flight = Gauge("mt_requests_in_flight", "Requests being handled", registry=r)
+        # continuous batching (MT_SCHEDULER=continuous)
+        self.step_rows = Histogram(
+            "mt_decoder_step_rows",
+            "Rows per decoder step (continuous batching)",
+            ["model"],
+            buckets=ROW_BUCKETS,
+            registry=r,
+        )
+        self.time_to_first_token = Histogram(
+            "mt_time_to_first_token_seconds",
+            "From a sentence's arrival to its first generated token (continuous batching)",
+            ["model"],
+            buckets=LATENCY_BUCKETS,
+            registry=r,
+        )
+        self.live_rows = Gauge("mt_live_rows", "Decoder rows live now (continuous batching)", ["model"], registry=r)
+        self.freed_rows = Counter(
+            "mt_freed_rows_total",
+            "Decoder rows freed before their sentence finished, by reason (deadline, client_disconnected, failed)",
+            ["model", "reason"],
+            registry=r,
+        )

@@ -9,12 +9,13 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from service.batch_policy import LiveLimits
 from service.engine import Bundle, Engine, TranslateOptions, load_bundle
 from service.engine.bundle import MANIFEST, BundleError, discover
 from service.metrics import Metrics
-from service.scheduler import BatchLimits, Scheduler
+from service.scheduler import BatchLimits, ContinuousScheduler, Scheduler
 from service.settings import Settings
-from service.work import BatchRunner, engine_runner
+from service.work import BatchRunner, engine_runner, live_runner
 
 log = logging.getLogger(__name__)
 
@@ -62,7 +63,15 @@ class LoadedModel:
             "layers": {"encoder": m["model"]["n_encoder_layers"], "decoder": m["model"]["n_decoder_layers"]},
             "heads": m["model"]["n_heads"],
             "dimension": m["model"]["d_model"],
+            "scheduler": self.scheduler_mode,
         }
+
+    @property
+    def scheduler_mode(self) -> str:
+        """continuous, dynamic or off: what serves this model (continuous falls back for older bundles)."""
+        if isinstance(self.scheduler, ContinuousScheduler):
+            return "continuous"
+        return "off" if self.scheduler.limits.max_sentences == 1 else "dynamic"
 
 
 def choose_variant(bundle: Bundle, setting: str, providers: list[str]) -> str:
@@ -146,13 +155,30 @@ class Registry:
         runner = engine_runner(engine)
         if self.wrap_runner is not None:
             runner = self.wrap_runner(runner, engine)
-        scheduler = Scheduler(name, runner, self._limits(), self.metrics)
+        scheduler = self._scheduler(name, bundle, engine, runner)
         scheduler.start()
         max_subwords = min(self.settings.max_tokens_per_text, engine.max_source_tokens - 1)
         model = LoadedModel(name, bundle, engine, scheduler, engine.variant, max_subwords)
         self.metrics.model_info.labels(name, bundle.version, engine.variant, engine.providers[0]).set(1)
         log.info("model %s v%s ready (%s on %s)", name, bundle.version, engine.variant, engine.providers)
         return model
+
+    def _scheduler(self, name: str, bundle: Bundle, engine: Engine, runner: BatchRunner) -> Scheduler:
+        """MT_SCHEDULER's scheduler; continuous batching falls back to dynamic for a bundle without an
+        interface-3 decoder step graph (exported before it existed: re-export it)."""
+        s = self.settings
+        if s.effective_scheduler == "continuous":
+            live = live_runner(engine)
+            if live is not None:
+                limits = LiveLimits(s.max_live_rows, int(s.max_cache_mb * (1 << 20)))
+                return ContinuousScheduler(name, runner, self._limits(), self.metrics, live, limits)
+            log.warning(
+                "model %s v%s: MT_SCHEDULER=continuous needs a decoder_step graph of interface 3, which this bundle "
+                "lacks; it is served with dynamic batching until it is re-exported (python -m export.cli export)",
+                name,
+                bundle.version,
+            )
+        return Scheduler(name, runner, self._limits(), self.metrics)
 
     async def load_version(
         self, name: str, version: str | None = None, reason: str = "loaded by POST /v1/models/{name}/load"

@@ -29,28 +29,39 @@ def tokenize(model: LoadedModel, texts: Sequence[str], ctx: RequestContext, fiel
 
 
 async def run_work(
-    model: LoadedModel, options: WorkOptions, sources: list[Source], ctx: RequestContext
+    model: LoadedModel, options: WorkOptions, sources: list[Source], ctx: RequestContext, listener: Any = None
 ) -> tuple[list[Any], LoadedModel]:
     """Queue the work on the model's scheduler and wait for its results, in order; (results, the model version
     that produced them). Work that meets a scheduler retired by a version swap goes to the version that replaced
-    it. A client that disconnects while waiting cancels the work (the scheduler drops its unstarted sentences)."""
+    it. A client that disconnects while waiting cancels the work (the scheduler drops its unstarted sentences, and
+    with continuous batching frees the rows of those decoding). ``listener`` (service/scheduler.py Listener) hears
+    each sentence's streamed tokens and result as they come; its ``model`` is set to the version that runs them."""
     while True:
+        if listener is not None:
+            listener.model = model
         try:
-            return await _wait(model, options, sources, ctx), model
+            return await _wait(model, options, sources, ctx, listener), model
         except ShuttingDown:
             if model.replaced_by is None:
                 raise
             model = model.replaced_by
 
 
-async def _wait(model: LoadedModel, options: WorkOptions, sources: list[Source], ctx: RequestContext) -> list[Any]:
+async def _wait(
+    model: LoadedModel, options: WorkOptions, sources: list[Source], ctx: RequestContext, listener: Any = None
+) -> list[Any]:
     lengths = [s.length for s in sources]
-    submit = model.scheduler.submit(options, sources, lengths, ctx.timeout_s, ctx.request_id, ctx.batch_ids)
+    submit = model.scheduler.submit(
+        options, sources, lengths, ctx.timeout_s, ctx.request_id, ctx.batch_ids, listener=listener
+    )
     task = asyncio.ensure_future(submit)
-    while True:
-        done, _ = await asyncio.wait({task}, timeout=DISCONNECT_POLL_S)
-        if done:
-            return task.result()
-        if await ctx.is_disconnected():
+    try:
+        while True:
+            done, _ = await asyncio.wait({task}, timeout=DISCONNECT_POLL_S)
+            if done:
+                return task.result()
+            if await ctx.is_disconnected():
+                raise asyncio.CancelledError
+    finally:
+        if not task.done():  # the client went away, or whoever awaits this was cancelled: so is the work
             task.cancel()
-            raise asyncio.CancelledError

@@ -2,7 +2,17 @@
 
 from __future__ import annotations
 
-from service.batch_policy import BatchLimits, Queued, retry_after, select_batch, wait_before_dispatch
+from service.batch_policy import (
+    BatchLimits,
+    LiveLimits,
+    LiveLoad,
+    Queued,
+    admit,
+    next_work,
+    retry_after,
+    select_batch,
+    wait_before_dispatch,
+)
 
 
 def queue(*specs: tuple[str, int], start: float = 0.0) -> list[Queued]:
@@ -50,3 +60,47 @@ def test_retry_after_only_when_the_queue_overflows():
 
 def test_empty_queue_selects_nothing():
     assert select_batch([], BatchLimits()) == []
+
+
+# --- continuous batching: admission before each decoder step, steps and whole batches taking turns ---------------
+
+
+def live_queue(*specs: tuple[int, int]) -> list[Queued]:
+    """Waiting translations (rows, positions), oldest first."""
+    return [Queued("t", 5, float(i), rows=rows, positions=positions) for i, (rows, positions) in enumerate(specs)]
+
+
+def test_admission_is_oldest_first_within_the_row_budget():
+    q = live_queue((4, 20), (1, 20), (4, 20), (1, 20))
+    assert admit(q, LiveLoad(), LiveLimits(max_rows=9), bytes_per_position=1) == q[:3]
+    assert admit(q, LiveLoad(rows=6, positions=20), LiveLimits(max_rows=9), bytes_per_position=1) == []  # 4 > 3
+
+
+def test_a_sentence_that_does_not_fit_blocks_younger_ones_so_it_cannot_starve():
+    q = live_queue((8, 20), (1, 20), (1, 20))
+    # 3 rows free: the beam-8 sentence waits, and the greedy ones behind it may not overtake it
+    assert admit(q, LiveLoad(rows=5, positions=20), LiveLimits(max_rows=8), bytes_per_position=1) == []
+    assert admit(q, LiveLoad(rows=0), LiveLimits(max_rows=8), bytes_per_position=1) == q[:1]
+
+
+def test_the_cache_budget_counts_every_row_as_wide_as_the_longest_limit():
+    q = live_queue((2, 100), (2, 10))
+    limits = LiveLimits(max_rows=100, max_cache_bytes=2 * 100 * 8 + 2 * 100 * 8)
+    assert admit(q, LiveLoad(), limits, bytes_per_position=8) == q  # 4 rows x 100 positions x 8 bytes
+    assert admit(q, LiveLoad(rows=1, positions=5), limits, bytes_per_position=8) == q[:1]  # 5 rows x 100 > budget
+
+
+def test_an_oversized_sentence_runs_alone_when_nothing_decodes():
+    q = live_queue((16, 200), (1, 10))
+    assert admit(q, LiveLoad(), LiveLimits(max_rows=8, max_cache_bytes=10), bytes_per_position=4) == q[:1]
+    assert admit(q, LiveLoad(rows=1, positions=10), LiveLimits(max_rows=8), bytes_per_position=4) == []
+
+
+def test_steps_and_whole_batches_take_turns():
+    assert next_work(decoding=True, decode_waiting=False, other_waiting=True, last="step") == "batch"
+    assert next_work(decoding=True, decode_waiting=False, other_waiting=True, last="batch") == "step"
+    assert next_work(decoding=False, decode_waiting=True, other_waiting=True, last="batch") == "step"
+    assert next_work(decoding=False, decode_waiting=False, other_waiting=True, last="batch") == "batch"
+    assert next_work(decoding=True, decode_waiting=False, other_waiting=False, last="step") == "step"
+    assert next_work(decoding=False, decode_waiting=True, other_waiting=False, last="batch") == "step"
+    assert next_work(decoding=False, decode_waiting=False, other_waiting=False, last="step") == "idle"
