@@ -228,6 +228,8 @@ def _alternatives(value: Any, is_json: bool, limit: int) -> int:
         if not value.strip().isdigit():
             raise ProtocolError(400, "Invalid request: alternatives parameter is not a number")
         value = int(value)
+    if isinstance(value, float) and value.is_integer():  # JSON Schema counts 2.0 as an integer
+        value = int(value)
     if isinstance(value, bool) or not isinstance(value, int) or value < 0:
         raise ProtocolError(400, "Invalid request: alternatives parameter is not a number")
     if value > limit:

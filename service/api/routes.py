@@ -7,6 +7,7 @@ from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse, Response
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 
+from service.api import streaming
 from service.api.errors import ERROR_RESPONSES, NotReady
 from service.api.schemas import AttentionResponse, EmbedResponse, ModelsResponse, TranslateResponse, request_models
 from service.registry import LoadedModel, Registry
@@ -85,20 +86,30 @@ def build_router(app: FastAPI) -> APIRouter:
         ]
     }
 
-    def work_endpoint(path: str, response_model, summary: str):
+    def work_endpoint(path: str, response_model, summary: str, responses: dict | None = None):
         """POST route of a work endpoint: error responses and the deadline header documented alike."""
         return router.post(
             path,
             response_model=response_model,
             response_model_exclude_none=True,
-            responses=ERROR_RESPONSES,
+            responses={**ERROR_RESPONSES, **(responses or {})},
             openapi_extra=timeout_header,
             summary=summary,
         )
 
-    @work_endpoint("/v1/translate", TranslateResponse, "Translate a batch of texts")
-    async def translate(body: TranslateRequest, request: Request) -> dict[str, Any]:  # type: ignore[valid-type]
+    stream_response = {
+        200: {
+            "description": 'the translations; with "stream": true Server-Sent Events (delta, translation, error, done)',
+            "content": {"text/event-stream": {"schema": {"type": "string"}}},
+        }
+    }
+
+    @work_endpoint("/v1/translate", TranslateResponse, "Translate a batch of texts", stream_response)
+    async def translate(body: TranslateRequest, request: Request) -> Any:  # type: ignore[valid-type]
         state = request.app.state.mt
+        if getattr(body, "stream", False):  # text/event-stream (service/api/streaming.py)
+            request.scope["state"]["model"] = body.model or state.settings.default_model
+            return await streaming.translate_events(_registry(request), body, _context(request, body), state.detector)
         answer = await translate_serving.translate(_registry(request), body, _context(request, body), state.detector)
         request.scope["state"]["model"] = answer["model"]
         return answer

@@ -171,6 +171,12 @@ def request_models(s: Settings) -> RequestModels:
         format: Literal["text", "html"] = Field(
             "text", description="html: translate the text of an HTML fragment and keep its markup"
         )
+        stream: bool = Field(
+            False,
+            description="answer text/event-stream: delta events {index, text} as each text is decoded (their "
+            "concatenation is the final text), a translation event {index, translation} per text, then done "
+            "(errors after the first event: an error event {code, detail}); see the README",
+        )
 
         @model_validator(mode="after")
         def _n_best(self) -> TranslateRequest:

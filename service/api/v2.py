@@ -17,7 +17,7 @@ from typing import Annotated, Any, Literal
 import numpy as np
 from fastapi import APIRouter, FastAPI, Request
 from fastapi.responses import JSONResponse, Response
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, BeforeValidator, ConfigDict, Field
 
 from service.api.protocol import (
     ProtocolError,
@@ -53,11 +53,20 @@ def inline_refs(schema: dict) -> dict:
     return resolve(schema)
 
 
+Scalar = bool | int | float | str  # parameter values: $parameter in KServe's required_api.md
+
+
+def _integral(value: object) -> object:
+    """Strict integers, except that 2.0 counts as 2 (JSON Schema says it is an integer)."""
+    return int(value) if isinstance(value, float) and value.is_integer() else value
+
+
 def request_models(s: Settings) -> tuple[type[BaseModel], type[BaseModel]]:
-    Int = Annotated[int, Field(strict=True)]
+    Int = Annotated[int, BeforeValidator(_integral), Field(strict=True)]
 
     class Parameters(BaseModel):
         model_config = ConfigDict(extra="allow", strict=True)  # clients send their own (Triton: priority, ...)
+        __pydantic_extra__: dict[str, Scalar] = Field(init=False)  # the protocol's parameters are scalars
         beam_size: Int = Field(4, ge=1, le=s.max_beam_size)
         max_length: Int | None = Field(None, ge=1, le=s.max_length_cap, description="generated tokens per text")
         length_penalty: float = Field(0.6, ge=0.0, le=5.0)
@@ -70,16 +79,17 @@ def request_models(s: Settings) -> tuple[type[BaseModel], type[BaseModel]]:
 
     class TensorParameters(BaseModel):
         model_config = ConfigDict(extra="allow", strict=True)
+        __pydantic_extra__: dict[str, Scalar] = Field(init=False)
         binary_data_size: Int | None = Field(None, ge=0)
         binary_data: bool | None = None
 
     class InputTensor(BaseModel):
         model_config = ConfigDict(extra="forbid", strict=True)
         name: Literal["TEXT"]
-        shape: list[Annotated[int, Field(strict=True, ge=0)]] = Field(min_length=1, max_length=2)
+        shape: list[Annotated[Int, Field(ge=0)]] = Field(min_length=1, max_length=2)
         datatype: Literal["BYTES"]
         parameters: TensorParameters | None = None
-        data: list[Any] | None = Field(None, description="strings (row-major, nested or flat)")
+        data: list[str | list[str]] | None = Field(None, description="strings, row-major (flat, or nested by shape)")
 
     class RequestedOutput(BaseModel):
         model_config = ConfigDict(extra="forbid", strict=True)

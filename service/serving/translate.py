@@ -50,13 +50,28 @@ async def translate(
     for (results, used), idx in zip(runs, groups.values(), strict=True):
         for i, t in zip(idx, results, strict=True):
             served[i] = used
-            translations[i] = translation_out(used, t, body, detected[i])
-            if fmt == "text":
-                sentences = 1 if split else len(split_text(body.texts[i], used.languages[0], True).sentences)
-                value, warnings = assess(used, body.texts[i], t, options, ctx.quality, sentences)
-                translations[i].update(confidence=value, warnings=warnings)
+            translations[i] = text_out(used, t, body, i, detected[i], options, ctx)
     first = served[0]
     return {"model": first.name, "version": first.version, "translations": translations}
+
+
+def text_out(
+    used: LoadedModel,
+    t: Translation,
+    body: Any,
+    i: int,
+    detected: str | None,
+    options: TranslateOptions,
+    ctx: RequestContext,
+) -> dict[str, Any]:
+    """The answer object of text ``i`` (also the final event of a streamed text, service/serving/stream.py)."""
+    out = translation_out(used, t, body, detected)
+    split, fmt = getattr(body, "split_sentences", True), getattr(body, "format", "text")
+    if fmt == "text":
+        sentences = 1 if split else len(split_text(body.texts[i], used.languages[0], True).sentences)
+        value, warnings = assess(used, body.texts[i], t, options, ctx.quality, sentences)
+        out.update(confidence=value, warnings=warnings)
+    return out
 
 
 def translation_out(model: LoadedModel, t: Translation, body: Any, detected: str | None = None) -> dict[str, Any]:

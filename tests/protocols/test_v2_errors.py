@@ -24,7 +24,7 @@ def _with(**changes) -> dict:
         (json.dumps(_with(name="INPUT0")).encode(), 400, "inputs.0.name"),
         (json.dumps(_with(datatype="FP32")).encode(), 400, "inputs.0.datatype"),
         (json.dumps(_with(shape=[3])).encode(), 400, "shape [3] but 1 elements"),
-        (json.dumps(_with(data=[1])).encode(), 400, "must be a string"),
+        (json.dumps(_with(data=[1])).encode(), 400, "inputs.0.data"),
         (json.dumps(_with(data=None)).encode(), 400, "no data"),
         (json.dumps({**GOOD, "parameters": {"beam_size": 99}}).encode(), 400, "beam_size"),
         (json.dumps({**GOOD, "parameters": {"beam_size": "2"}}).encode(), 400, "beam_size"),
