@@ -100,7 +100,18 @@ def build_router(app: FastAPI) -> APIRouter:
     stream_response = {
         200: {
             "description": 'the translations; with "stream": true Server-Sent Events (delta, translation, error, done)',
-            "content": {"text/event-stream": {"schema": {"type": "string"}}},
+            "content": {
+                "text/event-stream": {
+                    "schema": {  # one Server-Sent Event; data is one JSON object (README, Streaming)
+                        "type": "object",
+                        "properties": {
+                            "event": {"type": "string", "enum": ["delta", "translation", "error", "done"]},
+                            "data": {"type": "string"},
+                        },
+                        "required": ["event", "data"],
+                    }
+                }
+            },
         }
     }
 
