@@ -31,6 +31,12 @@ SERVICE_METRICS = {
     "mt_generated_tokens_total": "counter",
     "mt_queue_depth": "gauge",
     "mt_model_info": "gauge",
+    "mt_dropped_requests_total": "counter",
+    # continuous batching
+    "mt_decoder_step_rows": "histogram",
+    "mt_time_to_first_token_seconds": "histogram",
+    "mt_live_rows": "gauge",
+    "mt_freed_rows_total": "counter",
 }
 METRIC_NAME = re.compile(r"\bmt_[a-z_]+")
 

@@ -92,6 +92,11 @@ def test_dashboard_names_only_exported_metrics():
         "mt_queue_depth",
         "mt_generated_tokens_total",
         "mt_model_info",
+        "mt_decoder_step_rows_bucket",
+        "mt_time_to_first_token_seconds_bucket",
+        "mt_live_rows",
+        "mt_freed_rows_total",
+        "mt_dropped_requests_total",
     ):
         assert name in used, f"no panel uses {name}"
     quantiles = {float(q) for _, expr in queries for q in re.findall(r"histogram_quantile\(([\d.]+)", expr)}
