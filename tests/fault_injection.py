@@ -4,10 +4,14 @@ Production code has no test hooks: this launcher passes ``wrap_runner`` to the a
 batch's source texts (decoded from their ids): a text containing FAIL_BATCH_MARKER makes its batch raise, one
 containing SLOW_BATCH_MARKER makes its batch take SLOW_BATCH_S longer (a slower machine). Started by tests as
 ``LiveServer(..., command=COMMAND)``; ``-c`` keeps the repository root (the server's cwd) first on the import path.
+
+With ``MT_TEST_STEP_DELAY_S`` in the environment every decoder step (decoder_step.onnx run) takes that much longer,
+so that tests can act while continuous batching is mid-decode (a deadline, a disconnect, SIGTERM).
 """
 
 from __future__ import annotations
 
+import os
 import runpy
 import sys
 import time
@@ -20,7 +24,25 @@ SLOW_BATCH_S = 0.05
 COMMAND = [sys.executable, "-c", f"import runpy; runpy.run_path({str(Path(__file__))!r}, run_name='__main__')"]
 
 
+class _SlowSession:
+    """An onnxruntime session whose every run takes ``delay`` seconds longer."""
+
+    def __init__(self, session, delay: float) -> None:
+        self._session, self._delay = session, delay
+
+    def run(self, *args, **kwargs):
+        time.sleep(self._delay)
+        return self._session.run(*args, **kwargs)
+
+    def __getattr__(self, name: str):
+        return getattr(self._session, name)
+
+
 def inject_faults(runner, engine):
+    delay = float(os.environ.get("MT_TEST_STEP_DELAY_S", "0"))
+    if delay and engine.step_decoder is not None:
+        engine.step_decoder = _SlowSession(engine.step_decoder, delay)
+
     def run_batch(options, sources):
         texts = [engine.tokenizer.decode(s.ids) for s in sources]
         if any(FAIL_BATCH_MARKER in t for t in texts):
