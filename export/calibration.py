@@ -60,8 +60,9 @@ def record_feeds(
     for beam, chunk in ((1, sentences[:half]), (4, sentences[half:])):
         for start in range(0, len(chunk), batch_size):
             engine.translate(chunk[start : start + batch_size], TranslateOptions(beam_size=beam))
-    for sentence in sentences[:24]:
-        engine.attention(sentence)
+    for src_ids in engine.source_ids(sentences[:24]):  # what attention computes: greedy translation, then the
+        tgt_ids = engine.translate_ids([src_ids])[0].token_ids  # target teacher-forced through decoder.onnx
+        engine.run_decoder_full(engine.run_encoder([src_ids]), [tgt_ids])  # (not the score it steps again)
     return {graph: items[:: max(1, len(items) // max_feeds)][:max_feeds] for graph, items in feeds.items() if items}
 
 
