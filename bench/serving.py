@@ -1,12 +1,18 @@
-"""HTTP service benchmark: dynamic batching on vs off, side by side, at several client concurrencies.
+"""HTTP service benchmark: continuous vs dynamic batching vs off, side by side, at several client concurrencies.
 
-Starts the real service (``python -m service``) twice on the same bundle repository with the same thread
-settings, once with MT_BATCHING=true and once with MT_BATCHING=false. For each client count, both servers get
-the same requests (one German sentence each, from test_2016_flickr) in turn, so background load hits both
-alike. Prints throughput (sentences/s), client-side p50/p95/p99 latency and the on/off ratios, and writes the
-table with the command, date and machine into a marked section of docs/benchmarks.md.
+Starts the real service (``python -m service``) once per mode on the same bundle repository with the same thread
+settings: MT_SCHEDULER=continuous (sentences join the running decode at every step), dynamic (whole batches within
+MT_MAX_WAIT_MS) and off (one sentence per batch). For each client count, every server gets the same requests (one
+German sentence each, from test_2016_flickr) in turn, so background load hits them alike. The clients run in
+this process, the servers in their own: the server's CPU seconds per sentence (utime + stime from /proc) are
+reported beside the client-side throughput and p50/p95/p99 latency, so the clients' share of the cores stays out
+of that ratio. With --stream-clients, streaming requests measure the time to the first delta event. The table,
+with the command, date and machine, goes into a marked section of docs/benchmarks.md.
 
     python -m bench.serving --data ../shared/data/multi30k --requests 400 --clients 1 8 64 --beam-size 4
+
+Continuous batching needs a bundle whose decoder_step graph has interface 3 (a server given an older bundle
+falls back to dynamic; the table says which scheduler each server ran).
 """
 
 from __future__ import annotations
@@ -33,6 +39,7 @@ from bench.bench_machine import cpu_model
 
 ROOT = Path(__file__).resolve().parent.parent
 BEGIN, END = "<!-- bench/serving.py: begin -->", "<!-- bench/serving.py: end -->"
+MODES = ("continuous", "dynamic", "off")
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
@@ -46,8 +53,11 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--beam-size", type=int, default=4)
     p.add_argument("--threads", type=int, default=1, help="MT_INTRA_OP_THREADS of both servers")
     p.add_argument("--workers", type=int, default=1, help="MT_ENGINE_WORKERS of both servers")
-    p.add_argument("--max-wait-ms", type=float, default=5.0, help="MT_MAX_WAIT_MS of the batching server")
-    p.add_argument("--max-batch", type=int, default=32, help="MT_MAX_BATCH_SENTENCES of the batching server")
+    p.add_argument("--max-wait-ms", type=float, default=5.0, help="MT_MAX_WAIT_MS of the dynamic server")
+    p.add_argument("--max-batch", type=int, default=32, help="MT_MAX_BATCH_SENTENCES of the dynamic server")
+    p.add_argument("--max-live-rows", type=int, default=128, help="MT_MAX_LIVE_ROWS of the continuous server")
+    p.add_argument("--modes", nargs="+", default=list(MODES), choices=MODES, help="schedulers to compare")
+    p.add_argument("--stream-clients", type=int, default=0, help="also stream with this many clients (TTFT)")
     p.add_argument("--variant", default="auto", help="MT_VARIANT (auto, fp32, int8, fp16)")
     p.add_argument("--warmup", type=int, default=8, help="requests sent to each server before measuring")
     p.add_argument("--output", type=Path, default=ROOT / "docs" / "benchmarks.md", help="results file to update")
@@ -67,7 +77,7 @@ def free_port() -> int:
 class Service:
     """One ``python -m service`` subprocess on a free loopback port."""
 
-    def __init__(self, label: str, args: argparse.Namespace, batching: bool, log_dir: Path) -> None:
+    def __init__(self, label: str, args: argparse.Namespace, log_dir: Path) -> None:
         self.label = label
         self.port = free_port()
         self.url = f"http://127.0.0.1:{self.port}"
@@ -84,7 +94,8 @@ class Service:
             "MT_INTRA_OP_THREADS": str(args.threads),
             "MT_INTER_OP_THREADS": "1",
             "MT_ENGINE_WORKERS": str(args.workers),
-            "MT_BATCHING": "true" if batching else "false",
+            "MT_SCHEDULER": label,
+            "MT_MAX_LIVE_ROWS": str(args.max_live_rows),
             "MT_MAX_WAIT_MS": str(args.max_wait_ms),
             "MT_MAX_BATCH_SENTENCES": str(args.max_batch),
             "MT_MAX_QUEUE_SENTENCES": str(max(1024, 4 * max(args.clients))),
@@ -128,17 +139,24 @@ class Service:
                 self.process.wait()
 
     def batch_totals(self) -> tuple[float, float]:
-        """(engine batches, sentences in them) so far."""
+        """(engine batches or decoder steps, sentences or rows in them) so far: mt_batch_size for whole batches,
+        mt_decoder_step_rows for continuous batching."""
         text = httpx.get(self.url + "/metrics", timeout=10).text
         count = total = 0.0
+        name = "mt_decoder_step_rows" if self.label == "continuous" else "mt_batch_size"
         for family in text_string_to_metric_families(text):
-            if family.name == "mt_batch_size":
+            if family.name == name:
                 for s in family.samples:
-                    if s.name == "mt_batch_size_count":
+                    if s.name == f"{name}_count":
                         count += s.value
-                    elif s.name == "mt_batch_size_sum":
+                    elif s.name == f"{name}_sum":
                         total += s.value
         return count, total
+
+    def cpu_seconds(self) -> float:
+        """The server process's user + system CPU seconds so far (/proc/<pid>/stat)."""
+        fields = Path(f"/proc/{self.process.pid}/stat").read_text().rsplit(")", 1)[1].split()
+        return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
 @dataclass
@@ -148,6 +166,8 @@ class Result:
     seconds: float
     latencies: np.ndarray  # seconds, successful requests
     mean_batch: float
+    cpu_per_sentence: float = float("nan")  # server CPU seconds per sentence
+    first_token: np.ndarray | None = None  # streaming: seconds to the first delta event
 
     @property
     def throughput(self) -> float:
@@ -157,12 +177,40 @@ class Result:
         return float(np.percentile(self.latencies, q) * 1000) if len(self.latencies) else float("nan")
 
 
-async def _load(url: str, sentences: list[str], clients: int, beam: int, model: str, label: str) -> Result:
+async def _load(
+    url: str, sentences: list[str], clients: int, beam: int, model: str, label: str, stream: bool = False
+) -> Result:
     latencies: list[float] = []
+    first: list[float] = []
     errors = 0
     next_index = 0
     step = max(1, len(sentences) // 4)
     limits = httpx.Limits(max_connections=clients, max_keepalive_connections=clients)
+
+    async def one(http: httpx.AsyncClient, text: str) -> bool:
+        body = {"texts": [text], "beam_size": beam, "model": model, "timeout_s": 600}
+        started = time.perf_counter()
+        if not stream:
+            response = await http.post("/v1/translate", json=body)
+            ok = response.status_code == 200
+            if not ok and errors < 3:
+                print(f"  {label}: HTTP {response.status_code}: {response.text[:200]}", file=sys.stderr)
+            if ok:
+                latencies.append(time.perf_counter() - started)
+            return ok
+        seen_first, done = False, False
+        async with http.stream("POST", "/v1/translate", json={**body, "stream": True}) as response:
+            async for line in response.aiter_lines():
+                if line.startswith("event: delta") and not seen_first:
+                    first.append(time.perf_counter() - started)
+                    seen_first = True
+                elif line.startswith("event: done"):
+                    done = True
+                elif line.startswith("event: error"):
+                    break
+        if done:
+            latencies.append(time.perf_counter() - started)
+        return done
 
     async def client(http: httpx.AsyncClient) -> None:
         nonlocal next_index, errors
@@ -171,54 +219,73 @@ async def _load(url: str, sentences: list[str], clients: int, beam: int, model: 
             next_index += 1
             if next_index % step == 0:
                 print(f"  {label}: {next_index}/{len(sentences)} requests sent", file=sys.stderr, flush=True)
-            started = time.perf_counter()
-            response = await http.post(
-                "/v1/translate", json={"texts": [text], "beam_size": beam, "model": model, "timeout_s": 600}
-            )
-            if response.status_code == 200:
-                latencies.append(time.perf_counter() - started)
-            else:
+            if not await one(http, text):
                 errors += 1
-                if errors <= 3:
-                    print(f"  {label}: HTTP {response.status_code}: {response.text[:200]}", file=sys.stderr)
 
     async with httpx.AsyncClient(base_url=url, timeout=900, limits=limits) as http:
         started = time.perf_counter()
         await asyncio.gather(*(client(http) for _ in range(clients)))
         seconds = time.perf_counter() - started
-    return Result(len(sentences), errors, seconds, np.asarray(latencies), float("nan"))
+    result = Result(len(sentences), errors, seconds, np.asarray(latencies), float("nan"))
+    result.first_token = np.asarray(first) if stream else None
+    return result
 
 
-def measure(service: Service, sentences: list[str], clients: int, args: argparse.Namespace) -> Result:
-    label = f"batching {service.label:>3}, {clients:>3} clients"
-    before = service.batch_totals()
-    result = asyncio.run(_load(service.url, sentences, clients, args.beam_size, args.model, label))
-    after = service.batch_totals()
+def measure(
+    service: Service, sentences: list[str], clients: int, args: argparse.Namespace, stream: bool = False
+) -> Result:
+    label = f"{service.label:>10}, {clients:>3} clients{' streaming' if stream else ''}"
+    before, cpu_before = service.batch_totals(), service.cpu_seconds()
+    result = asyncio.run(_load(service.url, sentences, clients, args.beam_size, args.model, label, stream))
+    after, cpu_after = service.batch_totals(), service.cpu_seconds()
     batches, total = after[0] - before[0], after[1] - before[1]
     result.mean_batch = total / batches if batches else float("nan")
+    result.cpu_per_sentence = (cpu_after - cpu_before) / max(1, result.sentences - result.errors)
+    ttft = ""
+    if result.first_token is not None and len(result.first_token):
+        ttft = (
+            f"  first token p50 {np.percentile(result.first_token, 50) * 1000:7.1f} ms"
+            f" p99 {np.percentile(result.first_token, 99) * 1000:7.1f} ms"
+        )
     print(
         f"{label}: {result.throughput:7.1f} sent/s  p50 {result.latency_ms(50):7.1f} ms  "
         f"p95 {result.latency_ms(95):7.1f} ms  p99 {result.latency_ms(99):7.1f} ms  "
-        f"mean batch {result.mean_batch:5.2f}  errors {result.errors}",
+        f"server CPU {result.cpu_per_sentence * 1000:6.2f} ms/sent  "
+        f"mean batch/rows {result.mean_batch:5.2f}  errors {result.errors}{ttft}",
         flush=True,
     )
     return result
 
 
-def table(rows: list[tuple[int, Result, Result]]) -> str:
-    header = ["clients", "sent/s on", "sent/s off", "ratio on/off"]
-    for q in (50, 95, 99):
-        header += [f"p{q} ms on", f"p{q} ms off", f"p{q} on/off"]
-    header += ["mean batch on", "errors on/off"]
-    lines = ["| " + " | ".join(header) + " |", "|" + "---:|" * len(header)]
-    for clients, on, off in rows:
-        ratio = on.throughput / off.throughput
-        cells = [str(clients), f"{on.throughput:.1f}", f"{off.throughput:.1f}", f"{ratio:.2f}x"]
-        for q in (50, 95, 99):
-            a, b = on.latency_ms(q), off.latency_ms(q)
-            cells += [f"{a:.1f}", f"{b:.1f}", f"{a / b:.2f}x"]
-        cells += [f"{on.mean_batch:.2f}", f"{on.errors}/{off.errors}"]
-        lines.append("| " + " | ".join(cells) + " |")
+def table(rows: list[tuple[int, dict[str, Result]]], schedulers: dict[str, str]) -> str:
+    header = ["clients", "mode", "sent/s", "p50 ms", "p95 ms", "p99 ms", "p99/p50", "server CPU ms/sent"]
+    header += ["mean batch (rows/step)", "errors", "sent/s vs dynamic", "sent/s vs off", "p50 vs off"]
+    lines = ["| " + " | ".join(header) + " |", "|---:|---|" + "---:|" * (len(header) - 2)]
+    for clients, results in rows:
+        for mode, r in results.items():
+            dynamic, off = results.get("dynamic"), results.get("off")
+            cells = [str(clients), mode if schedulers.get(mode, mode) == mode else f"{mode} (ran {schedulers[mode]})"]
+            cells += [f"{r.throughput:.1f}"] + [f"{r.latency_ms(q):.1f}" for q in (50, 95, 99)]
+            cells += [f"{r.latency_ms(99) / r.latency_ms(50):.2f}", f"{r.cpu_per_sentence * 1000:.2f}"]
+            cells += [f"{r.mean_batch:.2f}", str(r.errors)]
+            cells.append(f"{r.throughput / dynamic.throughput:.2f}x" if dynamic else "")
+            cells.append(f"{r.throughput / off.throughput:.2f}x" if off else "")
+            cells.append(f"{r.latency_ms(50) / off.latency_ms(50):.2f}x" if off else "")
+            lines.append("| " + " | ".join(cells) + " |")
+    return "\n".join(lines)
+
+
+def stream_table(rows: list[tuple[str, int, Result]]) -> str:
+    lines = [
+        "| mode | streaming clients | sent/s | time to first token p50 ms | p99 ms | whole answer p50 ms | p99 ms |",
+        "|---|---:|---:|---:|---:|---:|---:|",
+    ]
+    for mode, clients, r in rows:
+        ft = r.first_token if r.first_token is not None and len(r.first_token) else np.asarray([float("nan")])
+        lines.append(
+            f"| {mode} | {clients} | {r.throughput:.1f} | {np.percentile(ft, 50) * 1000:.1f} | "
+            f"{np.percentile(ft, 99) * 1000:.1f} | {r.latency_ms(50):.1f} | {r.latency_ms(99):.1f} |"
+        )
     return "\n".join(lines)
 
 
@@ -260,51 +327,67 @@ def main(argv: list[str] | None = None) -> int:
     started_at = dt.datetime.now(dt.UTC).strftime("%Y-%m-%d %H:%M UTC")
     where = machine()
     print(f"{where}\n{len(sentences)} requests per level from {source_name}, beam {args.beam_size}", flush=True)
+    streamed: list[tuple[str, int, Result]] = []
     with tempfile.TemporaryDirectory(prefix="bench-serving-") as tmp:
-        services = {"on": Service("on", args, True, Path(tmp)), "off": Service("off", args, False, Path(tmp))}
+        services = {mode: Service(mode, args, Path(tmp)) for mode in args.modes}
         try:
             for s in services.values():
                 s.start()
             for s in services.values():
                 s.wait_ready()
-            info = httpx.get(services["on"].url + "/v1/models", timeout=10).json()["models"][0]
-            print(f"serving {info['name']} v{info['version']} ({info['variant']}, {info['providers'][0]})", flush=True)
+            schedulers = {}
+            for mode, s in services.items():
+                info = httpx.get(s.url + "/v1/models", timeout=10).json()["models"][0]
+                schedulers[mode] = info.get("scheduler", mode)
+            print(
+                f"serving {info['name']} v{info['version']} ({info['variant']}, {info['providers'][0]}); "
+                f"schedulers {schedulers}",
+                flush=True,
+            )
             for s in services.values():  # warm-up, not measured
                 asyncio.run(_load(s.url, sentences[: args.warmup], 1, args.beam_size, args.model, "warm-up"))
             rows = []
-            for clients in args.clients:  # both modes per level, back to back: background load hits both alike
-                on = measure(services["on"], sentences, clients, args)
-                off = measure(services["off"], sentences, clients, args)
-                rows.append((clients, on, off))
+            for clients in args.clients:  # every mode per level, back to back: background load hits all alike
+                rows.append((clients, {mode: measure(s, sentences, clients, args) for mode, s in services.items()}))
+            if args.stream_clients:
+                for mode, s in services.items():
+                    if mode != "off":
+                        streamed.append(
+                            (mode, args.stream_clients, measure(s, sentences, args.stream_clients, args, stream=True))
+                        )
         finally:
             for s in services.values():
                 s.stop()
-    result = table(rows)
+    result = table(rows, schedulers)
     print("\n" + result)
+    if streamed:
+        print("\n" + stream_table(streamed))
     command = "python -m bench.serving " + shlex.join(argv if argv is not None else sys.argv[1:])
-    section = "\n".join(
-        [
-            "## HTTP service: dynamic batching on vs off",
-            "",
-            f"- command: `{command}`",
-            f"- date: {started_at}",
-            f"- machine: {where}",
-            f"- model: {info['name']} v{info['version']}, variant {info['variant']} on {info['providers'][0]}; "
-            f"threads intra {args.threads} / inter 1, engine workers {args.workers}",
-            f"- load: {len(sentences)} requests of one sentence each per row and mode ({source_name}), "
-            f"beam {args.beam_size}; batching on = MT_MAX_WAIT_MS {args.max_wait_ms:g}, "
-            f"MT_MAX_BATCH_SENTENCES {args.max_batch}; off = MT_BATCHING=false",
-            "- latency is client-side (request sent to response read); clients run in the benchmark process, "
-            "on the same machine as the server",
-            "",
-            result,
-            "",
-        ]
-    )
+    section = [
+        "## HTTP service: continuous vs dynamic batching vs off",
+        "",
+        f"- command: `{command}`",
+        f"- date: {started_at}",
+        f"- machine: {where}",
+        f"- model: {info['name']} v{info['version']}, variant {info['variant']} on {info['providers'][0]}; "
+        f"threads intra {args.threads} / inter 1, engine workers {args.workers}",
+        f"- load: {len(sentences)} requests of one sentence each per row and mode ({source_name}), "
+        f"beam {args.beam_size}; continuous = MT_SCHEDULER=continuous, MT_MAX_LIVE_ROWS {args.max_live_rows}; "
+        f"dynamic = MT_MAX_WAIT_MS {args.max_wait_ms:g}, MT_MAX_BATCH_SENTENCES {args.max_batch}; off = one "
+        "sentence per batch",
+        "- latency is client-side (request sent to response read); the clients run in the benchmark process, the "
+        "servers in their own; server CPU ms/sent = the server process's utime + stime (/proc) over the row's "
+        "sentences; mean batch = sentences per engine batch (dynamic, off) or rows per decoder step (continuous)",
+        "",
+        result,
+        "",
+    ]
+    if streamed:
+        section += ['Streaming (`"stream": true`), time to the first delta event:', "", stream_table(streamed), ""]
     if not args.no_write:
-        write_section(args.output, section)
+        write_section(args.output, "\n".join(section))
         print(f"\nwrote {args.output}")
-    return 0 if all(on.errors == off.errors == 0 for _, on, off in rows) else 1
+    return 0 if all(r.errors == 0 for _, results in rows for r in results.values()) else 1
 
 
 if __name__ == "__main__":
