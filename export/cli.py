@@ -12,9 +12,11 @@ from pathlib import Path
 from export.calibration import read_sentences, record_feeds
 from export.manifest import build_manifest, git_commit, seal
 from export.onnx_export import export_graphs
+from export.pack import pack_bundle
 from export.quantize import convert_fp16, quantize_int8_static
 from model.checkpoint import TOKENIZER_FILE, load_release
 from service.engine import Engine, TranslateOptions, load_bundle
+from service.engine.bundle import FORMATS
 
 VARIANTS = ("fp32", "int8", "fp16")
 MAX_BLEU_LOSS = 0.5  # a derived variant may be the default only within this much BLEU of fp32
@@ -45,7 +47,7 @@ def cmd_export(args: argparse.Namespace) -> int:
     if evaluation.exists():
         training["pytorch_evaluation"] = json.loads(evaluation.read_text())
 
-    def sealed(variants: dict[str, dict]) -> None:
+    def sealed(variants: dict[str, dict], bundle_format: str) -> None:
         manifest = build_manifest(
             out,
             name=args.name,
@@ -58,11 +60,13 @@ def cmd_export(args: argparse.Namespace) -> int:
             vocab_size=model.cfg.vocab_size,
             training=training,
             commit=commit,
+            bundle_format=bundle_format,
         )
         seal(out, manifest)
 
+    # the variants are made as format 1 (self-contained graphs, one folder per variant), then packed (format 2)
     variants: dict[str, dict] = {"fp32": {graph: f"fp32/{graph}.onnx" for graph in paths}}
-    sealed(variants)  # an fp32 bundle first: the engine that records the int8 calibration feeds loads it
+    sealed(variants, FORMATS[0])  # an fp32 bundle first: the engine that records the int8 calibration feeds loads it
     if "int8" in args.variants:
         sentences = read_sentences(args.calibration_data, args.calibration_sentences)
         print(f"calibrating int8 on {len(sentences)} sentences of {args.calibration_data}", file=sys.stderr)
@@ -87,7 +91,11 @@ def cmd_export(args: argparse.Namespace) -> int:
             if graph != "decoder_step":
                 convert_fp16(path, out / "fp16" / f"{graph}.onnx")
                 variants["fp16"][graph] = f"fp16/{graph}.onnx"
-    sealed(variants)
+    if args.bundle_format == 2:
+        variants, report = pack_bundle(out, variants)
+        for graph, counts in report.items():
+            print(f"packed {graph}: {', '.join(f'{n} {kind}' for kind, n in sorted(counts.items()))}", file=sys.stderr)
+    sealed(variants, f"mtserve-bundle/{args.bundle_format}")
     print(f"wrote {out} ({', '.join(variants)}) in {time.time() - started:.1f}s", file=sys.stderr)
     return 0
 
@@ -196,6 +204,14 @@ def main(argv: list[str] | None = None) -> int:
         help="source-language sentences, one per line, that fix the int8 activation scales (needed for int8)",
     )
     p.add_argument("--calibration-sentences", type=int, default=256, help="how many lines to draw (seeded)")
+    p.add_argument(
+        "--bundle-format",
+        type=int,
+        choices=[1, 2],
+        default=2,
+        help="2: graphs/ with each tensor stored once in per-variant weights files (export/pack.py); "
+        "1: self-contained graphs, one folder per variant (several times larger)",
+    )
     p.add_argument("--force", action="store_true")
     p.set_defaults(func=cmd_export)
 

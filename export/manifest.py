@@ -9,7 +9,7 @@ from typing import Any
 
 from core.tokenizer import SPECIAL_IDS
 from export.onnx_export import OPSET, graph_signature
-from service.engine.bundle import FORMAT, write_manifest
+from service.engine.bundle import FORMAT, FORMATS, write_manifest
 
 
 def git_commit(repo: Path | None = None) -> str | None:
@@ -42,16 +42,23 @@ def build_manifest(
     training: dict[str, Any],
     default_variant: str = "fp32",
     commit: str | None = None,
+    bundle_format: str = FORMAT,
 ) -> dict[str, Any]:
     """``commit``: the exporting code's git commit, taken before the export wrote anything (a bundle inside the
-    repository would otherwise mark its own export "-dirty"); looked up now when not given."""
-    files = ["tokenizer.model"] + [
-        path for v in variants.values() for key, path in v.items() if key in ("encoder", "decoder", "decoder_step")
-    ]
+    repository would otherwise mark its own export "-dirty"); looked up now when not given.
+
+    ``files``: the tokenizer, every variant's graphs and the weights files they read (format 2), each once."""
+    if bundle_format not in FORMATS:
+        raise ValueError(f"bundle format {bundle_format!r} is none of {FORMATS}")
+    files = ["tokenizer.model"]
+    for v in variants.values():
+        for rel in [v[key] for key in ("encoder", "decoder", "decoder_step") if key in v] + v.get("weights", []):
+            if rel not in files:
+                files.append(rel)
     fp32 = variants["fp32"]
     graphs = {g: graph_signature(bundle_dir / fp32[g]) for g in ("encoder", "decoder", "decoder_step") if g in fp32}
     return {
-        "format": FORMAT,
+        "format": bundle_format,
         "name": name,
         "version": version,
         "source_language": source_language,

@@ -1,5 +1,11 @@
 """A model bundle: ``model_repository/<name>/<version>/`` with manifest.json, tokenizer and ONNX graphs.
 
+Format 2 (``mtserve-bundle/2``, written since the compact layout) keeps every graph and weights file in
+``graphs/``: graph protos whose large tensors are ONNX external data, regions of ``graphs/<variant>.weights``
+that several graphs (and variants) share, each tensor stored once (export/pack.py). Format 1 has self-contained
+graphs in one folder per variant (``fp32/encoder.onnx`` ...). Both load the same way: the manifest names each
+variant's graph files, onnxruntime resolves a graph's external data next to it.
+
 Loading verifies the manifest's own digest and every listed file's size and sha256, and refuses files
 the manifest does not list, so a corrupted, truncated, missing, added or edited file stops the load
 with an error naming it. Nothing here unpickles anything: ONNX protobufs, a SentencePiece model, JSON.
@@ -14,7 +20,8 @@ from pathlib import Path
 from typing import Any
 
 MANIFEST = "manifest.json"
-FORMAT = "mtserve-bundle/1"
+FORMAT = "mtserve-bundle/2"  # what the exporter writes
+FORMATS = ("mtserve-bundle/1", FORMAT)  # what loads
 
 
 class BundleError(Exception):
@@ -81,6 +88,11 @@ class Bundle:
             raise BundleError(f"{self.path}: no variant {variant!r}; the bundle has {sorted(variants)}")
         return self.path / variants[variant][graph]
 
+    def weights(self, variant: str) -> list[Path]:
+        """The weights files the variant's graphs read (format 2; none in format 1: graphs hold their weights)."""
+        self.graph(variant, "encoder")  # refuses an unknown variant
+        return [self.path / rel for rel in self.manifest["variants"][variant].get("weights", [])]
+
     @property
     def tokenizer_file(self) -> Path:
         return self.path / self.manifest["tokenizer"]["file"]
@@ -95,8 +107,8 @@ def load_bundle(path: str | Path, verify: bool = True) -> Bundle:
         manifest = json.loads(manifest_path.read_text(encoding="utf-8"))
     except (UnicodeDecodeError, json.JSONDecodeError) as exc:
         raise BundleError(f"{manifest_path}: not valid JSON ({exc})") from exc
-    if not isinstance(manifest, dict) or manifest.get("format") != FORMAT:
-        raise BundleError(f"{manifest_path}: not a {FORMAT} manifest")
+    if not isinstance(manifest, dict) or manifest.get("format") not in FORMATS:
+        raise BundleError(f"{manifest_path}: not a {' or '.join(FORMATS)} manifest")
     if verify:
         _verify(path, manifest)
     return Bundle(path, manifest)

@@ -40,6 +40,11 @@ def create_session(
 
     onnxruntime-gpu falls back to CPU silently when CUDA cannot start, so what runs is read back
     from ``session.get_providers()``, never assumed from what was asked.
+
+    Graphs of format-2 bundles read their weights from ``*.weights`` files next to them (ONNX external data,
+    which onnxruntime resolves relative to the graph file, so ``path`` is passed as a path, never as bytes); the
+    few weights they derive from stored ones (Transpose / Concat / Cast, export/pack.py) are constant-folded
+    here, once, at any ``optimization`` but ``disable`` (which would compute them on every run).
     """
     options = ort.SessionOptions()
     options.intra_op_num_threads = intra_op_threads

@@ -90,7 +90,8 @@ def test_profile_engine_splits_cpu_time_and_profiles_the_step(tiny_bundle_dir):
     times = split(tiny_bundle_dir, "int8", SAMPLE_SENTENCES * 4, beam=2, batch=8)
     assert times["encoder"] > 0 and times["decoder_step"] > 0
     assert abs(times["encoder"] + times["decoder_step"] + times["other (Python)"] - times["total"]) < 1e-9
-    config = json.loads((tiny_bundle_dir / "manifest.json").read_text())["model"]
-    per_op = operators(tiny_bundle_dir / "int8" / "decoder_step.onnx", config, rows=8, beam=2, steps=5)
+    manifest = json.loads((tiny_bundle_dir / "manifest.json").read_text())
+    step_graph = tiny_bundle_dir / manifest["variants"]["int8"]["decoder_step"]
+    per_op = operators(step_graph, manifest["model"], rows=8, beam=2, steps=5)
     assert {"MatMulIntegerToFloat", "MultiHeadAttention", "TopK"} <= set(per_op)
     assert all(us > 0 for us in per_op.values())

@@ -1,4 +1,5 @@
-"""load_bundle refuses a corrupted, truncated, missing, unlisted or edited file, naming it (and its sha256)."""
+"""load_bundle refuses a corrupted, truncated, missing, unlisted or edited file, naming it (and its sha256):
+graphs, the shared weights files they read by offset (format 2), the tokenizer and the manifest."""
 
 from __future__ import annotations
 
@@ -10,9 +11,10 @@ from pathlib import Path
 import pytest
 
 from service.engine import BundleError, Engine, load_bundle
-from service.engine.bundle import MANIFEST, discover
+from service.engine.bundle import FORMAT, MANIFEST, discover
 
-ALLOWED_SUFFIXES = {".onnx", ".model", ".json"}  # protobuf, SentencePiece, JSON: nothing that is unpickled
+# protobuf, SentencePiece, JSON, raw tensor bytes (ONNX external data): nothing that is unpickled
+ALLOWED_SUFFIXES = {".onnx", ".model", ".json", ".weights"}
 
 
 @pytest.fixture
@@ -35,17 +37,27 @@ def test_a_good_bundle_loads_and_serves(bundle_copy):
     assert Engine(bundle, variant="fp32", providers="cpu").translate(["ein mann spielt"])[0].text
 
 
-def test_bundle_holds_only_onnx_sentencepiece_and_json(bundle_copy):
+def test_bundle_holds_only_onnx_sentencepiece_json_and_weights(bundle_copy):
     files = [p for p in bundle_copy.rglob("*") if p.is_file()]
     assert {p.suffix for p in files} <= ALLOWED_SUFFIXES, sorted(p.name for p in files)
     manifest = _manifest(bundle_copy)
-    assert {Path(rel).suffix for rel in manifest["files"]} <= {".onnx", ".model"}
-    for path in files:
-        if path.suffix == ".onnx":
-            import onnx
+    assert manifest["format"] == FORMAT
+    assert {Path(rel).suffix for rel in manifest["files"]} == {".onnx", ".model", ".weights"}
+    import onnx
 
-            onnx.load(str(path), load_external_data=False)  # a protobuf, one file, no external data
-            assert not path.with_name(path.name + ".data").exists()
+    for variant, entry in manifest["variants"].items():
+        for graph in ("encoder", "decoder", "decoder_step"):
+            path = bundle_copy / entry[graph]
+            model = onnx.load(str(path), load_external_data=False)  # a protobuf
+            read = {
+                (path.parent / e.value).relative_to(bundle_copy).as_posix()
+                for i in model.graph.initializer
+                for e in i.external_data
+                if e.key == "location"
+            }
+            # external data only in the variant's listed weights files, next to the graph (no '..', no absolute)
+            assert read and read == set(entry["weights"]) and read <= set(manifest["files"]), (variant, graph)
+            assert all(Path(rel).parent == Path(entry[graph]).parent for rel in read)
 
 
 def test_manifest_is_strict_json(bundle_copy):
@@ -57,8 +69,18 @@ def test_manifest_is_strict_json(bundle_copy):
     json.loads((bundle_copy / MANIFEST).read_text(), parse_constant=refuse)
 
 
-@pytest.mark.parametrize("rel", ["fp32/decoder.onnx", "int8/encoder.onnx", "tokenizer.model"])
-def test_one_flipped_byte_is_refused(bundle_copy, rel):
+def _file(bundle: Path, what: str) -> str:
+    """``variant/graph`` or ``variant/weights`` (the variant's own weights file) -> its path in the manifest."""
+    if "/" not in what:
+        return what
+    variant, key = what.split("/")
+    entry = _manifest(bundle)["variants"][variant]
+    return next(w for w in entry["weights"] if Path(w).name == f"{variant}.weights") if key == "weights" else entry[key]
+
+
+@pytest.mark.parametrize("what", ["fp32/decoder", "int8/encoder", "fp32/weights", "int8/weights", "tokenizer.model"])
+def test_one_flipped_byte_is_refused(bundle_copy, what):
+    rel = _file(bundle_copy, what)
     path = bundle_copy / rel
     data = bytearray(path.read_bytes())
     data[len(data) // 2] ^= 0x01
@@ -72,8 +94,9 @@ def test_one_flipped_byte_is_refused(bundle_copy, rel):
     assert f"actual {_sha256(path)}" in message
 
 
-def test_a_truncated_file_is_refused(bundle_copy):
-    rel = "fp32/encoder.onnx"
+@pytest.mark.parametrize("what", ["fp32/encoder", "fp32/weights", "int8/weights"])
+def test_a_truncated_file_is_refused(bundle_copy, what):
+    rel = _file(bundle_copy, what)
     path = bundle_copy / rel
     meta = _manifest(bundle_copy)["files"][rel]
     path.write_bytes(path.read_bytes()[: meta["size"] // 2])
@@ -84,8 +107,27 @@ def test_a_truncated_file_is_refused(bundle_copy):
     assert f"expected {meta['size']} bytes, found {meta['size'] // 2}" in message
 
 
-def test_a_missing_file_is_refused(bundle_copy):
-    rel = "int8/decoder.onnx"
+def test_a_truncated_shared_weights_file_stops_every_variant_that_reads_it(bundle_copy):
+    """fp32.weights holds the float tensors int8 reads too (embedding, LayerNorm, biases): the bundle is refused
+    as a whole; and even unverified, onnxruntime builds no session of either variant from a file that ends before
+    the tensors they read (it checks offset + length against the file's size)."""
+    rel = _file(bundle_copy, "fp32/weights")
+    manifest = _manifest(bundle_copy)
+    assert rel in manifest["variants"]["fp32"]["weights"] and rel in manifest["variants"]["int8"]["weights"]
+    path = bundle_copy / rel
+    path.write_bytes(path.read_bytes()[:100])
+    with pytest.raises(BundleError, match="contents changed") as info:
+        load_bundle(bundle_copy)
+    assert rel in str(info.value) and f"expected {manifest['files'][rel]['size']} bytes, found 100" in str(info.value)
+    unverified = load_bundle(bundle_copy, verify=False)
+    for variant in ("fp32", "int8"):
+        with pytest.raises(Exception, match="out of bounds"):
+            Engine(unverified, variant=variant, providers="cpu")
+
+
+@pytest.mark.parametrize("what", ["int8/decoder", "int8/weights"])
+def test_a_missing_file_is_refused(bundle_copy, what):
+    rel = _file(bundle_copy, what)
     expected = _manifest(bundle_copy)["files"][rel]["sha256"]
     (bundle_copy / rel).unlink()
     with pytest.raises(BundleError, match="missing") as info:
@@ -93,9 +135,12 @@ def test_a_missing_file_is_refused(bundle_copy):
     assert rel in str(info.value) and expected in str(info.value)
 
 
-@pytest.mark.parametrize("rel", ["notes.txt", "fp32/extra.onnx", "weights.pt"])
+@pytest.mark.parametrize(
+    "rel", ["notes.txt", "graphs/extra.onnx", "graphs/fp16.weights", "fp32/encoder.onnx", "weights.pt"]
+)
 def test_an_unlisted_file_is_refused(bundle_copy, rel):
     path = bundle_copy / rel
+    path.parent.mkdir(exist_ok=True)
     path.write_bytes(b"not part of the bundle")
     with pytest.raises(BundleError, match="not listed") as info:
         load_bundle(bundle_copy)
@@ -127,7 +172,7 @@ def test_a_missing_or_broken_manifest_is_refused(bundle_copy):
     with pytest.raises(BundleError, match="not valid JSON"):
         load_bundle(bundle_copy)
     (bundle_copy / MANIFEST).write_text(json.dumps({"format": "something-else/9"}))
-    with pytest.raises(BundleError, match="mtserve-bundle/1"):
+    with pytest.raises(BundleError, match="mtserve-bundle/1 or mtserve-bundle/2"):
         load_bundle(bundle_copy)
     (bundle_copy / MANIFEST).unlink()
     with pytest.raises(BundleError, match="missing") as info:

@@ -19,6 +19,9 @@ from model.config import ModelConfig
 from service.engine import Engine, TranslateOptions, load_bundle
 
 BUNDLE_DIR = Path(__file__).resolve().parents[2] / "model_repository" / "de-en" / "1"
+# fp32 + int8 + fp16 in 38.9 MB (docs/model-card.md, "Bundle layout"); the self-contained format 1 took 123.9 MB
+MAX_BUNDLE_BYTES = 39_000_000
+GOAL_BYTES = 45_000_000
 
 
 SENTENCES = [
@@ -56,7 +59,7 @@ def test_committed_bundle_manifest_fields(bundle):
         *m["files"],
         "manifest.json",
     }
-    assert {Path(rel).suffix for rel in m["files"]} <= {".onnx", ".model"}
+    assert {Path(rel).suffix for rel in m["files"]} <= {".onnx", ".model", ".weights"}
     assert m["opset"] == OPSET
     for graph, inputs, outputs in (
         ("encoder", ENCODER_INPUTS, ENCODER_OUTPUTS),
@@ -84,3 +87,29 @@ def test_committed_bundle_translates_german(engine, bundle):
         assert "man" in first and ("bike" in first or "bicycle" in first), first
     default = Engine(bundle, providers="cpu")  # the manifest's default variant
     assert all(t.text.strip() for t in default.translate(SENTENCES))
+
+
+def test_committed_bundle_is_compact_and_stores_each_tensor_once(bundle):
+    """Format 2 (export/pack.py): no tensor twice in the weights files, no large tensor inside a graph, fp32.weights
+    exactly the parameters and the positional table, int8.weights only int8 weights and their scales."""
+    import onnx
+
+    from export.pack import GRAPH_KEYS, INLINE_BELOW, storage, tensors
+
+    m = bundle.manifest
+    assert m["format"] == "mtserve-bundle/2"
+    total = sum(p.stat().st_size for p in BUNDLE_DIR.rglob("*") if p.is_file())
+    assert total <= MAX_BUNDLE_BYTES <= GOAL_BYTES, total
+    report = storage(BUNDLE_DIR, m)
+    assert report["duplicates"] == []
+    cfg = ModelConfig.from_dict(m["model"])
+    positional_table = cfg.max_positions * cfg.d_model if cfg.positional_encoding == "sinusoidal" else 0
+    assert m["files"]["graphs/fp32.weights"]["size"] == 4 * (m["parameters"] + positional_table)
+    assert set(m["variants"]["int8"]["weights"]) == {"graphs/fp32.weights", "graphs/int8.weights"}
+    assert m["variants"]["fp16"]["weights"] == ["graphs/fp32.weights"]  # fp16 = Cast of fp32's tensors
+    for variant, entry in m["variants"].items():
+        for graph in (g for g in GRAPH_KEYS if g in entry):
+            for init, data, region in tensors(BUNDLE_DIR / entry[graph]):
+                assert region is not None or len(data) < INLINE_BELOW, (variant, graph, init.name)
+                if region is not None and region.file == "int8.weights":
+                    assert init.data_type == onnx.TensorProto.INT8 or init.name.endswith("_scale"), init.name

@@ -17,6 +17,7 @@ import torch
 from core.tokenizer import Tokenizer
 from export.manifest import build_manifest, seal
 from export.onnx_export import export_graphs
+from export.pack import pack_bundle
 from model.config import ModelConfig
 from model.transformer import Transformer
 
@@ -68,7 +69,8 @@ def random_model(cfg: ModelConfig, seed: int = 0) -> Transformer:
 
 
 def write_bundle(model: Transformer, tokenizer_file: Path, out: Path, name: str = "variant") -> Path:
-    """Export fp32 graphs and seal a minimal bundle (manifest built by the real export code) in ``out``."""
+    """Export fp32 graphs, pack them (format 2, export/pack.py) and seal a minimal bundle (manifest built by the
+    real export code) in ``out``."""
     if out.exists():
         shutil.rmtree(out)
     export_graphs(model, out / "fp32")
@@ -84,7 +86,7 @@ def write_bundle(model: Transformer, tokenizer_file: Path, out: Path, name: str 
         target_language="en",
         model_config=model.cfg.to_dict(),
         parameters=model.num_parameters(),
-        variants={"fp32": {"encoder": "fp32/encoder.onnx", "decoder": "fp32/decoder.onnx"}},
+        variants=pack_bundle(out, {"fp32": {"encoder": "fp32/encoder.onnx", "decoder": "fp32/decoder.onnx"}})[0],
         vocab_size=model.cfg.vocab_size,
         training={"note": "random weights, parity test only"},
     )

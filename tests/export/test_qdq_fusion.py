@@ -10,6 +10,7 @@ import onnx
 import onnxruntime as ort
 from onnx import TensorProto, helper, numpy_helper
 
+from export.pack import weight_names
 from export.quantize import quantize_int8_static
 from service.engine import load_bundle
 
@@ -65,7 +66,7 @@ def test_tiny_bundle_int8_graphs_are_fully_fused(tiny_bundle_dir):
     for graph in ("encoder", "decoder", "decoder_step"):
         fp32 = onnx.load(str(bundle.graph("fp32", graph)))
         int8 = onnx.load(str(bundle.graph("int8", graph)))
-        constants = {i.name for i in fp32.graph.initializer}
+        constants = weight_names(fp32)  # initializers, and the weights a packed graph derives from them
         projections = [n for n in fp32.graph.node if n.op_type == "MatMul" and n.input[1] in constants]
         ops = Counter(n.op_type for n in int8.graph.node)
         assert ops["MatMulIntegerToFloat"] == len(projections) > 0, graph
