@@ -1,0 +1,33 @@
+"""The viewer with the shipped models: the picker lists de-en and zh-en, and Chinese subwords are drawn as such."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+from live_server import LiveServer
+from test_viewer_page import pick, tokens
+from viewer_shots import shots
+
+ROOT = Path(__file__).resolve().parents[2]
+SHIPPED = ROOT / "model_repository"
+
+
+@pytest.fixture(scope="module")
+def shipped_server(tmp_path_factory):
+    if not (SHIPPED / "zh-en").is_dir():
+        pytest.skip("no zh-en bundle in model_repository")
+    with LiveServer(SHIPPED, log_path=tmp_path_factory.mktemp("shipped") / "log") as server:
+        yield server
+
+
+def test_picker_lists_both_models_and_chinese_tokens_render(browser, shipped_server):
+    shots.open_viewer(browser, shipped_server.url)
+    assert {"de-en", "zh-en"} <= set(
+        browser.execute_script("return Array.from(document.querySelectorAll('#model option')).map(o => o.value)")
+    )
+    pick(browser, "model", "zh-en")
+    shown = shots.translate(browser, "我们明天去北京。", beam_size=1)
+    assert shown and shown.isascii()  # an English translation
+    source = tokens(browser, "heatmap", "col-label")
+    assert source[-1] == "</s>" and any("\u4e00" <= ch <= "\u9fff" for t in source for ch in t), source
