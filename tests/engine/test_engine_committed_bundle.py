@@ -112,4 +112,4 @@ def test_committed_bundle_is_compact_and_stores_each_tensor_once(bundle):
             for init, data, region in tensors(BUNDLE_DIR / entry[graph]):
                 assert region is not None or len(data) < INLINE_BELOW, (variant, graph, init.name)
                 if region is not None and region.file == "int8.weights":
-                    assert init.data_type == onnx.TensorProto.INT8 or "_scale" in init.name, init.name  # scales (and parts)
+                    assert init.data_type == onnx.TensorProto.INT8 or "_scale" in init.name, init.name
