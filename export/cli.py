@@ -107,6 +107,8 @@ def cmd_evaluate(args: argparse.Namespace) -> int:
     bundle = load_bundle(args.bundle)
     manifest = bundle.manifest
     sources, references = read_parallel(args.data, args.split, manifest["source_language"], manifest["target_language"])
+    if args.limit:  # a smoke run: scores of part of a split are printed, never sealed into the manifest
+        sources, references = sources[: args.limit], references[: args.limit]
     for variant in args.variants or bundle.variants:
         engine = Engine(bundle, variant=variant, providers=args.providers, intra_op_threads=args.threads)
         scores = {}
@@ -142,7 +144,10 @@ def cmd_evaluate(args: argparse.Namespace) -> int:
         "every measured beam size; otherwise fp32 (exact). GPUs serve fp16 when the bundle has it, else fp32. "
         "MT_VARIANT overrides."
     )
-    seal(bundle.path, manifest)
+    if args.limit:
+        print(f"--limit {args.limit}: scores of part of {args.split}, not written to the manifest", file=sys.stderr)
+    else:
+        seal(bundle.path, manifest)
     print(json.dumps({v: manifest["variants"][v].get("bleu") for v in manifest["variants"]}, indent=2))
     return 0
 
@@ -169,6 +174,7 @@ def cmd_verify(args: argparse.Namespace) -> int:
 
         m = bundle.manifest
         sources, _ = read_parallel(args.data, args.split, m["source_language"], m["target_language"])
+        sources = sources[: args.limit] if args.limit else sources
         for beam in args.beam:
             parity = translation_parity(model, engine, sources, beam)
             report[f"beam{beam}"] = {
@@ -222,6 +228,7 @@ def main(argv: list[str] | None = None) -> int:
         p.add_argument("--split", default="test_2016_flickr")
         p.add_argument("--beam", type=int, nargs="+", default=[1, 4])
         p.add_argument("--providers", default="cpu")
+        p.add_argument("--limit", type=int, default=0, help="only the first N sentences (0 = all); a smoke run")
 
     p = sub.add_parser("evaluate", help="BLEU of every variant with the engine; recorded in the manifest")
     bundle_and_corpus(p, "corpus folder with <split>.<src> and <split>.<tgt>", data_required=True)
