@@ -15,12 +15,14 @@ ROOT = Path(__file__).resolve().parents[2]
 def serve_command(**env: str) -> str:
     if shutil.which("make") is None:
         pytest.skip("make is not installed")
-    clean = {k: v for k, v in os.environ.items() if k not in ("HOST", "PORT", "MT_HOST", "MT_PORT")}
+    inherited = ("HOST", "PORT", "MT_HOST", "MT_PORT", "MAKEFLAGS", "MAKELEVEL", "MFLAGS")  # e.g. under `make test`
+    clean = {k: v for k, v in os.environ.items() if k not in inherited}
     result = subprocess.run(
         ["make", "-n", "serve"], cwd=ROOT, env={**clean, **env}, capture_output=True, text=True, timeout=60
     )
     assert result.returncode == 0, result.stderr
-    return result.stdout.strip().splitlines()[-1]
+    [line] = [line for line in result.stdout.splitlines() if line.endswith("-m service")]
+    return line
 
 
 def test_defaults_and_both_spellings_of_host_and_port():
