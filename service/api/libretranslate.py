@@ -36,7 +36,7 @@ class Detection(BaseModel):
     language: str
 
 
-class TranslateResponse(BaseModel):
+class LibreTranslateResponse(BaseModel):
     translatedText: str | list[str]  # noqa: N815 (LibreTranslate's field names)
     detectedLanguage: Detection | list[Detection] | None = None  # noqa: N815
     alternatives: list[str] | list[list[str]] | None = None
@@ -177,7 +177,7 @@ def build_libretranslate_router(app: FastAPI) -> APIRouter:
 
     @router.post(
         "/translate",
-        response_model=TranslateResponse,
+        response_model=LibreTranslateResponse,
         response_model_exclude_none=True,
         responses=ERRORS,
         summary="Translate text or HTML",
