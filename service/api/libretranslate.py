@@ -19,7 +19,8 @@ from fastapi import APIRouter, FastAPI, Request
 from pydantic import BaseModel, Field
 
 from service.api.middleware import key_matches
-from service.api.protocol import ProtocolError, ProtocolRoute, check_unicode, context_of, error_schema, registry_of
+from service.api.protocol import ProtocolError, ProtocolRoute, check_unicode, context_of, error_schema
+from service.api.requests import registry_of
 from service.serving import libretranslate as serving
 
 FORM_TYPES = ("application/x-www-form-urlencoded", "multipart/form-data")

@@ -20,9 +20,10 @@ from starlette.exceptions import HTTPException
 
 from service.api.errors import NotReady, scheduler_status
 from service.api.middleware import BodyTooLarge
+from service.api.requests import request_context
 from service.engine.engine import SourceTooLongError
-from service.registry import Registry, UnknownModel
-from service.scheduler import BatchFailed, QueueFull, SchedulerError, ShuttingDown
+from service.registry import UnknownModel
+from service.scheduler import BatchFailed, QueueFull, SchedulerError
 from service.serving.context import RequestContext
 from service.serving.routing import UnservedPair
 
@@ -112,15 +113,6 @@ class ProtocolRoute(APIRoute):
         return protocol_handler
 
 
-def registry_of(request: Request) -> Registry:
-    state = request.app.state.mt
-    if state.draining:
-        raise ShuttingDown("the service is shutting down; retry on another instance")
-    if not state.registry.ready:
-        raise NotReady("models are still loading; retry shortly")
-    return state.registry
-
-
 def timeout_of(request: Request, asked_s: float | None = None) -> float:
     """The deadline: ``asked_s`` (a protocol's own parameter), else X-Request-Timeout, else the default; capped."""
     s = request.app.state.mt.settings
@@ -136,15 +128,7 @@ def timeout_of(request: Request, asked_s: float | None = None) -> float:
 
 
 def context_of(request: Request, timeout_s: float | None = None) -> RequestContext:
-    state = request.scope["state"]
-    logged = state.setdefault("texts", []) if request.app.state.mt.settings.log_requests_text else None
-    return RequestContext(
-        request_id=state["request_id"],
-        timeout_s=timeout_of(request, timeout_s),
-        batch_ids=state.setdefault("batch_ids", []),
-        is_disconnected=request.is_disconnected,
-        logged_texts=logged,
-    )
+    return request_context(request, timeout_of(request, timeout_s))
 
 
 def error_schema(description: str) -> dict[str, Any]:

@@ -9,9 +9,9 @@ from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 
 from service.api import streaming
 from service.api.errors import ERROR_RESPONSES, NotReady
+from service.api.requests import registry_of, request_context
 from service.api.schemas import AttentionResponse, EmbedResponse, ModelsResponse, TranslateResponse, request_models
-from service.registry import LoadedModel, Registry
-from service.scheduler import ShuttingDown
+from service.registry import LoadedModel
 from service.serving import attention as attention_serving
 from service.serving import embed as embed_serving
 from service.serving import translate as translate_serving
@@ -38,33 +38,14 @@ def _timeout(request: Request, asked: float | None) -> float:
     return min(asked if asked is not None else s.request_timeout_s, s.max_request_timeout_s)
 
 
-def _registry(request: Request) -> Registry:
-    state = request.app.state.mt
-    if state.draining:
-        raise ShuttingDown("the service is shutting down; retry on another instance")
-    if not state.registry.ready:
-        raise NotReady("models are still loading; retry shortly")
-    return state.registry
-
-
 def _model(request: Request, name: str | None) -> LoadedModel:
-    model = _registry(request).get(name)
+    model = registry_of(request).get(name)
     request.scope["state"]["model"] = model.name
     return model
 
 
 def _context(request: Request, body: Any) -> RequestContext:
-    """The serving layer's view of this request: id, deadline, batch ids for the access log, disconnects."""
-    state = request.scope["state"]
-    logged = state.setdefault("texts", []) if request.app.state.mt.settings.log_requests_text else None
-    return RequestContext(
-        request_id=state["request_id"],
-        timeout_s=_timeout(request, body.timeout_s),
-        batch_ids=state.setdefault("batch_ids", []),  # filled by the scheduler, read by the access log
-        is_disconnected=request.is_disconnected,
-        logged_texts=logged,  # opt-in debugging only: texts go to the access log
-        quality=request.app.state.mt.quality,
-    )
+    return request_context(request, _timeout(request, body.timeout_s), request.app.state.mt.quality)
 
 
 def build_router(app: FastAPI) -> APIRouter:
@@ -120,8 +101,8 @@ def build_router(app: FastAPI) -> APIRouter:
         state = request.app.state.mt
         if getattr(body, "stream", False):  # text/event-stream (service/api/streaming.py)
             request.scope["state"]["model"] = body.model or state.settings.default_model
-            return await streaming.translate_events(_registry(request), body, _context(request, body), state.detector)
-        answer = await translate_serving.translate(_registry(request), body, _context(request, body), state.detector)
+            return await streaming.translate_events(registry_of(request), body, _context(request, body), state.detector)
+        answer = await translate_serving.translate(registry_of(request), body, _context(request, body), state.detector)
         request.scope["state"]["model"] = answer["model"]
         return answer
 

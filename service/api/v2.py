@@ -25,8 +25,8 @@ from service.api.protocol import (
     check_unicode,
     context_of,
     error_schema,
-    registry_of,
 )
+from service.api.requests import registry_of
 from service.serving import inference_v2
 from service.settings import Settings
 

@@ -27,10 +27,9 @@ from service.engine.engine import TranslateOptions, Translation
 from service.registry import LoadedModel, Registry
 from service.serving.common import run_work
 from service.serving.context import RequestContext, _never
-from service.serving.quality import check_languages
-from service.serving.routing import Detector, route
+from service.serving.routing import Detector
 from service.serving.segmentation import Layout, _gap, mark_truncated, merge, prepare
-from service.serving.translate import options_of, text_out
+from service.serving.translate import plan, text_out
 
 
 def stable_text(model: LoadedModel, tokens: list[int]) -> str:
@@ -138,21 +137,8 @@ async def translate_stream(
 ) -> AsyncIterator[tuple[str, dict[str, Any]]]:
     """(event, data) pairs of a streamed translation; raises before the first pair for what the non-streaming
     answer refuses (routing, validation, a text over the model's limit), so those keep their HTTP status."""
-    models, detected = route(
-        registry,
-        body.texts,
-        body.model,
-        getattr(body, "source_language", None),
-        getattr(body, "target_language", None),
-        detect,
-    )
-    if ctx.quality is not None:
-        check_languages(models, body.texts, ctx.quality)
-    groups: dict[str, list[int]] = {}
-    for i, model in enumerate(models):
-        groups.setdefault(model.name, []).append(i)
-    options = options_of(body)
-    split, fmt = getattr(body, "split_sentences", True), getattr(body, "format", "text")
+    p = plan(registry, body, ctx, detect)
+    models, detected, groups, options, split, fmt = p.models, p.detected, p.groups, p.options, p.split, p.fmt
     ctx = dataclasses.replace(ctx, is_disconnected=_never)  # the event stream notices the client going away
     stream = _Stream(body, ctx, options, detected)
     work = []

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+from dataclasses import dataclass
 from typing import Any
 
 from service.engine.engine import TranslateOptions, Translation, alignment
@@ -23,11 +24,21 @@ def options_of(body: Any) -> TranslateOptions:
     )
 
 
-async def translate(
-    registry: Registry, body: Any, ctx: RequestContext, detect: Detector | None = None
-) -> dict[str, Any]:
-    """Each text goes to its model (service/serving/routing.py); each model's texts run as one request on its
-    scheduler, the models side by side; answers come back in the order of the texts."""
+@dataclass(frozen=True)
+class Plan:
+    """Who translates what: the model of each text, its detected language, the texts of each model."""
+
+    models: list[LoadedModel]
+    detected: list[str | None]
+    groups: dict[str, list[int]]  # model name -> the indices of its texts, in order
+    options: TranslateOptions
+    split: bool
+    fmt: str
+
+
+def plan(registry: Registry, body: Any, ctx: RequestContext, detect: Detector | None = None) -> Plan:
+    """Route each text to its model (service/serving/routing.py) and group the texts by model; a text the
+    language policy refuses (MT_LANGUAGE_MISMATCH=reject) raises here, before any work."""
     models, detected = route(
         registry,
         body.texts,
@@ -37,12 +48,21 @@ async def translate(
         detect,
     )
     if ctx.quality is not None:
-        check_languages(models, body.texts, ctx.quality)  # MT_LANGUAGE_MISMATCH=reject: 422 before any work
-    groups: dict[str, list[int]] = {}  # model name -> the indices of its texts
+        check_languages(models, body.texts, ctx.quality)
+    groups: dict[str, list[int]] = {}
     for i, model in enumerate(models):
         groups.setdefault(model.name, []).append(i)
-    options = options_of(body)
     split, fmt = getattr(body, "split_sentences", True), getattr(body, "format", "text")
+    return Plan(models, detected, groups, options_of(body), split, fmt)
+
+
+async def translate(
+    registry: Registry, body: Any, ctx: RequestContext, detect: Detector | None = None
+) -> dict[str, Any]:
+    """Each model's texts run as one request on its scheduler, the models side by side; answers come back in
+    the order of the texts."""
+    p = plan(registry, body, ctx, detect)
+    models, detected, groups, options, split, fmt = p.models, p.detected, p.groups, p.options, p.split, p.fmt
     work = [prepare(models[i[0]], [body.texts[j] for j in i], ctx, split, fmt, i) for i in groups.values()]
     runs = await asyncio.gather(*(prepared.run(options, ctx) for prepared in work))
     translations: list[dict[str, Any]] = [{} for _ in body.texts]
