@@ -4,6 +4,9 @@ from __future__ import annotations
 
 import json
 import re
+import time
+from concurrent.futures import ThreadPoolExecutor
+from contextlib import contextmanager
 from pathlib import Path
 
 import httpx
@@ -65,3 +68,23 @@ def rss_mb(pid: int) -> float:
     match = re.search(r"^VmRSS:\s+(\d+) kB", Path(f"/proc/{pid}/status").read_text(), re.MULTILINE)
     assert match, f"no VmRSS for pid {pid}"
     return int(match.group(1)) / 1024
+
+
+# one request of 4 texts fills a queue of 4 sentences and waits MT_MAX_WAIT_MS for companions that cannot come
+FULL_QUEUE_ENV = {"MT_MAX_QUEUE_SENTENCES": "4", "MT_MAX_BATCH_SENTENCES": "64", "MT_MAX_WAIT_MS": "3000"}
+
+
+@contextmanager
+def full_queue(url: str):
+    """The de-en queue of a server started with FULL_QUEUE_ENV, filled by one held request; yields that
+    request's future (answered once MT_MAX_WAIT_MS has passed)."""
+    holder = {"texts": ["der hund", "die katze", "ein mann", "das kind"], "beam_size": 1}
+    with ThreadPoolExecutor(1) as pool:
+        held = pool.submit(httpx.post, url + "/v1/translate", json=holder, timeout=60)
+        for _ in range(300):
+            if metric(url, "mt_queue_depth", model="de-en") == 4:
+                break
+            time.sleep(0.01)
+        else:
+            raise AssertionError("the holder never filled the queue")
+        yield held

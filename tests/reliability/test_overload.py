@@ -5,12 +5,10 @@ and the service serves normally as soon as the burst ends."""
 from __future__ import annotations
 
 import asyncio
-import time
-from concurrent.futures import ThreadPoolExecutor
 
 import httpx
 from fault_injection import COMMAND, SLOW_BATCH_MARKER
-from reliability_helpers import metric, rss_mb, start_server
+from reliability_helpers import FULL_QUEUE_ENV, full_queue, metric, rss_mb, start_server
 
 from bench import overload
 
@@ -58,19 +56,10 @@ def test_burst_beyond_the_queue_is_shed_fast_and_the_service_recovers(tiny_repos
 def test_full_queue_refuses_before_reading_the_request(tiny_repository, tmp_path):
     """With every queue full, a work request is refused with 429 before its body is parsed or tokenized: the
     refusal costs little, whatever the body (here not even JSON), while the held work is still answered."""
-    env = {"MT_MAX_QUEUE_SENTENCES": "4", "MT_MAX_BATCH_SENTENCES": "64", "MT_MAX_WAIT_MS": "3000"}
-    server = start_server(tiny_repository, env, tmp_path / "service.log")
+    server = start_server(tiny_repository, FULL_QUEUE_ENV, tmp_path / "service.log")
     try:
         url = server.url
-        holder = {"texts": ["der hund", "die katze", "ein mann", "das kind"], "beam_size": 1}
-        with ThreadPoolExecutor(1) as pool:
-            held = pool.submit(httpx.post, url + "/v1/translate", json=holder, timeout=60)
-            for _ in range(300):
-                if metric(url, "mt_queue_depth", model="de-en") == 4:
-                    break
-                time.sleep(0.01)
-            else:
-                raise AssertionError("the holder never filled the queue")
+        with full_queue(url) as held:
             for path in ("/v1/translate", "/v1/embed", "/v1/attention"):
                 refused = httpx.post(
                     url + path, content=b"not json at all", headers={"content-type": "application/json"}, timeout=10

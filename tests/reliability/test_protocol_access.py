@@ -2,16 +2,14 @@
 
 from __future__ import annotations
 
-import time
 import urllib.error
-from concurrent.futures import ThreadPoolExecutor
 
 import httpx
 import numpy as np
 import pytest
 import tritonclient.http as triton
 from libretranslatepy import LibreTranslateAPI
-from reliability_helpers import metric, start_server
+from reliability_helpers import FULL_QUEUE_ENV, full_queue, metric, start_server
 from tritonclient.utils import InferenceServerException
 
 INFER = {"inputs": [{"name": "TEXT", "shape": [1], "datatype": "BYTES", "data": ["Ein Hund."]}]}
@@ -58,19 +56,10 @@ def test_libretranslate_key_in_the_body(keyed_server):
 
 
 def test_full_queue_gets_each_protocols_429_and_metrics_count_it(tiny_repository, tmp_path):
-    env = {"MT_MAX_QUEUE_SENTENCES": "4", "MT_MAX_BATCH_SENTENCES": "64", "MT_MAX_WAIT_MS": "3000"}
-    server = start_server(tiny_repository, env, tmp_path / "service.log")
+    server = start_server(tiny_repository, FULL_QUEUE_ENV, tmp_path / "service.log")
     try:
         url = server.url
-        holder = {"texts": ["der hund", "die katze", "ein mann", "das kind"], "beam_size": 1}
-        with ThreadPoolExecutor(1) as pool:
-            held = pool.submit(httpx.post, url + "/v1/translate", json=holder, timeout=60)
-            for _ in range(300):
-                if metric(url, "mt_queue_depth", model="de-en") == 4:
-                    break
-                time.sleep(0.01)
-            else:
-                raise AssertionError("the holder never filled the queue")
+        with full_queue(url) as held:
             libre = httpx.post(url + "/translate", json={"q": "Hund", "source": "de", "target": "en"}, timeout=10)
             assert libre.status_code == 429 and libre.json()["error"].startswith("Slowdown: ")
             assert int(libre.headers["retry-after"]) >= 1
