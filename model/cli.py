@@ -85,6 +85,14 @@ def cmd_split(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_mix(args: argparse.Namespace) -> int:
+    from model.corpus_mix import Corpus, mix
+
+    manifest = mix([Corpus.parse(c) for c in args.corpus], args.out, args.source, args.target)
+    print(json.dumps(manifest["counts"]))
+    return 0
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m model.cli", description=__doc__)
     sub = parser.add_subparsers(dest="command", required=True)
@@ -126,6 +134,13 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--out", required=True, help="folder for train/val/test.<lang> and .en")
     p.add_argument("--held-out", type=int, default=1000, help="about this many pairs each in val and test")
     p.set_defaults(func=cmd_split)
+
+    p = sub.add_parser("mix", help="one training folder from several corpora (oversampling by weight)")
+    p.add_argument("--corpus", action="append", required=True, help="name=folder[:weight], repeatable")
+    p.add_argument("--source", required=True, help="source language code, e.g. de")
+    p.add_argument("--target", required=True, help="target language code, e.g. en")
+    p.add_argument("--out", required=True, help="folder for train/val (mixed) and <corpus>.<split> files")
+    p.set_defaults(func=cmd_mix)
 
     args = parser.parse_args(argv)
     return args.func(args)

@@ -85,6 +85,7 @@ class TrainConfig:
     bleu_max_sentences: int = 0  # 0 = the whole validation set
     seed: int = 1234
     threads: int = 0  # torch intra-op threads; 0 = leave torch's default
+    init_from: str = ""  # a released model folder whose weights (and tokenizer) a fresh run starts from
 
 
 @dataclass

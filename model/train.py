@@ -89,7 +89,10 @@ def prepare_tokenizer(
 ) -> Tokenizer:
     """``out_dir/tokenizer.model``, trained by rank 0 on the training split if missing; must fit the model's vocab."""
     path = Path(out_dir) / TOKENIZER_FILE
-    if not path.exists() and rank == 0:
+    if not path.exists() and rank == 0 and run.train.init_from:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_bytes((Path(run.train.init_from) / TOKENIZER_FILE).read_bytes())  # its weights need its ids
+    elif not path.exists() and rank == 0:
         src, tgt = read_parallel(data_dir, run.train_prefix, run.source_lang, run.target_lang)
         tc = run.tokenizer
         train_tokenizer(src + tgt, path, tc.vocab_size, tc.model_type, tc.character_coverage)
@@ -176,8 +179,18 @@ class Trainer:
         optimizer, scheduler = build_optimizer(run, model)
         parts = (run, tokenizer, data, model, optimizer, scheduler, out_dir)
         trainer = cls(*parts, ddp=ddp, rank=rank, world=world, progress=progress)
-        trainer.resume_if_present()
+        if not trainer.resume_if_present() and run.train.init_from:
+            trainer.init_weights(run.train.init_from)
         return trainer
+
+    def init_weights(self, release_dir: str | Path) -> None:
+        """Start from a released model's weights (fine-tuning); optimizer, schedule and position start fresh."""
+        from model.checkpoint import load_release
+
+        released, _ = load_release(release_dir)
+        if released.cfg.to_dict() != self.run.model.to_dict():
+            raise ValueError(f"{release_dir}: its model config differs from the run's; fine-tuning needs the same")
+        self.model.load_state_dict(released.state_dict())
 
     def resume_if_present(self) -> bool:
         """Load ``checkpoints/last.pt`` when it exists (weights, optimizer, schedule, position, RNG, history)."""
