@@ -19,6 +19,7 @@ from core.graphs import ENCODER_OUTPUTS, MAX_TOP_K_KEY, step_interface, step_pre
 from core.search import Hypothesis, length_limits
 from core.tokenizer import BOS_ID, EOS_ID, PAD_ID, Tokenizer
 from service.engine.bundle import Bundle
+from service.engine.device_state import GATHER_GRAPH, DeviceRunner, device_search, supports_device_search
 from service.engine.runtime import create_session
 from service.engine.search import TopCandidates, beam_search, greedy_search
 from service.engine.step_inputs import uniform_inputs
@@ -194,7 +195,10 @@ class Engine:
         intra_op_threads: int = 1,
         inter_op_threads: int = 1,
         lean_decoder: bool = True,
+        io_binding: bool | None = None,
     ) -> None:
+        """``io_binding``: search with the cache on the device (service/engine/device_state.py); None = when the
+        sessions run on CUDA and the bundle's step graph allows it (interface 3), True = on any provider."""
         self.bundle = bundle
         self.variant = variant or bundle.default_variant
         self.config = bundle.model_config
@@ -214,6 +218,12 @@ class Engine:
             self._decoder = create_session(bundle.graph(self.variant, "decoder"), providers, **threads)
         self.providers = self.encoder.get_providers()
         self.max_source_tokens = int(self.config["max_positions"])  # EOS included
+        self.device_runner: DeviceRunner | None = None
+        if io_binding is None:
+            io_binding = self.providers[0] == "CUDAExecutionProvider" and supports_device_search(self.step_decoder)
+        if io_binding:
+            gather = create_session(GATHER_GRAPH, providers, **threads)
+            self.device_runner = DeviceRunner(self.encoder, self.step_decoder, gather)
 
     @property
     def decoder(self):
@@ -305,6 +315,9 @@ class Engine:
     def _search(
         self, sources: list[list[int]], options: TranslateOptions, stats: dict[str, float]
     ) -> list[list[Hypothesis]]:
+        if self.device_runner is not None:  # the same search with encoder outputs and cache on the device
+            limits = length_limits([len(s) for s in sources], self.max_source_tokens, options.max_length)
+            return device_search(self.device_runner, pad_batch(sources), limits, options, stats)
         started = time.perf_counter()
         enc = self.run_encoder(sources)
         stats["encode"] = stats.get("encode", 0.0) + time.perf_counter() - started
