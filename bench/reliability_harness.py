@@ -40,11 +40,34 @@ def free_port() -> int:
         return sock.getsockname()[1]
 
 
-class ServerProcess:
-    """``python -m service`` as a subprocess on a free loopback port, or an already running server (pid unknown)."""
+def proc_status(pid: int) -> dict[str, float] | None:
+    """A process's resident memory (VmRSS, MiB), threads and open file descriptors, from /proc; None once gone."""
+    try:
+        text = Path(f"/proc/{pid}/status").read_text()
+        fds = len(os.listdir(f"/proc/{pid}/fd"))
+    except OSError:
+        return None
+    rss = re.search(r"^VmRSS:\s+(\d+) kB", text, re.MULTILINE)
+    threads = re.search(r"^Threads:\s+(\d+)", text, re.MULTILINE)
+    if not rss or not threads:  # a zombie has neither
+        return None
+    return {"rss_mb": int(rss.group(1)) / 1024, "threads": int(threads.group(1)), "fds": fds}
 
-    def __init__(self, repository: Path | None, env: dict[str, str], log_path: Path, url: str | None = None) -> None:
+
+class ServerProcess:
+    """``python -m service`` as a subprocess on a free loopback port, or an already running server (``url``; its
+    ``pid`` when given lets /proc be read)."""
+
+    def __init__(
+        self,
+        repository: Path | None,
+        env: dict[str, str],
+        log_path: Path,
+        url: str | None = None,
+        pid: int | None = None,
+    ) -> None:
         self.external = url is not None
+        self.external_pid = pid
         self.port = free_port() if url is None else None
         self.url = url.rstrip("/") if url else f"http://127.0.0.1:{self.port}"
         if not self.url.startswith(("http://127.0.0.1", "http://localhost", "http://[::1]")):
@@ -84,21 +107,17 @@ class ServerProcess:
 
     @property
     def pid(self) -> int | None:
-        return self.process.pid if self.process else None
+        return self.process.pid if self.process else self.external_pid
 
     def alive(self) -> bool:
-        return self.process is None or self.process.poll() is None
+        if self.process is not None:
+            return self.process.poll() is None
+        return self.external_pid is None or proc_status(self.external_pid) is not None
 
     def rss_mb(self) -> float | None:
-        """Resident set size of the server process (VmRSS from /proc), in MiB; None for an external server."""
-        if self.pid is None:
-            return None
-        try:
-            text = Path(f"/proc/{self.pid}/status").read_text()
-        except OSError:
-            return None
-        match = re.search(r"^VmRSS:\s+(\d+) kB", text, re.MULTILINE)
-        return int(match.group(1)) / 1024 if match else None
+        """Resident set size of the server process (VmRSS from /proc), in MiB; None when its pid is unknown."""
+        status = proc_status(self.pid) if self.pid is not None else None
+        return status["rss_mb"] if status else None
 
     def stop(self) -> int | None:
         if self.process is None or self.process.poll() is not None:
