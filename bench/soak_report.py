@@ -114,13 +114,16 @@ def plot(
         (axes[0][1], "fds", "open file descriptors"),
         (axes[1][0], "threads", "threads"),
     ):
-        ax.plot(minutes, [s[key] for s in samples], marker="o", ms=3)
+        values = [s[key] for s in samples]
+        ax.plot(minutes, values, marker="o", ms=3)
+        top = max(values, default=1)
         if key in GROWING and len(samples) >= warmup:
             bound = samples[warmup - 1][key] * (1 + max_growth)
             ax.axhline(bound, ls="--", color="tab:red", lw=1, label=f"+{max_growth:.0%} over warm-up")
             ax.legend(fontsize=7, loc="lower right")
+            top = max(top, bound)
         ax.set_ylabel(label)
-        ax.set_ylim(bottom=0)
+        ax.set_ylim(0, top * 1.1)
         ax.grid(alpha=0.3)
     ax = axes[1][1]
     for kind in SERVED_KINDS:
