@@ -73,3 +73,9 @@ class Metrics:
             ["model", "reason"],
             registry=r,
         )
+        self.engine_restarts = Counter(
+            "mt_engine_restarts_total",
+            "Engine restarts after a fault: an engine call raised and a probe translation on that engine failed",
+            ["model"],
+            registry=r,
+        )

@@ -4,23 +4,19 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from service.batch_policy import LiveLimits
-from service.engine import Bundle, Engine, TranslateOptions, load_bundle
+from service.engine import Bundle, Engine, load_bundle
 from service.engine.bundle import MANIFEST, BundleError, discover
 from service.metrics import Metrics
 from service.scheduler import BatchLimits, ContinuousScheduler, Scheduler
 from service.settings import Settings
-from service.work import BatchRunner, engine_runner, live_runner
+from service.worker import EngineWorker, RunnerWrapper
 
 log = logging.getLogger(__name__)
-
-# wrap_runner(runner, engine) -> runner: how tests put a fault injector between a scheduler and its engine
-RunnerWrapper = Callable[[BatchRunner, Engine], BatchRunner]
 
 
 class UnknownModel(LookupError):
@@ -31,11 +27,16 @@ class UnknownModel(LookupError):
 class LoadedModel:
     name: str
     bundle: Bundle
-    engine: Engine
+    worker: EngineWorker  # the engine, supervised: rebuilt after a fault
     scheduler: Scheduler
     variant: str
     max_source_subwords: int  # per text, EOS excluded: the model's limit and MT_MAX_TOKENS_PER_TEXT, the lower
     replaced_by: LoadedModel | None = None  # set when a newer version took over; late work follows it
+
+    @property
+    def engine(self) -> Engine:
+        """The current engine (a new one after a restart; same tokenizer and limits)."""
+        return self.worker.engine  # type: ignore[return-value]
 
     @property
     def version(self) -> str:
@@ -149,36 +150,43 @@ class Registry:
         self.ready = True
 
     async def _start(self, name: str, bundle: Bundle) -> LoadedModel:
-        """Engine, warm-up translation, scheduler: a model ready to take requests (not yet routed to)."""
-        engine = await asyncio.to_thread(self._engine, bundle)
-        await asyncio.to_thread(engine.translate, ["Warm-up."], TranslateOptions(beam_size=2))
-        runner = engine_runner(engine)
-        if self.wrap_runner is not None:
-            runner = self.wrap_runner(runner, engine)
-        scheduler = self._scheduler(name, bundle, engine, runner)
+        """Engine (supervised, warmed up), scheduler: a model ready to take requests (not yet routed to)."""
+        continuous = self.settings.effective_scheduler == "continuous"
+        build = lambda: self._engine(bundle)  # noqa: E731 (the worker rebuilds the engine after a fault)
+        worker = EngineWorker(name, build, self.metrics, self.wrap_runner, continuous, self._fatal)
+        await asyncio.to_thread(worker.start)
+        engine = worker.engine
+        scheduler = self._scheduler(name, bundle, worker)
         scheduler.start()
         max_subwords = min(self.settings.max_tokens_per_text, engine.max_source_tokens - 1)
-        model = LoadedModel(name, bundle, engine, scheduler, engine.variant, max_subwords)
+        model = LoadedModel(name, bundle, worker, scheduler, engine.variant, max_subwords)
         self.metrics.model_info.labels(name, bundle.version, engine.variant, engine.providers[0]).set(1)
         log.info("model %s v%s ready (%s on %s)", name, bundle.version, engine.variant, engine.providers)
         return model
 
-    def _scheduler(self, name: str, bundle: Bundle, engine: Engine, runner: BatchRunner) -> Scheduler:
+    def _scheduler(self, name: str, bundle: Bundle, worker: EngineWorker) -> Scheduler:
         """MT_SCHEDULER's scheduler; continuous batching falls back to dynamic for a bundle without an
         interface-3 decoder step graph (exported before it existed: re-export it)."""
         s = self.settings
         if s.effective_scheduler == "continuous":
-            live = live_runner(engine)
-            if live is not None:
+            if worker.live is not None:
                 limits = LiveLimits(s.max_live_rows, int(s.max_cache_mb * (1 << 20)))
-                return ContinuousScheduler(name, runner, self._limits(), self.metrics, live, limits)
+                return ContinuousScheduler(name, worker.run_batch, self._limits(), self.metrics, worker.live, limits)
             log.warning(
                 "model %s v%s: MT_SCHEDULER=continuous needs a decoder_step graph of interface 3, which this bundle "
                 "lacks; it is served with dynamic batching until it is re-exported (python -m export.cli export)",
                 name,
                 bundle.version,
             )
-        return Scheduler(name, runner, self._limits(), self.metrics)
+        return Scheduler(name, worker.run_batch, self._limits(), self.metrics)
+
+    def _fatal(self, reason: str) -> None:
+        """A model's engine could not be restarted: the process exits non-zero (service/__main__.py)."""
+        self.failed = reason
+
+    def restarting(self) -> list[str]:
+        """The models whose engine is being restarted after a fault (not ready meanwhile)."""
+        return sorted(name for name, model in self.models.items() if model.worker.restarting)
 
     async def load_version(
         self, name: str, version: str | None = None, reason: str = "loaded by POST /v1/models/{name}/load"

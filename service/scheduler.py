@@ -110,6 +110,17 @@ class BatchFailed(SchedulerError):
     pass
 
 
+class EngineRestarted(SchedulerError):
+    """The engine died while it held the request's work and was restarted (service/worker.py): the work is lost,
+    a retry runs on the fresh engine."""
+
+    def __init__(self, retry_after: int) -> None:
+        super().__init__(
+            f"the engine failed while it held this request's work and was restarted; retry after {retry_after} s"
+        )
+        self.retry_after = retry_after
+
+
 @dataclass(eq=False)
 class Request:
     key: Hashable
@@ -296,8 +307,8 @@ class Scheduler:
             results, stats = await asyncio.get_running_loop().run_in_executor(
                 self._executor, self._run_batch, key, [q.payload for q in batch]
             )
-        except Exception:
-            self._fail_batch(batch, batch_id)
+        except Exception as exc:
+            self._fail_batch(batch, batch_id, exc)
             return
         finally:
             self._workers.release()
@@ -310,10 +321,10 @@ class Scheduler:
             raise RuntimeError(f"the engine returned {len(results)} results for {len(payloads)} sentences")
         return results, stats
 
-    def _fail_batch(self, batch: list[Queued], batch_id: int, what: str = "batch") -> None:
+    def _fail_batch(self, batch: list[Queued], batch_id: int, exc: Exception, what: str = "batch") -> None:
         """Log the engine's exception (call from its except block), fail every request of the batch."""
         self._log_failure(batch, batch_id, what)
-        self._fail_requests(batch, batch_id, what)
+        self._fail_requests(batch, batch_id, what, exc)
 
     @staticmethod
     def _log_failure(batch: list[Queued], batch_id: int, what: str) -> None:
@@ -325,12 +336,16 @@ class Scheduler:
             extra={"batch_id": batch_id, "request_ids": sorted({q.ticket.request_id for q in batch})},
         )
 
-    def _fail_requests(self, batch: list[Queued], batch_id: int, what: str) -> None:
+    def _fail_requests(self, batch: list[Queued], batch_id: int, what: str, exc: Exception | None = None) -> None:
+        """Fail every request of the batch: EngineRestarted as it is (503), any other exception as BatchFailed."""
         for request in {q.ticket for q in batch}:
             if batch_id not in request.batch_ids:
                 request.batch_ids.append(batch_id)
             self._remove(request, "failed")
-            request.fail(BatchFailed(f"internal error in engine {what} {batch_id}; the request was not completed"))
+            if isinstance(exc, EngineRestarted):
+                request.fail(exc)
+            else:
+                request.fail(BatchFailed(f"internal error in engine {what} {batch_id}; the request was not completed"))
 
     def _complete_batch(
         self, batch: list[Queued], results: list[Any], stats: dict[str, float], batch_id: int, elapsed: float
@@ -522,14 +537,8 @@ class ContinuousScheduler(Scheduler):
                 items = [(q, q.key, q.payload, q.ticket.listener is not None) for q in joining]
                 done, encode_s = self.live.join(items)
             out = self.live.step()
-        except Exception:
-            with self._cond:
-                failed = [*self._live, *joining]
-                self._live.clear()
-            self._log_failure(failed, step_id, "decoder step")
-            self.live.reset()
-            self.metrics.live_rows.labels(m).set(0)
-            self._post(self._fail_requests, list(dict.fromkeys(failed)), step_id, "decoder step")
+        except Exception as exc:
+            self._fail_live(joining, step_id, "decoder step", exc)
             return
         now = time.monotonic()
         answered_at_once = {id(q) for q, _ in done}
@@ -553,6 +562,16 @@ class ContinuousScheduler(Scheduler):
         if finished or out.progress or joining:
             self._post(self._step_done, joining, finished, out.progress, step_id)
 
+    def _fail_live(self, held: list[Queued], step_id: int, what: str, exc: Exception) -> None:
+        """A failed step, or an engine that died: every live sentence and ``held`` fail; the decode starts empty."""
+        with self._cond:
+            failed = [*self._live, *held]
+            self._live.clear()
+        self._log_failure(failed, step_id, what)
+        self.live.reset()
+        self.metrics.live_rows.labels(self.model).set(0)
+        self._post(self._fail_requests, list(dict.fromkeys(failed)), step_id, what, exc)
+
     def _step_done(self, joined: list[Queued], finished: list, progress: dict, step_id: int) -> None:
         """On the event loop: the access log's batch ids, streamed tokens, finished sentences."""
         for q in joined:
@@ -571,8 +590,11 @@ class ContinuousScheduler(Scheduler):
         started = time.monotonic()
         try:
             results, stats = self._run_batch(batch[0].key, [q.payload for q in batch])
-        except Exception:
-            self._log_failure(batch, batch_id, "batch")
-            self._post(self._fail_requests, batch, batch_id, "batch")
+        except Exception as exc:
+            if isinstance(exc, EngineRestarted):  # the live decode died with the engine
+                self._fail_live(batch, batch_id, "batch", exc)
+            else:
+                self._log_failure(batch, batch_id, "batch")
+                self._post(self._fail_requests, batch, batch_id, "batch", exc)
             return
         self._post(self._complete_batch, batch, results, stats, batch_id, time.monotonic() - started)

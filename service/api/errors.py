@@ -20,6 +20,7 @@ from service.registry import UnknownModel
 from service.scheduler import (
     BatchFailed,
     DeadlineExceeded,
+    EngineRestarted,
     QueueFull,
     RequestTooLarge,
     SchedulerError,
@@ -58,6 +59,7 @@ SCHEDULER_STATUS: dict[type[SchedulerError], int] = {
     ShuttingDown: 503,
     DeadlineExceeded: 504,
     BatchFailed: 500,
+    EngineRestarted: 503,
 }
 
 
@@ -159,7 +161,7 @@ def install(app: FastAPI) -> None:
     async def scheduler_error(request: Request, exc: SchedulerError) -> JSONResponse:
         status = scheduler_status(exc)
         headers = {}
-        if isinstance(exc, QueueFull):
+        if isinstance(exc, QueueFull | EngineRestarted):
             headers["Retry-After"] = str(exc.retry_after)
         elif status == 503:
             headers["Retry-After"] = "5"

@@ -23,7 +23,7 @@ from service.api.middleware import BodyTooLarge
 from service.api.requests import request_context
 from service.engine.engine import SourceTooLongError
 from service.registry import UnknownModel
-from service.scheduler import BatchFailed, QueueFull, SchedulerError
+from service.scheduler import BatchFailed, EngineRestarted, QueueFull, SchedulerError
 from service.serving.context import RequestContext
 from service.serving.routing import UnservedPair
 
@@ -85,7 +85,7 @@ def status_of(exc: Exception, request: Request) -> tuple[int, str, dict[str, str
         if isinstance(exc, BatchFailed):
             rid = request.scope["state"].get("request_id", "")
             return 500, f"internal error; quote request id {rid} when reporting it", {}
-        if isinstance(exc, QueueFull):
+        if isinstance(exc, QueueFull | EngineRestarted):
             return status, str(exc), {"Retry-After": str(exc.retry_after)}
         return status, str(exc), {"Retry-After": "5"} if status == 503 else {}
     rid = request.scope["state"].get("request_id", "")

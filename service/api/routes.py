@@ -136,6 +136,10 @@ def build_router(app: FastAPI) -> APIRouter:
         if not state.registry.ready:
             detail = state.registry.failed or "loading"
             return JSONResponse({"status": detail}, status_code=503, headers={"Retry-After": "2"})
+        restarting = state.registry.restarting()
+        if restarting:  # after an engine fault (service/worker.py); queued work waits for the fresh engine
+            detail = f"engine restarting after a fault: {', '.join(restarting)}"
+            return JSONResponse({"status": detail}, status_code=503, headers={"Retry-After": "2"})
         return JSONResponse({"status": "ready", "models": sorted(state.registry.models)})
 
     @router.get("/metrics", summary="Prometheus metrics", response_class=Response)

@@ -321,7 +321,7 @@ def build_v2_router(app: FastAPI) -> APIRouter:
     )
     async def ready(request: Request) -> Response:
         state = request.app.state.mt
-        if state.draining or not state.registry.ready:
+        if state.draining or not state.registry.ready or state.registry.restarting():
             return JSONResponse({"ready": False}, status_code=503, headers={"Retry-After": "2"})
         return JSONResponse({"ready": True})
 

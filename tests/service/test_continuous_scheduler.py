@@ -11,7 +11,7 @@ import pytest
 
 from service.batch_policy import BatchLimits, LiveLimits
 from service.metrics import Metrics
-from service.scheduler import BatchFailed, ContinuousScheduler, DeadlineExceeded, ShuttingDown
+from service.scheduler import BatchFailed, ContinuousScheduler, DeadlineExceeded, EngineRestarted, ShuttingDown
 
 MODEL = "m"
 
@@ -250,6 +250,31 @@ def test_a_failed_step_fails_the_live_requests_and_the_decode_goes_on_for_new_on
         return after
 
     assert asyncio.run(scenario()) == [(Decode(), "y")]
+
+
+def test_an_engine_restarted_during_a_whole_batch_fails_every_live_sentence_and_waiting_work_runs_after():
+    class RestartingLive(FakeLive):
+        def run_batch(self, key, payloads):
+            if any(p["text"] == "crash" for p in payloads):
+                raise EngineRestarted(3)  # the engine died in this batch and was rebuilt (service/worker.py)
+            return super().run_batch(key, payloads)
+
+    async def scenario():
+        live = RestartingLive()
+        scheduler, metrics = make(live)
+        decoding = asyncio.ensure_future(translate(scheduler, ["a", "b"], [10**6, 10**6], beam=2))
+        await until(lambda: len(live.steps()) >= 1, "decoding")
+        crash = asyncio.ensure_future(scheduler.submit(EMBED, [{"text": "crash", "steps": 0}], [3], 30.0))
+        outcomes = await asyncio.wait_for(asyncio.gather(decoding, crash, return_exceptions=True), 30)
+        after = await translate(scheduler, ["c"], [2])
+        await scheduler.stop()
+        return outcomes, after, metrics
+
+    (decoding, crash), after, metrics = asyncio.run(scenario())
+    assert isinstance(decoding, EngineRestarted) and isinstance(crash, EngineRestarted)
+    assert decoding.retry_after == 3
+    assert after == [(Decode(), "c")]
+    assert sample(metrics, "mt_live_rows") == 0
 
 
 def test_listeners_hear_streamed_tokens_and_each_result_as_it_comes():

@@ -17,6 +17,7 @@ from service.scheduler import (
     BatchFailed,
     BatchLimits,
     DeadlineExceeded,
+    EngineRestarted,
     QueueFull,
     RequestTooLarge,
     Scheduler,
@@ -340,6 +341,24 @@ def test_engine_failure_fails_its_batch_only_and_the_scheduler_keeps_serving():
     assert answer == [(KEY_B, "other")]
     assert later == [(KEY_A, "later")]
     assert depth == 0
+
+
+def test_work_held_by_an_engine_that_was_restarted_fails_with_engine_restarted_not_batch_failed():
+    def runner(key, payloads):
+        if any(p["text"] == "held" for p in payloads):
+            raise EngineRestarted(4)  # what service/worker.py raises for work a dead engine held
+        return [(key, p["text"]) for p in payloads], {}
+
+    async def scenario():
+        scheduler, _ = make(runner)
+        with pytest.raises(EngineRestarted) as failure:
+            await submit(scheduler, ["held"])
+        later = await submit(scheduler, ["later"])
+        await scheduler.stop()
+        return failure.value, later
+
+    failure, later = asyncio.run(scenario())
+    assert failure.retry_after == 4 and later == [(KEY_A, "later")]
 
 
 def test_cancelled_request_is_dropped_before_engine_work():
