@@ -33,7 +33,7 @@ def test_a_minute_of_mixed_load_grows_nothing_and_gets_only_expected_answers(tin
 
 
 def test_the_soak_fails_on_a_server_that_leaks(tiny_repository, tmp_path):
-    """tests/leak_injection.py: one descriptor and 512 KiB kept per engine batch."""
+    """tests/leak_injection.py: one descriptor and 1 MiB kept per engine batch."""
     server = start_server(tiny_repository, {}, tmp_path / "service.log", command=LEAKING_COMMAND)
     try:
         argv = ["--url", server.url, "--pid", str(server.process.pid), "--duration", "12", "--interval", "4"]
