@@ -37,6 +37,7 @@ from bench.reliability_harness import (
 
 REFUSED = (429, 503)
 NOT_SENT = "not sent (client at its concurrency limit)"
+DETAIL_CHARS = 300
 
 
 @dataclass
@@ -45,6 +46,7 @@ class Outcome:
     status: int | str  # HTTP status, or the transport error's name
     latency_s: float
     retry_after: str | None = None
+    detail: str = ""  # the start of the body of an answer other than 200 (what a refusal says)
 
 
 @dataclass
@@ -93,7 +95,13 @@ async def measure_capacity(url: str, body: dict, clients: int, seconds: float, t
 
 
 async def open_loop(
-    url: str, body: dict, rate: float, seconds: float, timeout: float = 60.0, max_in_flight: int = 512
+    url: str,
+    body: dict,
+    rate: float,
+    seconds: float,
+    timeout: float = 60.0,
+    max_in_flight: int = 512,
+    headers: dict[str, str] | None = None,
 ) -> tuple[list[Outcome], float]:
     """Send at ``rate`` requests/s for ``seconds`` whatever the answers; returns outcomes and the rate really sent.
 
@@ -101,17 +109,18 @@ async def open_loop(
     as 'not sent' rather than queued in the client, so latencies are the server's, not a client pool's.
     """
     client = RawHttpClient(url, max_in_flight)
-    request = client.request_bytes("/v1/translate", json.dumps(body).encode())
+    request = client.request_bytes("/v1/translate", json.dumps(body).encode(), headers)
     outcomes: list[Outcome] = []
 
     async def one(sent_at: float) -> None:
         started = time.perf_counter()
         try:
-            status, headers, _ = await client.send(request, timeout)
+            status, headers, answer = await client.send(request, timeout)
             retry = headers.get("retry-after")
+            detail = "" if status == 200 else answer[:DETAIL_CHARS].decode("utf-8", "replace")
         except (OSError, TimeoutError, asyncio.IncompleteReadError) as exc:
-            status, retry = type(exc).__name__, None
-        outcomes.append(Outcome(sent_at, status, time.perf_counter() - started, retry))
+            status, retry, detail = type(exc).__name__, None, ""
+        outcomes.append(Outcome(sent_at, status, time.perf_counter() - started, retry, detail))
 
     tasks = []
     start = time.perf_counter()
@@ -129,20 +138,26 @@ async def open_loop(
 
 
 async def sequential(
-    url: str, body: dict, seconds: float, timeout: float = 60.0, min_requests: int = 1
+    url: str,
+    body: dict,
+    seconds: float,
+    timeout: float = 60.0,
+    min_requests: int = 1,
+    headers: dict[str, str] | None = None,
 ) -> list[Outcome]:
     """One client, one request at a time, for ``seconds`` (and at least ``min_requests`` requests)."""
     outcomes: list[Outcome] = []
-    async with httpx.AsyncClient(base_url=url, timeout=timeout) as client:
+    async with httpx.AsyncClient(base_url=url, timeout=timeout, headers=headers) as client:
         start = time.perf_counter()
         while time.perf_counter() - start < seconds or len(outcomes) < min_requests:
             t = time.perf_counter()
             try:
                 response = await client.post("/v1/translate", json=body)
                 status, retry = response.status_code, response.headers.get("retry-after")
+                detail = "" if status == 200 else response.text[:DETAIL_CHARS]
             except httpx.HTTPError as exc:
-                status, retry = type(exc).__name__, None
-            outcomes.append(Outcome(t - start, status, time.perf_counter() - t, retry))
+                status, retry, detail = type(exc).__name__, None, ""
+            outcomes.append(Outcome(t - start, status, time.perf_counter() - t, retry, detail))
     return outcomes
 
 

@@ -234,10 +234,11 @@ class RawHttpClient:
         self.open = 0
         self.idle: list[tuple[asyncio.StreamReader, asyncio.StreamWriter]] = []
 
-    def request_bytes(self, path: str, body: bytes) -> bytes:
+    def request_bytes(self, path: str, body: bytes, headers: dict[str, str] | None = None) -> bytes:
+        extra = "".join(f"{name}: {value}\r\n" for name, value in (headers or {}).items())
         head = (
             f"POST {path} HTTP/1.1\r\nHost: {self.host}:{self.port}\r\nContent-Type: application/json\r\n"
-            f"Content-Length: {len(body)}\r\n\r\n"
+            f"{extra}Content-Length: {len(body)}\r\n\r\n"
         )
         return head.encode() + body
 

@@ -19,6 +19,7 @@ from service.api.middleware import ServiceMiddleware
 from service.api.routes import build_router
 from service.api.v2 import build_v2_router
 from service.engine.bundle import BundleError
+from service.keys import KeyRates
 from service.language import detect, detect_among
 from service.metrics import Metrics
 from service.registry import Registry, RunnerWrapper
@@ -40,6 +41,7 @@ class AppState:
     quality: QualityPolicy | None = None  # language checks and warnings of translations
     reloads: set[asyncio.Task] = field(default_factory=set, repr=False)  # SIGHUP reloads in progress
     load_task: asyncio.Task | None = field(default=None, repr=False)
+    key_rates: KeyRates = field(default_factory=lambda: KeyRates(0.0, 1))  # per-API-key rate limits (token buckets)
 
 
 def create_app(settings: Settings | None = None, wrap_runner: RunnerWrapper | None = None) -> FastAPI:
@@ -48,6 +50,7 @@ def create_app(settings: Settings | None = None, wrap_runner: RunnerWrapper | No
     quality = QualityPolicy(detect, tuple(settings.detect_languages), settings.language_mismatch == "reject")
     registry = Registry(settings, metrics, wrap_runner)
     state = AppState(settings, metrics, registry, detector=detect_among, quality=quality)
+    state.key_rates = KeyRates(settings.key_rate_per_s, settings.key_burst)
 
     @asynccontextmanager
     async def lifespan(app: FastAPI):

@@ -6,6 +6,11 @@ longest). It is built around the oldest sentence from the sentences closest to i
 the oldest always goes, so nothing starves). It is dispatched when a full batch of the oldest sentence's key
 is waiting or the oldest sentence has waited ``max_wait_s``. The asyncio plumbing is ``service/scheduler.py``.
 
+Fairness between clients (API keys, ``Queued.client``): ``fair_order`` takes the waiting sentences from the clients
+in turn, each client's oldest first, starting after the client served last. A batch is built around the first
+sentence of that order instead of the oldest, and continuous batching admits in that order, so one client's
+backlog never sits ahead of another client's work. With one client (no API keys) the order is the queue's.
+
 Continuous batching (``MT_SCHEDULER=continuous``): before every decoder step, ``admit`` lets waiting sentences
 join the live decode, oldest first, while the step's rows and its padded key/value cache stay within
 ``LiveLimits``; ``next_work`` alternates decoder steps with whole batches of the other work (embeddings,
@@ -16,6 +21,7 @@ from __future__ import annotations
 
 from collections.abc import Hashable, Sequence
 from dataclasses import dataclass
+from itertools import chain, zip_longest
 from typing import Any
 
 
@@ -26,6 +32,7 @@ class BatchLimits:
     max_wait_s: float = 0.005
     max_queue: int = 1024
     workers: int = 1
+    max_queue_per_client: int = 0  # sentences one client (API key) may have waiting; 0 = no per-client cap
 
 
 @dataclass(eq=False)
@@ -40,6 +47,23 @@ class Queued:
     payload: Any = None
     rows: int = 1  # continuous batching: decoder rows it takes (its beam size)
     positions: int = 0  # continuous batching: the cache positions it may reach (its length limit)
+    client: str = ""  # who sent it: an API key's label (service/keys.py), "" without API keys
+
+
+def fair_order(queue: Sequence[Queued], last_client: str | None = None) -> list[Queued]:
+    """The sentences taken from the clients in turn (round robin), each client's in queue order (oldest first);
+    the turn starts with the first client after ``last_client`` in label order. One client: the queue's order."""
+    by_client: dict[str, list[Queued]] = {}
+    for q in queue:
+        by_client.setdefault(q.client, []).append(q)
+    if len(by_client) <= 1:
+        return list(queue)
+    clients = sorted(by_client)
+    if last_client is not None:
+        after = [c for c in clients if c > last_client]
+        clients = after + [c for c in clients if c <= last_client]
+    turns = zip_longest(*(by_client[c] for c in clients))
+    return [q for q in chain.from_iterable(turns) if q is not None]
 
 
 def wait_before_dispatch(queue: Sequence[Queued], limits: BatchLimits, now: float) -> float:
@@ -52,18 +76,19 @@ def wait_before_dispatch(queue: Sequence[Queued], limits: BatchLimits, now: floa
     return max(0.0, oldest.enqueued + limits.max_wait_s - now)
 
 
-def select_batch(queue: Sequence[Queued], limits: BatchLimits) -> list[Queued]:
-    """The next batch, shortest first: the oldest sentence and its nearest-length companions of the same key."""
+def select_batch(queue: Sequence[Queued], limits: BatchLimits, anchor: Queued | None = None) -> list[Queued]:
+    """The next batch, shortest first: ``anchor`` (default: the oldest sentence; with several clients, the first
+    of ``fair_order``) and its nearest-length companions of the same key."""
     if not queue:
         return []
-    oldest = queue[0]
-    same = sorted((q for q in queue if q.key == oldest.key), key=lambda q: q.length)
-    at = same.index(oldest)
-    chosen, lo, hi, width = [oldest], at - 1, at + 1, oldest.length
+    first = anchor if anchor is not None else queue[0]
+    same = sorted((q for q in queue if q.key == first.key), key=lambda q: q.length)
+    at = same.index(first)
+    chosen, lo, hi, width = [first], at - 1, at + 1, first.length
     while len(chosen) < limits.max_sentences and (lo >= 0 or hi < len(same)):
         left = same[lo] if lo >= 0 else None
         right = same[hi] if hi < len(same) else None
-        if right is None or (left is not None and oldest.length - left.length <= right.length - oldest.length):
+        if right is None or (left is not None and first.length - left.length <= right.length - first.length):
             pick = left
         else:
             pick = right
@@ -111,10 +136,11 @@ def projected_cache_bytes(rows: int, positions: int, bytes_per_position: int) ->
 def admit(
     waiting: Sequence[Queued], load: LiveLoad, limits: LiveLimits, bytes_per_position: int
 ) -> list[Queued]:
-    """The waiting sentences (oldest first) that join the live decode before its next step.
+    """The waiting sentences, in the order given (oldest first; with several clients, ``fair_order``), that join
+    the live decode before its next step.
 
-    Strictly oldest first: the first sentence that does not fit the row or cache budget stops admission, so no
-    younger sentence overtakes it and nothing starves (it joins as soon as enough rows leave). A sentence larger
+    Strictly in order: the first sentence that does not fit the row or cache budget stops admission, so no
+    later sentence overtakes it and nothing starves (it joins as soon as enough rows leave). A sentence larger
     than the budgets on its own joins when nothing else decodes.
     """
     chosen: list[Queued] = []

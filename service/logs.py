@@ -16,6 +16,7 @@ _EXTRA_FIELDS = (
     "request_ids",
     "batch_id",
     "client",
+    "api_key",  # the label of the request's API key (service/keys.py), never the key
     "method",
     "texts",
     "error",

@@ -51,6 +51,13 @@ class Metrics:
             registry=r,
         )
         self.in_flight = Gauge("mt_requests_in_flight", "Requests being handled", registry=r)
+        self.key_rejections = Counter(
+            "mt_key_rejections_total",
+            "Work requests of an API key refused with 429, by key label (sha256 prefix; configured keys only) and "
+            "reason: rate_limit (MT_KEY_RATE_PER_S), key_queue_full (MT_KEY_QUEUE_SHARE), queue_full (the whole queue)",
+            ["key", "reason"],
+            registry=r,
+        )
         # continuous batching (MT_SCHEDULER=continuous)
         self.step_rows = Histogram(
             "mt_decoder_step_rows",

@@ -11,6 +11,7 @@ from typing import Any
 from service.batch_policy import LiveLimits
 from service.engine import Bundle, Engine, load_bundle
 from service.engine.bundle import MANIFEST, BundleError, discover
+from service.keys import key_queue_cap
 from service.metrics import Metrics
 from service.scheduler import BatchLimits, ContinuousScheduler, Scheduler
 from service.settings import Settings
@@ -139,6 +140,7 @@ class Registry:
             max_wait_s=s.max_wait_ms / 1000.0,
             max_queue=s.max_queue_sentences,
             workers=s.engine_workers,
+            max_queue_per_client=key_queue_cap(s.max_queue_sentences, s.key_queue_share) if s.api_keys else 0,
         )
 
     async def load(self) -> None:

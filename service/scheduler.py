@@ -34,11 +34,13 @@ from service.batch_policy import (
     LiveLoad,
     Queued,
     admit,
+    fair_order,
     next_work,
     retry_after,
     select_batch,
     wait_before_dispatch,
 )
+from service.keys import key_retry_after
 from service.metrics import Metrics
 
 log = logging.getLogger(__name__)
@@ -88,14 +90,28 @@ class QueueFull(SchedulerError):
         self.retry_after = retry_after
 
 
-class RequestTooLarge(SchedulerError):
-    """More sentences than the queue ever holds: no retry can succeed (unlike QueueFull)."""
+class KeyQueueFull(QueueFull):
+    """The client's (API key's) share of the queue is full, while other keys may still queue."""
 
-    def __init__(self, n_items: int, limit: int) -> None:
-        super().__init__(
-            f"the request has {n_items} texts but this server queues at most {limit} sentences "
-            "(MT_MAX_QUEUE_SENTENCES); split it into smaller requests"
+    def __init__(self, retry_after: int, client: str, depth: int, limit: int) -> None:
+        SchedulerError.__init__(
+            self,
+            f"API key {client} has {depth} of its {limit} queued sentences waiting (its share of the queue: "
+            f"MT_KEY_QUEUE_SHARE x MT_MAX_QUEUE_SENTENCES); retry after {retry_after} s",
         )
+        self.retry_after = retry_after
+
+
+class RequestTooLarge(SchedulerError):
+    """More sentences than the queue (or a key's share of it) ever holds: no retry can succeed (unlike QueueFull)."""
+
+    def __init__(self, n_items: int, limit: int, client: str = "") -> None:
+        where = (
+            f"an API key ({client}) may queue at most {limit} sentences (MT_KEY_QUEUE_SHARE x MT_MAX_QUEUE_SENTENCES)"
+            if client
+            else f"this server queues at most {limit} sentences (MT_MAX_QUEUE_SENTENCES)"
+        )
+        super().__init__(f"the request has {n_items} texts but {where}; split it into smaller requests")
 
 
 class DeadlineExceeded(SchedulerError):
@@ -153,6 +169,7 @@ class Scheduler:
         self._closing = False
         self._batch_ids = itertools.count(1)
         self._seconds_per_sentence = 0.05  # running estimate, for Retry-After
+        self._last_client: str | None = None  # the client whose sentence anchored the last batch (fair turns)
 
     # --- lifecycle ---------------------------------------------------------------------------
     def start(self) -> None:
@@ -178,19 +195,27 @@ class Scheduler:
         request_id: str = "",
         batch_ids: list[int] | None = None,
         listener: Listener | None = None,
+        client: str = "",
     ) -> list[Any]:
         """Queue one request's sentences and wait for their results (in order).
 
         ``batch_ids``, when given, receives the id of every engine batch that ran (or failed) this request's
         work (for the access log). At the deadline, work that has not started is dropped (504). ``listener``, when
         given, hears each sentence's result as it comes (and its streamed tokens, with continuous batching).
+        ``client`` (an API key's label) is whose work it is: each client has its share of the queue, and clients
+        are served in turn.
         """
         if self._closing:
             raise ShuttingDown("the service is shutting down; retry on another instance")
         if len(payloads) > self.limits.max_queue:
             raise RequestTooLarge(len(payloads), self.limits.max_queue)
-        refusal = self.refusal(len(payloads))
+        if client and self.limits.max_queue_per_client and len(payloads) > self.limits.max_queue_per_client:
+            raise RequestTooLarge(len(payloads), self.limits.max_queue_per_client, client)
+        refusal = self.refusal(len(payloads), client)
         if refusal is not None:
+            if client:
+                reason = "key_queue_full" if isinstance(refusal, KeyQueueFull) else "queue_full"
+                self.metrics.key_rejections.labels(client, reason).inc()
             raise refusal
         loop = asyncio.get_running_loop()
         request = Request(key, len(payloads), time.monotonic() + timeout_s, loop.create_future(), request_id=request_id)
@@ -200,7 +225,7 @@ class Scheduler:
         request.results = [None] * len(payloads)
         request.remaining = len(payloads)
         pairs = enumerate(zip(payloads, lengths, strict=True))
-        self._enqueue([Queued(key, n, request.enqueued, request, i, p) for i, (p, n) in pairs])
+        self._enqueue([Queued(key, n, request.enqueued, request, i, p, client=client) for i, (p, n) in pairs])
         timer = loop.call_later(timeout_s, self._deadline_passed, request)
         try:
             return await request.future
@@ -215,9 +240,18 @@ class Scheduler:
         self.metrics.queue_depth.labels(self.model).set(len(self.queue))
         self._wakeup.set()
 
-    def refusal(self, n_items: int = 1) -> QueueFull | None:
+    def refusal(self, n_items: int = 1, client: str = "") -> QueueFull | None:
         """The QueueFull a request of ``n_items`` sentences would get now (Retry-After estimated from the queue
-        depth and the measured seconds per sentence), or None when it fits."""
+        depth and the measured seconds per sentence), or None when it fits: KeyQueueFull when ``client``'s share
+        of the queue is full, else QueueFull when the whole queue is."""
+        cap = self.limits.max_queue_per_client
+        if client and cap:
+            queue = self.queue  # one snapshot: the continuous engine thread replaces the list, never edits it in place
+            mine = sum(1 for q in queue if q.client == client)
+            active = len({q.client for q in queue} | {client})
+            wait = key_retry_after(mine, n_items, cap, active, self._seconds_per_sentence, self.limits.workers)
+            if wait is not None:
+                return KeyQueueFull(wait, client, mine, cap)
         depth = len(self.queue)
         retry = retry_after(depth, n_items, self.limits, self._seconds_per_sentence)
         return None if retry is None else QueueFull(retry, depth, self.limits.max_queue)
@@ -288,7 +322,7 @@ class Scheduler:
 
     def _take_batch(self) -> list[Queued]:
         self._expire()
-        chosen = select_batch(self.queue, self.limits)
+        chosen = self._fair_batch(self.queue)
         picked = set(map(id, chosen))
         self.queue = [q for q in self.queue if id(q) not in picked]
         self.metrics.queue_depth.labels(self.model).set(len(self.queue))
@@ -298,6 +332,14 @@ class Scheduler:
                 q.ticket.started = True
                 self.metrics.queue_wait.labels(self.model).observe(now - q.ticket.enqueued)
         return chosen
+
+    def _fair_batch(self, queue: list[Queued]) -> list[Queued]:
+        """The batch built around the sentence whose turn it is (``fair_order``: clients in turn)."""
+        if not queue:
+            return []
+        anchor = fair_order(queue, self._last_client)[0]
+        self._last_client = anchor.client
+        return select_batch(queue, self.limits, anchor)
 
     async def _run(self, batch: list[Queued]) -> None:
         batch_id = next(self._batch_ids)
@@ -403,6 +445,7 @@ class ContinuousScheduler(Scheduler):
         self._removals: list[Queued] = []  # live sentences taken out (deadline, disconnect) since the last step
         self._live: dict[Queued, None] = {}  # the sentences decoding now (an ordered set)
         self._last = "batch"
+        self._last_joined: str | None = None  # the client of the last sentence that joined the decode (fair turns)
         self._thread: threading.Thread | None = None
         self._event_loop: asyncio.AbstractEventLoop | None = None
         self._stopped: asyncio.Future | None = None
@@ -509,12 +552,14 @@ class ContinuousScheduler(Scheduler):
                 self._cond.wait()
             chosen: list[Queued] = []
             if action == "step":
-                waiting = [q for q in self.queue if self.live.accepts(q.key)]
+                waiting = fair_order([q for q in self.queue if self.live.accepts(q.key)], self._last_joined)
                 load = LiveLoad(sum(q.rows for q in self._live), max((q.positions for q in self._live), default=0))
                 chosen = admit(waiting, load, self.live_limits, self.live.bytes_per_position)
                 self._live.update(dict.fromkeys(chosen))
+                if chosen:
+                    self._last_joined = chosen[-1].client
             elif action == "batch":
-                chosen = select_batch([q for q in self.queue if not self.live.accepts(q.key)], self.limits)
+                chosen = self._fair_batch([q for q in self.queue if not self.live.accepts(q.key)])
             if chosen:
                 taken = set(map(id, chosen))
                 self.queue = [q for q in self.queue if id(q) not in taken]

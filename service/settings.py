@@ -5,8 +5,10 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Annotated
 
-from pydantic import BeforeValidator, Field
+from pydantic import BeforeValidator, Field, field_validator
 from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
+
+from service.keys import key_label
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
 
@@ -99,6 +101,20 @@ class Settings(BaseSettings):
 
     # access and logs
     api_keys: CsvList = Field(default_factory=list, description="when set, /v1/* needs one of these keys")
+    key_rate_per_s: float = Field(
+        0.0,
+        ge=0,
+        description="with MT_API_KEYS: work requests per second each key may send (token bucket); beyond it 429 "
+        "with Retry-After; 0 = no per-key rate limit",
+    )
+    key_burst: int = Field(10, ge=1, description="with MT_API_KEYS: requests a key may send at once (bucket size)")
+    key_queue_share: float = Field(
+        0.5,
+        gt=0,
+        le=1,
+        description="with MT_API_KEYS: the share of MT_MAX_QUEUE_SENTENCES one key's waiting sentences may fill "
+        "per model; beyond it 429 naming the key's limit",
+    )
     open_paths: CsvList = Field(
         default_factory=lambda: ["/healthz", "/readyz", "/metrics"], description="paths that need no API key"
     )
@@ -118,6 +134,15 @@ class Settings(BaseSettings):
     @property
     def effective_max_batch_sentences(self) -> int:
         return self.max_batch_sentences if self.effective_scheduler != "off" else 1
+
+    @field_validator("api_keys")
+    @classmethod
+    def _distinct_labels(cls, keys: list[str]) -> list[str]:
+        """Keys are named by their label (service/keys.py) in limits, metrics and logs: two must not share one."""
+        distinct = set(keys)
+        if len({key_label(k) for k in distinct}) != len(distinct):
+            raise ValueError("two API keys share the first 8 hex digits of their sha256; replace one of them")
+        return keys
 
     @property
     def effective_scheduler(self) -> str:

@@ -2,7 +2,8 @@
 
 Bodies are JSON or forms (application/x-www-form-urlencoded, multipart/form-data), as LibreTranslate takes
 them; answers and errors have LibreTranslate's shapes and status codes: 400 {"error"} for a bad request or an
-unserved language, 403 for an invalid API key, 429 {"error": "Slowdown: ..."} when the queue is full (and, as
+unserved language, 403 for an invalid API key, 429 {"error": "Slowdown: ..."} when the queue (or the API key's
+share of it) is full or the key is over its rate limit (and, as
 /v1 does, 413 for a body over the limit, 503 while loading or draining, 504 past the deadline).
 
 Honoured fields (docs/protocols.md): ``q`` (a string or, in JSON, a list of strings), ``source`` (a code or
@@ -13,14 +14,15 @@ also accepted as 'Authorization: Bearer' or X-API-Key). Other fields are ignored
 from __future__ import annotations
 
 import json
+import time
 from typing import Any
 
 from fastapi import APIRouter, FastAPI, Request
 from pydantic import BaseModel, Field
 
-from service.api.middleware import key_matches
 from service.api.protocol import ProtocolError, ProtocolRoute, check_unicode, context_of, error_schema
 from service.api.requests import registry_of
+from service.keys import match_key
 from service.serving import libretranslate as serving
 
 FORM_TYPES = ("application/x-www-form-urlencoded", "multipart/form-data")
@@ -98,8 +100,9 @@ def _string(fields: dict[str, Any], name: str, required: bool = True) -> str | N
     return check_unicode(value, name)
 
 
-def _check_key(request: Request, fields: dict[str, Any]) -> None:
-    """With MT_API_KEYS: api_key in the body (or the /v1 headers); 403 for a wrong one, 400 for none."""
+def _check_key(request: Request, fields: dict[str, Any]) -> str:
+    """With MT_API_KEYS: api_key in the body (or the /v1 headers); 403 for a wrong one, 400 for none. Returns the
+    key's label (service/keys.py), also set in the request scope for its limits and logs; "" without keys."""
     offered = fields.get("api_key")
     if offered is not None and not isinstance(offered, str):
         raise ProtocolError(400, "Invalid request: api_key must be a string")
@@ -107,14 +110,26 @@ def _check_key(request: Request, fields: dict[str, Any]) -> None:
         check_unicode(offered, "api_key")
     keys = request.app.state.mt.settings.api_keys
     if not keys:
-        return
+        return ""
     if offered is None or offered == "":
         auth = request.headers.get("authorization", "")
         offered = auth[7:].strip() if auth.lower().startswith("bearer ") else request.headers.get("x-api-key")
     if not offered:
         raise ProtocolError(400, "Please contact the server operator to get an API key")
-    if not key_matches(offered, keys):
+    label = match_key(offered, keys)
+    if label is None:
         raise ProtocolError(403, "Invalid API key")
+    request.scope["state"]["api_key"] = label
+    return label
+
+
+def _check_rate(request: Request, label: str) -> None:
+    """A key over its rate limit (MT_KEY_RATE_PER_S) gets 429 with Retry-After, as on /v1 and /v2."""
+    state = request.app.state.mt
+    limited = state.key_rates.check(label, time.monotonic()) if label else None
+    if limited is not None:
+        state.metrics.key_rejections.labels(label, "rate_limit").inc()
+        raise ProtocolError(429, str(limited), {"Retry-After": str(limited.retry_after)})
 
 
 def _json_body(schema: dict, example: dict) -> dict:
@@ -186,7 +201,7 @@ def build_libretranslate_router(app: FastAPI) -> APIRouter:
     )
     async def translate(request: Request) -> dict[str, Any]:
         fields, is_json = await _fields(request)
-        _check_key(request, fields)
+        _check_rate(request, _check_key(request, fields))
         q = fields.get("q")
         if q is None or q == "" or q == []:
             raise ProtocolError(400, "Invalid request: missing q parameter")

@@ -1,9 +1,7 @@
-"""ASGI middleware: request ids, API keys, body size limit, metrics and the access log."""
+"""ASGI middleware: request ids, API keys (and their rate limits), body size limit, metrics and the access log."""
 
 from __future__ import annotations
 
-import hashlib
-import hmac
 import json
 import logging
 import re
@@ -12,6 +10,9 @@ import uuid
 
 from starlette.exceptions import HTTPException
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
+
+from service.keys import match_key
+from service.scheduler import KeyQueueFull
 
 log = logging.getLogger("service.access")
 _SAFE_ID = re.compile(r"^[A-Za-z0-9._:-]{1,128}$")
@@ -52,16 +53,6 @@ def error_body(path: str, message: str, status: int = 0) -> dict:
     if path == "/v2" or path.startswith("/v2/"):
         return {"error": message}
     return {"detail": message}
-
-
-def key_matches(offered: str, keys: list[str]) -> bool:
-    """Whether ``offered`` is one of ``keys``. Digests first, so every comparison is of equal length
-    (compare_digest can leak a length mismatch); every key is compared, in constant time each."""
-    digest = hashlib.sha256(offered.encode()).digest()
-    ok = False
-    for key in keys:
-        ok |= hmac.compare_digest(digest, hashlib.sha256(key.encode()).digest())
-    return ok
 
 
 async def _send_json(send: Send, status: int, body: dict, headers: list[tuple[bytes, bytes]] | None = None) -> None:
@@ -117,7 +108,8 @@ class ServiceMiddleware:
         self.state.metrics.in_flight.inc()
         self.state.in_flight += 1
         try:
-            if not self._authorized(scope["method"], path, headers):
+            authorized, label = self._authorized(scope["method"], path, headers)
+            if not authorized:
                 await _send_json(
                     send_wrapper,
                     401,
@@ -139,10 +131,23 @@ class ServiceMiddleware:
                     ),
                 )
                 return
-            refusal = self._queue_full(scope["method"], path)
+            if label:
+                scope["state"]["api_key"] = label  # whose work it is (limits, fair turns, metrics, the access log)
+            work = scope["method"] == "POST" and is_work_path(path)
+            limited = self.state.key_rates.check(label, time.monotonic()) if label and work else None
+            if limited is not None:  # the key is over its rate limit: refused before anything is read
+                await self._discard_body(receive)
+                self.state.metrics.key_rejections.labels(label, "rate_limit").inc()
+                retry = str(limited.retry_after).encode()
+                await _send_json(send_wrapper, 429, error_body(path, str(limited), 429), [(b"retry-after", retry)])
+                return
+            refusal = self._queue_full(scope["method"], path, label)
             if refusal is not None:  # no request could be queued: refuse before parsing, validating, tokenizing
                 await self._discard_body(receive)
                 scope["state"]["model"] = refusal[0]
+                if label:
+                    reason = "key_queue_full" if isinstance(refusal[1], KeyQueueFull) else "queue_full"
+                    self.state.metrics.key_rejections.labels(label, reason).inc()
                 retry = str(refusal[1].retry_after).encode()
                 await _send_json(send_wrapper, 429, error_body(path, str(refusal[1]), 429), [(b"retry-after", retry)])
                 return
@@ -175,31 +180,36 @@ class ServiceMiddleware:
                     "method": scope["method"],
                     "batch_ids": scope["state"].get("batch_ids", []),
                 }
+                if "api_key" in scope["state"]:  # the key's label, never the key
+                    extra["api_key"] = scope["state"]["api_key"]
                 if "texts" in scope["state"]:  # only with MT_LOG_REQUESTS_TEXT=true
                     extra["texts"] = scope["state"]["texts"]
                 log.info("%s %s %d", scope["method"], path[:200], status, extra=extra)
 
-    def _authorized(self, method: str, path: str, headers: dict[str, str]) -> bool:
-        """With MT_API_KEYS set, /v1/* and the operations endpoints need a key unless listed in MT_OPEN_PATHS."""
+    def _authorized(self, method: str, path: str, headers: dict[str, str]) -> tuple[bool, str]:
+        """(whether the request may pass, the label of its API key or ""). With MT_API_KEYS set, /v1/*, /v2/* and
+        the operations endpoints need a key unless listed in MT_OPEN_PATHS."""
         s = self.state.settings
         keys = s.api_keys
         protected = path.startswith(("/v1/", "/v2/")) or path == "/v2" or path in OPERATIONS_PATHS
         if not keys or path in s.open_paths or not protected:
-            return True
+            return True, ""
         if method == "OPTIONS" and s.cors_origins and "access-control-request-method" in headers:
-            return True  # a CORS preflight: browsers send it without credentials
+            return True, ""  # a CORS preflight: browsers send it without credentials
         offered = headers.get("x-api-key", "")
         auth = headers.get("authorization", "")
         if auth.lower().startswith("bearer "):
             offered = auth[7:].strip()
-        return key_matches(offered, keys)
+        label = match_key(offered, keys)
+        return label is not None, label or ""
 
-    def _queue_full(self, method: str, path: str):
-        """(model, QueueFull) when every loaded model's queue is full, so no work request can be accepted now."""
+    def _queue_full(self, method: str, path: str, client: str = ""):
+        """(model, QueueFull) when every loaded model's queue is full (or, for an API key, the key's share of every
+        queue), so no work request can be accepted now."""
         registry = self.state.registry
         if method != "POST" or not is_work_path(path) or self.state.draining or not registry.ready:
             return None
-        refusals = [(name, m.scheduler.refusal()) for name, m in registry.models.items()]
+        refusals = [(name, m.scheduler.refusal(1, client)) for name, m in registry.models.items()]
         if not refusals or any(refusal is None for _, refusal in refusals):
             return None
         return min(refusals, key=lambda r: r[1].retry_after)

@@ -32,4 +32,5 @@ def request_context(request: Request, timeout_s: float, quality=None) -> Request
         is_disconnected=request.is_disconnected,
         logged_texts=logged,  # opt-in debugging only: texts go to the access log
         quality=quality,
+        client=state.get("api_key", ""),  # set by the middleware (or LibreTranslate's key check)
     )

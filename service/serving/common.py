@@ -52,7 +52,7 @@ async def _wait(
 ) -> list[Any]:
     lengths = [s.length for s in sources]
     submit = model.scheduler.submit(
-        options, sources, lengths, ctx.timeout_s, ctx.request_id, ctx.batch_ids, listener=listener
+        options, sources, lengths, ctx.timeout_s, ctx.request_id, ctx.batch_ids, listener=listener, client=ctx.client
     )
     task = asyncio.ensure_future(submit)
     try:

@@ -19,3 +19,4 @@ class RequestContext:
     is_disconnected: Callable[[], Awaitable[bool]] = _never  # polled while the work waits
     logged_texts: list[str] | None = None  # when set (opt-in debugging), the request's texts are appended
     quality: Any = None  # service.serving.quality.QualityPolicy: language checks of translations
+    client: str = ""  # whose work it is: the API key's label (service/keys.py), "" without API keys

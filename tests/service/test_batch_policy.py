@@ -8,6 +8,7 @@ from service.batch_policy import (
     LiveLoad,
     Queued,
     admit,
+    fair_order,
     next_work,
     retry_after,
     select_batch,
@@ -104,3 +105,51 @@ def test_steps_and_whole_batches_take_turns():
     assert next_work(decoding=True, decode_waiting=False, other_waiting=False, last="step") == "step"
     assert next_work(decoding=False, decode_waiting=True, other_waiting=False, last="batch") == "step"
     assert next_work(decoding=False, decode_waiting=False, other_waiting=False, last="step") == "idle"
+
+
+def from_clients(*clients: str) -> list[Queued]:
+    """One sentence per entry (same key, length 5), oldest first, sent by the given client."""
+    return [Queued("k", 5, float(i), client=c, index=i) for i, c in enumerate(clients)]
+
+
+def test_fair_order_takes_the_clients_in_turn_each_oldest_first():
+    q = from_clients("f", "f", "f", "f", "q", "f", "q")
+    order = fair_order(q)
+    assert [x.client for x in order] == ["f", "q", "f", "q", "f", "f", "f"]
+    assert [x.index for x in order if x.client == "f"] == [0, 1, 2, 3, 5]  # each client's own order kept
+    assert sorted(order, key=lambda x: x.index) == q  # every sentence once
+
+
+def test_fair_order_starts_after_the_client_served_last():
+    q = from_clients("a", "b", "c", "a")
+    assert [x.client for x in fair_order(q, last_client="a")] == ["b", "c", "a", "a"]
+    assert [x.client for x in fair_order(q, last_client="c")] == ["a", "b", "c", "a"]
+    assert [x.client for x in fair_order(q, last_client="gone")] == ["a", "b", "c", "a"]  # the next label after it
+    assert [x.client for x in fair_order(q, last_client="b")] == ["c", "a", "b", "a"]
+
+
+def test_one_client_or_none_keeps_the_queue_order():
+    q = queue(("a", 10), ("b", 3), ("a", 7))
+    assert fair_order(q) == q and fair_order(q, last_client="") == q
+    assert fair_order([]) == []
+
+
+def test_a_batch_is_built_around_the_anchor_whose_turn_it_is():
+    q = [Queued("k", 10, 0.0, client="flood"), Queued("k", 10, 1.0, client="flood"), Queued("k", 30, 2.0, client="q")]
+    anchor = fair_order(q, last_client="flood")[0]
+    assert anchor.client == "q"
+    batch = select_batch(q, BatchLimits(max_sentences=2), anchor)
+    assert anchor in batch and len(batch) == 2
+    assert select_batch(q, BatchLimits(max_sentences=1), anchor) == [anchor]  # the oldest does not crowd it out
+
+
+def test_admission_in_fair_order_lets_a_quiet_client_past_a_flooding_backlog():
+    flood = [Queued("k", 5, float(i), client="flood", rows=1, positions=10) for i in range(50)]
+    quiet = Queued("k", 5, 100.0, client="quiet", rows=1, positions=10)
+    waiting = [*flood, quiet]
+    limits = LiveLimits(max_rows=4)
+    assert quiet not in admit(waiting, LiveLoad(), limits, bytes_per_position=1)  # oldest first: behind 50
+    joined = admit(fair_order(waiting, last_client="flood"), LiveLoad(), limits, bytes_per_position=1)
+    assert joined[0] is quiet and len(joined) == 4
+    joined = admit(fair_order(waiting, last_client="quiet"), LiveLoad(rows=2), limits, bytes_per_position=1)
+    assert joined == [flood[0], quiet]  # two free rows: one sentence of each client
