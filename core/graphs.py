@@ -6,6 +6,9 @@ The exporter (export/graphs.py, export/decoder_step.py) writes graphs with these
 encoder.onnx:      src_ids (batch, src) -> encoder_output, encoder_attention, cross_keys, cross_values
 decoder.onnx:      tokens, src_mask, cross_keys, cross_values, past_keys, past_values (stacked per layer)
                    -> log_probs, present_keys, present_values, self_attention, cross_attention
+                   or, for linear attention (a running state instead of a key/value cache, see below):
+                   tokens, src_mask, cross_keys, cross_values, past_kv_sums, past_k_sums, past_length
+                   -> log_probs, present_kv_sums, present_k_sums, self_attention, cross_attention
 decoder_step.onnx: tokens, src_mask, top_k, [positions, self_mask, query_rows, row_slots (interface 3)],
                    cross_keys_<i>, cross_values_<i>, past_keys_<i>, past_values_<i>
                    -> log_probs, top_log_probs, top_ids, present_keys_<i>, present_values_<i>
@@ -28,6 +31,33 @@ ENCODER_INPUTS = ["src_ids"]
 ENCODER_OUTPUTS = ["encoder_output", "encoder_attention", "cross_keys", "cross_values"]
 DECODER_INPUTS = ["tokens", "src_mask", "cross_keys", "cross_values", "past_keys", "past_values"]
 DECODER_OUTPUTS = ["log_probs", "present_keys", "present_values", "self_attention", "cross_attention"]
+
+# decoder.onnx's self-attention cache, told apart by the graph's input names (graphs without the linear-state names,
+# every one exported before them included, have the key/value cache):
+# - kv: past_keys / past_values (layers, rows, heads, past_len, d_head), empty (past_len 0) at the start, one column
+#   more per token;
+# - linear_state (linear attention, model/linear_attention.py): past_kv_sums = sum_j phi(k_j) v_j^T (layers, rows,
+#   heads, d_head, d_head) and past_k_sums = sum_j phi(k_j) (layers, rows, heads, 1, d_head), zeros at the start and
+#   the same size at every step, and past_length (1,) int64, the number of tokens summed (the new token's position).
+#   Its self_attention output covers the new tokens' keys only (the state keeps no keys).
+# Both kinds keep rows on axis 1, so search reorders them the same way.
+KV_CACHE, LINEAR_STATE = "kv", "linear_state"
+LINEAR_STATE_INPUTS = ["tokens", "src_mask", "cross_keys", "cross_values", "past_kv_sums", "past_k_sums", "past_length"]
+LINEAR_STATE_OUTPUTS = ["log_probs", "present_kv_sums", "present_k_sums", "self_attention", "cross_attention"]
+
+
+def decoder_cache(input_names: list[str]) -> str:
+    """The cache kind of a decoder.onnx graph from its input names."""
+    return LINEAR_STATE if "past_kv_sums" in input_names else KV_CACHE
+
+
+def decoder_inputs(cache: str) -> list[str]:
+    return LINEAR_STATE_INPUTS if cache == LINEAR_STATE else DECODER_INPUTS
+
+
+def decoder_outputs(cache: str) -> list[str]:
+    return LINEAR_STATE_OUTPUTS if cache == LINEAR_STATE else DECODER_OUTPUTS
+
 
 # decoder_step.onnx metadata: the interface version and the most candidates its two-stage top-k serves
 STEP_INTERFACE_KEY = "mtserve.decoder_step"

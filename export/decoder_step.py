@@ -85,7 +85,10 @@ def build_decoder_step(model: Transformer, interface: int = STEP_INTERFACE) -> o
     """
     cfg = model.cfg
     if not supports_decoder_step(model):
-        raise ValueError("the lean decoder step does not implement relative positions; use decoder.onnx")
+        raise ValueError(
+            "the lean decoder step implements vanilla attention with absolute positions only (not relative "
+            "positions, sparse or linear attention); use decoder.onnx"
+        )
     if interface not in (2, 3):
         raise ValueError(f"decoder_step interfaces 2 and 3 can be built, not {interface}")
     ragged = interface >= 3

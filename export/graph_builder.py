@@ -25,8 +25,11 @@ def weights(t) -> np.ndarray:
 
 
 def supports_lean_graphs(model: Transformer) -> bool:
-    """Relative positions live inside self-attention, which the fused kernel does not implement."""
-    return model.cfg.positional_encoding != "relative"
+    """Vanilla softmax attention with absolute positions: relative positions (Shaw, Transformer-XL) live inside
+    self-attention and sparse patterns mask it, which the fused kernel's inputs do not express; linear attention
+    is not softmax attention at all. Those variants search with decoder.onnx."""
+    cfg = model.cfg
+    return cfg.attention == "vanilla" and cfg.positional_encoding in ("sinusoidal", "learned")
 
 
 class GraphBuilder:

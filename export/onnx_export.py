@@ -10,9 +10,9 @@ import onnx
 import torch
 from torch.export import Dim
 
-from core.graphs import DECODER_INPUTS, DECODER_OUTPUTS, ENCODER_INPUTS, ENCODER_OUTPUTS
+from core.graphs import ENCODER_INPUTS, ENCODER_OUTPUTS, KV_CACHE, LINEAR_STATE, decoder_inputs, decoder_outputs
 from export.decoder_step import build_decoder_step, supports_decoder_step
-from export.graphs import DecoderGraph, EncoderGraph, example_inputs
+from export.graphs import EncoderGraph, decoder_graph, example_inputs
 from model.transformer import Transformer
 
 OPSET = 18
@@ -32,7 +32,8 @@ def export_graphs(model: Transformer, out_dir: Path, decoder_step: bool = False)
     """Write encoder.onnx and decoder.onnx (fp32, one file each) into ``out_dir``; onnx.checker passes.
 
     With ``decoder_step``, also the lean search graph decoder_step.onnx (export/decoder_step.py) when the
-    architecture has one (not for relative positions: engines then search with decoder.onnx).
+    architecture has one (vanilla attention with sinusoidal or learned positions; for the others engines search
+    with decoder.onnx).
     """
     model = model.eval()
     out_dir.mkdir(parents=True, exist_ok=True)
@@ -54,24 +55,29 @@ def export_graphs(model: Transformer, out_dir: Path, decoder_step: bool = False)
             dynamic_shapes={"src_ids": {0: d["batch"], 1: d["src"]}},
             verbose=False,
         )
+        cache = LINEAR_STATE if model.cfg.attention == "linear" else KV_CACHE
         kv = {1: d["batch"], 3: d["src"]}
-        past = {1: d["batch"], 3: d["past"]}
+        if cache == KV_CACHE:
+            past = {1: d["batch"], 3: d["past"]}
+            past_shapes = {"past_keys": past, "past_values": past}
+        else:  # a running state: the same size whatever the length
+            past_shapes = {"past_kv_sums": {1: d["batch"]}, "past_k_sums": {1: d["batch"]}, "past_length": None}
+        names = decoder_inputs(cache)
         torch.onnx.export(
-            DecoderGraph(model),
-            tuple(ex[name] for name in DECODER_INPUTS),
+            decoder_graph(model),
+            tuple(ex[name] for name in names),
             str(paths["decoder"]),
             dynamo=True,
             external_data=False,
             opset_version=OPSET,
-            input_names=DECODER_INPUTS,
-            output_names=DECODER_OUTPUTS,
+            input_names=names,
+            output_names=decoder_outputs(cache),
             dynamic_shapes={
                 "tokens": {0: d["batch"], 1: d["tgt"]},
                 "src_mask": {0: d["batch"], 1: d["src"]},
                 "cross_keys": kv,
                 "cross_values": kv,
-                "past_keys": past,
-                "past_values": past,
+                **past_shapes,
             },
             verbose=False,
         )

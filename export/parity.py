@@ -10,14 +10,15 @@ import torch
 from torch import Tensor
 
 from core.graphs import (
-    DECODER_INPUTS,
-    DECODER_OUTPUTS,
     ENCODER_OUTPUTS,
+    decoder_cache,
+    decoder_inputs,
+    decoder_outputs,
     step_input_names,
     step_interface,
     step_output_names,
 )
-from export.graphs import DecoderGraph, EncoderGraph, example_inputs
+from export.graphs import EncoderGraph, decoder_graph, example_inputs
 from model.data import pad
 from model.decoding import beam_search as torch_beam
 from model.decoding import greedy_search as torch_greedy
@@ -28,18 +29,21 @@ from service.engine.step_inputs import ragged_inputs, uniform_inputs
 
 @torch.no_grad()
 def graph_max_diff(model: Transformer, engine: Engine, shapes: Sequence[tuple[int, int, int, int]]) -> dict[str, float]:
-    """Max |ORT - PyTorch| per output over (batch, src, tgt, past) shapes, random ids and caches."""
+    """Max |ORT - PyTorch| per output over (batch, src, tgt, past) shapes, random ids and caches (key/value caches
+    of ``past`` tokens, or running states of ``past`` tokens for linear attention)."""
     model.eval()
-    encoder, decoder = EncoderGraph(model), DecoderGraph(model)
+    encoder, decoder = EncoderGraph(model), decoder_graph(model)
+    cache = decoder_cache([i.name for i in engine.decoder.get_inputs()])
+    inputs, outputs = decoder_inputs(cache), decoder_outputs(cache)
     worst: dict[str, float] = {}
     for batch, src, tgt, past in shapes:
         ex = example_inputs(model, batch=batch, src=src, tgt=tgt, past=past)
         ort_enc = engine.encoder.run(ENCODER_OUTPUTS, {"src_ids": ex["src_ids"].numpy()})
         for name, got, ref in zip(ENCODER_OUTPUTS, ort_enc, encoder(ex["src_ids"]), strict=True):
             worst[name] = max(worst.get(name, 0.0), float(np.abs(got - ref.numpy()).max()))
-        feeds = {n: ex[n].numpy() for n in DECODER_INPUTS}
-        ort_dec = engine.decoder.run(DECODER_OUTPUTS, feeds)
-        for name, got, ref in zip(DECODER_OUTPUTS, ort_dec, decoder(*(ex[n] for n in DECODER_INPUTS)), strict=True):
+        feeds = {n: ex[n].numpy() for n in inputs}
+        ort_dec = engine.decoder.run(outputs, feeds)
+        for name, got, ref in zip(outputs, ort_dec, decoder(*(ex[n] for n in inputs)), strict=True):
             ref = ref.numpy()
             if name == "log_probs":  # compare where probabilities are not vanishingly small
                 keep = ref > -30

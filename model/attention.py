@@ -7,7 +7,7 @@ import math
 import torch
 from torch import Tensor, nn
 
-from model.positional import RelativePositions
+from model.positional import RelativePositions, XLRelativePositions
 
 KVPair = tuple[Tensor, Tensor]
 
@@ -20,18 +20,22 @@ def scaled_dot_product_attention(
     rel_k: Tensor | None = None,
     rel_v: Tensor | None = None,
     dropout: nn.Module | None = None,
+    position_scores: Tensor | None = None,
 ) -> tuple[Tensor, Tensor]:
     """softmax(Q K^T / sqrt(d_k)) V, returning the output and the attention probabilities.
 
     q: (batch, heads, tgt, d_k); k, v: (batch, heads, src, d_k);
     mask: bool, True where attending is allowed, broadcastable to (batch, heads, tgt, src);
-    rel_k, rel_v: (tgt, src, d_k) relative position representations (Shaw et al. 2018).
+    rel_k, rel_v: (tgt, src, d_k) relative position representations (Shaw et al. 2018);
+    position_scores: (batch, heads, tgt, src) position terms added to Q K^T (Transformer-XL's (b) + (c) + (d)).
     Masked positions get probability exactly 0.
     """
     d_k = q.size(-1)
     scores = q @ k.transpose(-2, -1)  # (batch, heads, tgt, src)
     if rel_k is not None:
         scores = scores + torch.einsum("bhqd,qkd->bhqk", q, rel_k)
+    if position_scores is not None:
+        scores = scores + position_scores
     scores = scores / math.sqrt(d_k)
     if mask is not None:
         scores = scores.masked_fill(~mask, torch.finfo(scores.dtype).min)
@@ -54,6 +58,7 @@ class MultiHeadAttention(nn.Module):
         n_heads: int,
         attention_dropout: float = 0.0,
         relative: RelativePositions | None = None,
+        xl_positions: XLRelativePositions | None = None,
     ) -> None:
         super().__init__()
         self.n_heads = n_heads
@@ -64,6 +69,7 @@ class MultiHeadAttention(nn.Module):
         self.out_proj = nn.Linear(d_model, d_model)
         self.dropout = nn.Dropout(attention_dropout) if attention_dropout > 0 else None
         self.relative = relative
+        self.xl_positions = xl_positions
 
     def _split(self, x: Tensor) -> Tensor:
         batch, length, _ = x.shape
@@ -99,7 +105,8 @@ class MultiHeadAttention(nn.Module):
         rel_k = rel_v = None
         if self.relative is not None:
             rel_k, rel_v = self.relative(q.size(2), k.size(2))
-        out, probs = scaled_dot_product_attention(q, k, v, mask, rel_k, rel_v, self.dropout)
+        position_scores = self.xl_positions(q, k) if self.xl_positions is not None else None
+        out, probs = scaled_dot_product_attention(q, k, v, mask, rel_k, rel_v, self.dropout, position_scores)
         batch, _, length, _ = out.shape
         out = out.transpose(1, 2).reshape(batch, length, self.n_heads * self.d_head)
         return self.out_proj(out), probs, present

@@ -10,7 +10,8 @@ from typing import Any
 
 from core.tokenizer import BOS_ID, EOS_ID, PAD_ID, UNK_ID
 
-POSITIONAL_ENCODINGS = ("sinusoidal", "learned", "relative")
+POSITIONAL_ENCODINGS = ("sinusoidal", "learned", "relative", "xl_relative")
+ATTENTIONS = ("vanilla", "sparse", "linear")
 NORM_PLACEMENTS = ("post", "pre")
 ACTIVATIONS = ("relu", "gelu", "swiglu", "geglu")
 
@@ -28,8 +29,15 @@ class ModelConfig:
     dropout: float = 0.1
     attention_dropout: float = 0.0
     max_positions: int = 256
-    positional_encoding: str = "sinusoidal"  # sinusoidal | learned | relative
+    positional_encoding: str = "sinusoidal"  # sinusoidal | learned | relative (Shaw) | xl_relative (Transformer-XL)
     relative_max_distance: int = 16  # k of Shaw et al. 2018 (clip distance)
+    # self-attention (encoder and decoder; cross-attention is always vanilla): vanilla softmax over every key |
+    # sparse: softmax over a position pattern (model/sparse_attention.py) | linear: elu(x) + 1 kernel
+    # (model/linear_attention.py)
+    attention: str = "vanilla"
+    sparse_window: int = 8  # sparse: query i sees keys j with |i - j| <= window (decoder: i - window <= j <= i)
+    sparse_stride: int = 0  # sparse: and keys whose distance |i - j| is a multiple of the stride (0: none)
+    sparse_global: int = 0  # sparse: the first n positions see and are seen by every position (0: none)
     norm_placement: str = "post"  # post (original) | pre (with final LayerNorm)
     activation: str = "relu"  # relu | gelu | swiglu | geglu
     tie_embeddings: bool = True  # shared source/target/output embedding over a joint vocabulary
@@ -45,9 +53,19 @@ class ModelConfig:
             ("positional_encoding", self.positional_encoding, POSITIONAL_ENCODINGS),
             ("norm_placement", self.norm_placement, NORM_PLACEMENTS),
             ("activation", self.activation, ACTIVATIONS),
+            ("attention", self.attention, ATTENTIONS),
         ):
             if value not in allowed:
                 raise ValueError(f"{name} must be one of {allowed}, got {value!r}")
+        if self.attention == "linear" and self.positional_encoding in ("relative", "xl_relative"):
+            raise ValueError(
+                f"linear attention has no score matrix for {self.positional_encoding} positions to enter: "
+                "use sinusoidal or learned positions"
+            )
+        if self.attention == "linear" and self.attention_dropout > 0:
+            raise ValueError("attention_dropout drops attention weights; linear attention computes none: set it to 0")
+        if self.sparse_window < 0 or self.sparse_stride < 0 or self.sparse_global < 0:
+            raise ValueError("sparse_window, sparse_stride and sparse_global must be >= 0")
 
     @property
     def d_head(self) -> int:

@@ -44,7 +44,7 @@ def greedy_search(model: Transformer, src: Tensor, max_length: int | None = None
     generated: list[Tensor] = []
     cache = None
     for step in range(int(limits.max())):
-        out = model.decode(last, kv, enc.src_mask, cache)
+        out = model.decode(last, kv, enc.src_mask, cache, n_past=step)
         cache = out.cache
         best_lp, best = _step_log_probs(out.logits).max(dim=-1)
         best = best.masked_fill(finished, cfg.pad_id)
@@ -88,7 +88,7 @@ def beam_search(
     done = [False] * batch
     cache = None
     for step in range(max(limits)):
-        out = model.decode(tokens[:, -1:], kv, src_mask, cache)
+        out = model.decode(tokens[:, -1:], kv, src_mask, cache, n_past=step)
         log_probs = _step_log_probs(out.logits)  # (batch*k, vocab)
         vocab = log_probs.size(-1)
         candidates = (beam_scores.view(-1, 1) + log_probs).view(batch, k * vocab)

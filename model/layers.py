@@ -9,7 +9,8 @@ from torch import Tensor, nn
 
 from model.attention import KVPair, MultiHeadAttention
 from model.config import ModelConfig
-from model.positional import RelativePositions
+from model.linear_attention import LinearAttention
+from model.positional import RelativePositions, XLRelativePositions
 
 
 class FeedForward(nn.Module):
@@ -49,17 +50,25 @@ class Residual(nn.Module):
         return self.norm(x + self.dropout(out)), tuple(extra)
 
 
-def _relative(cfg: ModelConfig) -> RelativePositions | None:
-    if cfg.positional_encoding != "relative":
-        return None
-    return RelativePositions(cfg.relative_max_distance, cfg.d_head)
+def self_attention(cfg: ModelConfig, causal: bool) -> MultiHeadAttention:
+    """The self-attention the config names: linear (kernel), or softmax attention with its relative positions
+    (Shaw or Transformer-XL) if any. Sparse attention is softmax attention under a pattern mask (the Transformer
+    builds the masks, model/sparse_attention.py)."""
+    if cfg.attention == "linear":
+        return LinearAttention(cfg.d_model, cfg.n_heads, causal)
+    relative = xl = None
+    if cfg.positional_encoding == "relative":
+        relative = RelativePositions(cfg.relative_max_distance, cfg.d_head)
+    elif cfg.positional_encoding == "xl_relative":
+        xl = XLRelativePositions(cfg.max_positions, cfg.d_model, cfg.n_heads)
+    return MultiHeadAttention(cfg.d_model, cfg.n_heads, cfg.attention_dropout, relative, xl)
 
 
 class EncoderLayer(nn.Module):
     def __init__(self, cfg: ModelConfig) -> None:
         super().__init__()
         pre = cfg.norm_placement == "pre"
-        self.self_attn = MultiHeadAttention(cfg.d_model, cfg.n_heads, cfg.attention_dropout, _relative(cfg))
+        self.self_attn = self_attention(cfg, causal=False)
         self.ffn = FeedForward(cfg.d_model, cfg.d_ff, cfg.activation, cfg.dropout)
         self.attn_residual = Residual(cfg.d_model, cfg.dropout, pre)
         self.ffn_residual = Residual(cfg.d_model, cfg.dropout, pre)
@@ -75,7 +84,7 @@ class DecoderLayer(nn.Module):
     def __init__(self, cfg: ModelConfig) -> None:
         super().__init__()
         pre = cfg.norm_placement == "pre"
-        self.self_attn = MultiHeadAttention(cfg.d_model, cfg.n_heads, cfg.attention_dropout, _relative(cfg))
+        self.self_attn = self_attention(cfg, causal=True)
         self.cross_attn = MultiHeadAttention(cfg.d_model, cfg.n_heads, cfg.attention_dropout)
         self.ffn = FeedForward(cfg.d_model, cfg.d_ff, cfg.activation, cfg.dropout)
         self.self_residual = Residual(cfg.d_model, cfg.dropout, pre)
@@ -93,7 +102,8 @@ class DecoderLayer(nn.Module):
         """x: (batch, tgt, d_model); self_mask: (tgt, past+tgt) causal; cross_mask: (batch, 1, 1, src).
 
         Returns x, self-attention probs (batch, heads, tgt, past+tgt), cross-attention probs
-        (batch, heads, tgt, src) and the updated self-attention cache.
+        (batch, heads, tgt, src) and the updated self-attention cache (linear attention: its running state, and
+        self-attention weights over the new tokens only, (batch, heads, tgt, tgt)).
         """
         x, (self_probs, present) = self.self_residual(x, lambda h: self.self_attn(h, self_mask, past=past))
         x, (cross_probs, _) = self.cross_residual(x, lambda h: self.cross_attn(h, cross_mask, kv=cross_kv))

@@ -11,6 +11,7 @@ from model.attention import KVPair
 from model.config import ModelConfig
 from model.layers import DecoderLayer, EncoderLayer
 from model.positional import LearnedPositions, SinusoidalPositions, embedding_scale
+from model.sparse_attention import SparsePattern
 
 
 @dataclass
@@ -23,8 +24,8 @@ class EncoderOutput:
 @dataclass
 class DecoderOutput:
     logits: Tensor  # (batch, tgt, vocab)
-    cache: list[KVPair]  # per layer (batch, heads, past+tgt, d_head) keys and values
-    self_attention: list[Tensor]  # per layer (batch, heads, tgt, past+tgt)
+    cache: list[KVPair]  # per layer (batch, heads, past+tgt, d_head) keys and values; linear: the running state
+    self_attention: list[Tensor]  # per layer (batch, heads, tgt, past+tgt); linear attention (batch, heads, tgt, tgt)
     cross_attention: list[Tensor]  # per layer (batch, heads, tgt, src)
 
 
@@ -47,8 +48,13 @@ class Transformer(nn.Module):
             self.positions: nn.Module | None = SinusoidalPositions(cfg.max_positions, cfg.d_model)
         elif cfg.positional_encoding == "learned":
             self.positions = LearnedPositions(cfg.max_positions, cfg.d_model)
-        else:  # relative: positions enter inside self-attention only
+        else:  # relative, xl_relative: positions enter inside self-attention only
             self.positions = None
+        self.sparse: SparsePattern | None = (
+            None  # sparse attention: the pattern masks encoder and decoder self-attention
+        )
+        if cfg.attention == "sparse":
+            self.sparse = SparsePattern(cfg.sparse_window, cfg.sparse_stride, cfg.sparse_global)
         self.embed_dropout = nn.Dropout(cfg.dropout)
         self.encoder_layers = nn.ModuleList(EncoderLayer(cfg) for _ in range(cfg.n_encoder_layers))
         self.decoder_layers = nn.ModuleList(DecoderLayer(cfg) for _ in range(cfg.n_decoder_layers))
@@ -79,6 +85,8 @@ class Transformer(nn.Module):
         """src: (batch, src) token ids, right-padded with pad_id."""
         src_mask = src != self.cfg.pad_id
         attn_mask = src_mask[:, None, None, :]  # (batch, 1, 1, src)
+        if self.sparse is not None:
+            attn_mask = attn_mask & self.sparse.mask(src.size(1))  # (batch, 1, src, src)
         x = self._embed(src, self.src_embed)
         attention = []
         for layer in self.encoder_layers:
@@ -96,11 +104,23 @@ class Transformer(nn.Module):
         cross_kv: list[KVPair],
         src_mask: Tensor,
         cache: list[KVPair] | None = None,
+        n_past: int | Tensor | None = None,
     ) -> DecoderOutput:
-        """tgt: (batch, tgt) new target tokens following the ``cache`` of earlier ones (None = start)."""
-        n_past = cache[0][0].size(2) if cache is not None else 0
+        """tgt: (batch, tgt) new target tokens following the ``cache`` of earlier ones (None = start).
+
+        ``n_past``: how many tokens the cache holds; read from a key/value cache when not given, needed with a
+        linear-attention running state (which has no length).
+        """
+        if n_past is None:
+            if cache is not None and self.cfg.attention == "linear":
+                raise ValueError("a linear-attention state does not know its length: pass n_past")
+            n_past = cache[0][0].size(2) if cache is not None else 0
         x = self._embed(tgt, self.tgt_embed, n_past)
-        self_mask = causal_mask(tgt.size(1), n_past)
+        self_mask = None  # linear attention: causal by its running sums
+        if self.cfg.attention != "linear":
+            self_mask = causal_mask(tgt.size(1), n_past)
+        if self.sparse is not None:
+            self_mask = self_mask & self.sparse.mask(tgt.size(1), n_past)
         cross_mask = src_mask[:, None, None, :]
         new_cache, self_attention, cross_attention = [], [], []
         for i, layer in enumerate(self.decoder_layers):

@@ -15,10 +15,19 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from core.graphs import ENCODER_OUTPUTS, MAX_TOP_K_KEY, step_interface, step_present_names
+from core.graphs import (
+    ENCODER_OUTPUTS,
+    KV_CACHE,
+    MAX_TOP_K_KEY,
+    decoder_cache,
+    decoder_outputs,
+    step_interface,
+    step_present_names,
+)
 from core.search import Hypothesis, length_limits
 from core.tokenizer import BOS_ID, EOS_ID, PAD_ID, Tokenizer
 from service.engine.bundle import Bundle
+from service.engine.decoder_cache import decoder_feeds, empty_cache
 from service.engine.device_state import GATHER_GRAPH, DeviceRunner, device_search, supports_device_search
 from service.engine.runtime import create_session
 from service.engine.search import TopCandidates, beam_search, greedy_search
@@ -71,7 +80,9 @@ class _DecoderState:
     ``src_mask`` hold one row per source; row r of the batch reads source ``row_sources[r]`` (default: row r).
     They depend only on the source, so they are gathered again only when the live sources change (a sentence
     left the batch), never when beams of one sentence trade places. Step graphs of interface 2 take them
-    once per live source (rows grouped by source); older graphs once per row.
+    once per live source (rows grouped by source); older graphs once per row. With decoder.onnx of a linear-attention
+    model, ``past_keys`` / ``past_values`` hold its running sums (core/graphs.py, ``LINEAR_STATE``) and ``length``
+    counts the tokens summed.
     """
 
     def __init__(
@@ -100,12 +111,14 @@ class _DecoderState:
         self._buffers: dict[tuple[str, int], np.ndarray] = {}
         self._sources = (cross_keys, cross_values, src_mask)
         self._selected: np.ndarray | None = None  # the row_sources the cross keys/values were selected for
-        layers, n_sources, heads, _, d_head = cross_keys.shape
+        n_sources = cross_keys.shape[1]
         self.row_sources = np.arange(n_sources) if row_sources is None else np.asarray(row_sources)
         self._select(self.row_sources)
-        empty = np.zeros((layers, len(self.row_sources), heads, 0, d_head), dtype=cross_keys.dtype)
-        self.past_keys: np.ndarray | list[np.ndarray] = list(empty) if lean else empty
-        self.past_values: np.ndarray | list[np.ndarray] = list(empty) if lean else empty
+        self.cache = KV_CACHE if lean else decoder_cache([i.name for i in session.get_inputs()])
+        self.length = 0  # tokens fed so far
+        keys, values = empty_cache(self.cache, cross_keys, len(self.row_sources))
+        self.past_keys: np.ndarray | list[np.ndarray] = list(keys) if lean else keys
+        self.past_values: np.ndarray | list[np.ndarray] = list(values) if lean else values
 
     def _take(self, array: np.ndarray, rows: np.ndarray, slot: tuple[str, int]) -> np.ndarray:
         """``array[rows]`` written into a buffer kept for this cache tensor (no fresh pages every step).
@@ -150,17 +163,17 @@ class _DecoderState:
             else:
                 self.past_keys = np.take(self.past_keys, rows, axis=1)
                 self.past_values = np.take(self.past_values, rows, axis=1)
+        length, self.length = self.length, self.length + tokens.shape[1]
         if self.lean:
             return self._lean_step(tokens)
         log_probs, self.past_keys, self.past_values = self.session.run(
-            ["log_probs", "present_keys", "present_values"],
+            decoder_outputs(self.cache)[:3],
             {
                 "tokens": tokens,
                 "src_mask": self.src_mask,
                 "cross_keys": self.cross_keys,
                 "cross_values": self.cross_values,
-                "past_keys": self.past_keys,
-                "past_values": self.past_values,
+                **decoder_feeds(self.cache, (self.past_keys, self.past_values), length),
             },
         )
         return log_probs[:, -1]
@@ -263,16 +276,14 @@ class Engine:
     def run_decoder_full(self, enc: dict[str, np.ndarray], targets: Sequence[Sequence[int]]) -> dict[str, np.ndarray]:
         """Teacher forcing: decoder inputs BOS + target for every sentence in one call (cache length 0)."""
         tokens = pad_batch([[BOS_ID, *t] for t in targets])
-        layers, rows, heads, _, d_head = enc["cross_keys"].shape
-        empty = np.zeros((layers, rows, heads, 0, d_head), dtype=enc["cross_keys"].dtype)
+        cache = decoder_cache([i.name for i in self.decoder.get_inputs()])
         names = ["log_probs", "self_attention", "cross_attention"]
         feeds = {
             "tokens": tokens,
             "src_mask": enc["src_mask"],
             "cross_keys": enc["cross_keys"],
             "cross_values": enc["cross_values"],
-            "past_keys": empty,
-            "past_values": empty,
+            **decoder_feeds(cache, empty_cache(cache, enc["cross_keys"], len(tokens)), 0),
         }
         return dict(zip(names, self.decoder.run(names, feeds), strict=True))
 

@@ -21,8 +21,8 @@ from export.pack import pack_bundle
 from model.config import ModelConfig
 from model.transformer import Transformer
 
-# name -> overrides of the tiny config; together with the tiny bundle (sinusoidal, post, relu, tied)
-# every positional encoding, norm placement, activation and both embedding tyings are exported.
+# name -> overrides of the tiny config; together with the tiny bundle (sinusoidal, post, relu, tied, vanilla)
+# every positional encoding, attention, norm placement, activation and both embedding tyings are exported.
 ARCHITECTURES: dict[str, dict[str, Any]] = {
     "learned-pre-gelu-untied": dict(
         positional_encoding="learned", norm_placement="pre", activation="gelu", tie_embeddings=False
@@ -37,6 +37,16 @@ ARCHITECTURES: dict[str, dict[str, Any]] = {
         tie_embeddings=False,
         n_encoder_layers=2,
     ),
+    "sparse-xl_relative-pre-gelu": dict(
+        attention="sparse",
+        sparse_window=2,
+        sparse_stride=5,
+        sparse_global=1,
+        positional_encoding="xl_relative",
+        norm_placement="pre",
+        activation="gelu",
+    ),
+    "linear-learned-post-2dec": dict(attention="linear", positional_encoding="learned", n_decoder_layers=2),
 }
 MAX_POSITIONS = 160  # source 100 and cache 50 (+ a few new tokens) fit
 

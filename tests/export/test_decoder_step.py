@@ -37,7 +37,11 @@ def tiny(tiny_model_dir, tiny_bundle_dir):
     return model, load_bundle(tiny_bundle_dir)
 
 
-LEAN_ARCHITECTURES = sorted(name for name, o in ARCHITECTURES.items() if o.get("positional_encoding") != "relative")
+LEAN_ARCHITECTURES = sorted(
+    name
+    for name, o in ARCHITECTURES.items()
+    if o.get("positional_encoding") not in ("relative", "xl_relative") and o.get("attention", "vanilla") == "vanilla"
+)
 
 
 @pytest.mark.parametrize("name", LEAN_ARCHITECTURES)
@@ -83,11 +87,20 @@ def test_interface_versions_compare_as_integers():
     assert step_interface({}) == 1  # graphs of the first interface carry no entry
 
 
-def test_relative_positions_have_no_step_graph(tiny_bundle_dir):
+@pytest.mark.parametrize(
+    "overrides",
+    [
+        {"positional_encoding": "relative"},
+        {"positional_encoding": "xl_relative"},
+        {"attention": "sparse"},
+        {"attention": "linear"},
+    ],
+)
+def test_relative_positions_and_attention_variants_have_no_step_graph(tiny_bundle_dir, overrides):
     vocab = Tokenizer(tiny_bundle_dir / "tokenizer.model").vocab_size
-    model = random_model(tiny_random_config(vocab, positional_encoding="relative"))
+    model = random_model(tiny_random_config(vocab, **overrides))
     assert not supports_decoder_step(model)
-    with pytest.raises(ValueError, match="relative"):
+    with pytest.raises(ValueError, match="vanilla attention with absolute positions only"):
         build_decoder_step(model)
 
 

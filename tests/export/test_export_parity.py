@@ -12,15 +12,20 @@ import pytest
 from export_variants import ARCHITECTURES, random_model, random_shapes, tiny_random_config, write_bundle
 from tiny_bundle import SAMPLE_SENTENCES
 
-from core.graphs import DECODER_OUTPUTS, ENCODER_OUTPUTS
+from core.graphs import ENCODER_OUTPUTS, decoder_cache, decoder_outputs
 from core.tokenizer import Tokenizer
 from export.parity import graph_max_diff, translation_parity
 from model.checkpoint import load_release
-from model.config import ACTIVATIONS, NORM_PLACEMENTS, POSITIONAL_ENCODINGS, ModelConfig
+from model.config import ACTIVATIONS, ATTENTIONS, NORM_PLACEMENTS, POSITIONAL_ENCODINGS, ModelConfig
 from service.engine import Engine, load_bundle
 
 TOLERANCE = 1e-4
-EVERY_OUTPUT = set(ENCODER_OUTPUTS) | {f"decoder.{name}" for name in DECODER_OUTPUTS}
+
+
+def every_output(engine: Engine) -> set[str]:
+    """The outputs of both graphs (decoder.onnx's depend on its cache kind, core/graphs.py)."""
+    cache = decoder_cache([i.name for i in engine.decoder.get_inputs()])
+    return set(ENCODER_OUTPUTS) | {f"decoder.{name}" for name in decoder_outputs(cache)}
 
 
 @pytest.fixture(scope="module", params=sorted(ARCHITECTURES))
@@ -39,8 +44,8 @@ def tiny_pair(tiny_model_dir, tiny_bundle_dir):
     return model, Engine(load_bundle(tiny_bundle_dir), variant="fp32", providers="cpu")
 
 
-def _assert_within(worst: dict[str, float]) -> None:
-    assert set(worst) == EVERY_OUTPUT  # every graph output was compared
+def _assert_within(worst: dict[str, float], engine: Engine) -> None:
+    assert set(worst) == every_output(engine)  # every graph output was compared
     too_far = {name: diff for name, diff in worst.items() if not diff <= TOLERANCE}
     assert not too_far, f"ORT vs PyTorch max abs diff above {TOLERANCE}: {too_far}"
 
@@ -49,6 +54,7 @@ def test_architectures_cover_every_config_option(tiny_bundle_dir):
     tiny = load_bundle(tiny_bundle_dir).model_config
     configs = [ModelConfig.from_dict(tiny)] + [dataclasses.replace(ModelConfig(), **o) for o in ARCHITECTURES.values()]
     assert {c.positional_encoding for c in configs} == set(POSITIONAL_ENCODINGS)
+    assert {c.attention for c in configs} == set(ATTENTIONS)
     assert {c.norm_placement for c in configs} == set(NORM_PLACEMENTS)
     assert {c.activation for c in configs} == set(ACTIVATIONS)
     assert {c.tie_embeddings for c in configs} == {True, False}
@@ -66,13 +72,13 @@ def test_random_shapes_cover_the_asked_ranges():
 
 def test_tiny_bundle_graphs_match_pytorch(tiny_pair):
     model, engine = tiny_pair
-    _assert_within(graph_max_diff(model, engine, random_shapes(10, model.cfg.max_positions, seed=1)))
+    _assert_within(graph_max_diff(model, engine, random_shapes(10, model.cfg.max_positions, seed=1)), engine)
 
 
 def test_variant_graphs_match_pytorch(variant):
     name, model, engine = variant
     assert engine.config == model.cfg.to_dict()  # the manifest carries the config the graphs came from
-    _assert_within(graph_max_diff(model, engine, random_shapes(10, model.cfg.max_positions, seed=2)))
+    _assert_within(graph_max_diff(model, engine, random_shapes(10, model.cfg.max_positions, seed=2)), engine)
 
 
 def test_graph_max_diff_notices_a_different_model(variant, tiny_bundle_dir):

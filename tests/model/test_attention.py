@@ -54,7 +54,7 @@ def test_multi_head_attention_ignores_padded_keys():
     assert not torch.allclose(out2[1, 3:], out[1, 3:])
 
 
-@pytest.mark.parametrize("positional", ["sinusoidal", "relative"])
+@pytest.mark.parametrize("positional", ["sinusoidal", "relative", "xl_relative"])
 def test_encoder_and_cross_attention_give_padding_exactly_zero(positional):
     torch.manual_seed(0)
     model = Transformer(tiny_config(positional_encoding=positional)).eval()
@@ -81,7 +81,7 @@ def test_causal_mask_shape_and_content():
     assert causal_mask(2, 2).tolist() == [[True, True, True, False], [True, True, True, True]]
 
 
-@pytest.mark.parametrize("positional", ["sinusoidal", "learned", "relative"])
+@pytest.mark.parametrize("positional", ["sinusoidal", "learned", "relative", "xl_relative"])
 @pytest.mark.parametrize("norm", ["post", "pre"])
 def test_a_future_target_token_does_not_change_earlier_logits(positional, norm):
     torch.manual_seed(0)

@@ -11,7 +11,7 @@ from model.transformer import Transformer
 
 @pytest.mark.parametrize("activation", ["relu", "swiglu"])
 @pytest.mark.parametrize("norm", ["post", "pre"])
-@pytest.mark.parametrize("positional", ["sinusoidal", "learned", "relative"])
+@pytest.mark.parametrize("positional", ["sinusoidal", "learned", "relative", "xl_relative"])
 def test_cached_decoding_matches_the_full_pass(positional, norm, activation):
     torch.manual_seed(0)
     cfg = tiny_config(positional_encoding=positional, norm_placement=norm, activation=activation)

@@ -7,6 +7,8 @@ import torch
 from model_toys import EOS, PAD, TOY_VOCAB, tiny_config, toy_batch, toy_pairs, train_toy
 
 from model.decoding import beam_search, greedy_search
+from model.linear_attention import LinearAttention
+from model.sparse_attention import SparsePattern
 from model.transformer import Transformer
 
 VARIANTS = {
@@ -14,6 +16,9 @@ VARIANTS = {
     "pre_ln": {"norm_placement": "pre"},
     "learned_pe": {"positional_encoding": "learned"},
     "relative_pe": {"positional_encoding": "relative"},
+    "xl_relative_pe": {"positional_encoding": "xl_relative"},
+    "sparse_attention": {"attention": "sparse", "sparse_window": 1, "sparse_stride": 2, "sparse_global": 1},
+    "linear_attention": {"attention": "linear"},
     "gelu": {"activation": "gelu"},
     "swiglu": {"activation": "swiglu"},
     "geglu": {"activation": "geglu"},
@@ -68,6 +73,19 @@ def test_variants_have_the_modules_they_claim():
     assert relative.encoder_layers[0].self_attn.relative is not None
     assert relative.decoder_layers[0].self_attn.relative is not None
     assert relative.decoder_layers[0].cross_attn.relative is None
+
+    xl = Transformer(tiny_config(positional_encoding="xl_relative"))
+    assert xl.positions is None and xl.encoder_layers[0].self_attn.xl_positions is not None
+    assert xl.decoder_layers[0].self_attn.xl_positions is not None
+    assert xl.decoder_layers[0].cross_attn.xl_positions is None
+
+    linear = Transformer(tiny_config(attention="linear"))
+    assert isinstance(linear.encoder_layers[0].self_attn, LinearAttention)
+    assert linear.decoder_layers[0].self_attn.causal and not linear.encoder_layers[0].self_attn.causal
+    assert not isinstance(linear.decoder_layers[0].cross_attn, LinearAttention)  # cross-attention stays softmax
+
+    sparse = Transformer(tiny_config(attention="sparse", sparse_window=3))
+    assert sparse.sparse == SparsePattern(3) and Transformer(tiny_config()).sparse is None
 
     pre = Transformer(tiny_config(norm_placement="pre"))
     assert isinstance(pre.encoder_norm, torch.nn.LayerNorm) and isinstance(pre.decoder_norm, torch.nn.LayerNorm)
