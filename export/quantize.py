@@ -84,3 +84,21 @@ def convert_fp16(src: Path, dst: Path) -> Path:
     onnx.save(converted, str(dst))
     onnx.checker.check_model(str(dst))
     return dst
+
+
+def convert_fp16_step(src: Path, dst: Path) -> Path:
+    """The fp16 twin of a decoder_step graph (fp16 weights and fused attention, fp32 inputs and outputs), one file.
+
+    onnxruntime's own converter (onnxruntime.transformers.float16): onnxconverter-common's leaves the contrib
+    MultiHeadAttention outputs typed float and the graph does not load. The fused attention has fp16 kernels on
+    CUDA and, since onnxruntime 1.2x, on the CPU, where tests/export/test_fp16_step.py checks its translations.
+    External weights (bundle format 2) are read in and stored inside ``dst``.
+    """
+    from onnxruntime.transformers.float16 import convert_float_to_float16
+
+    model = onnx.load(str(src))
+    del model.graph.value_info[:]  # float types of intermediate tensors; the converter writes its own
+    converted = convert_float_to_float16(model, keep_io_types=True, op_block_list=FP16_BLOCKED_OPS)
+    dst.parent.mkdir(parents=True, exist_ok=True)
+    onnx.save(converted, str(dst))
+    return dst
