@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import resource
 import sys
 import time
 
@@ -11,6 +12,7 @@ import uvicorn
 
 from service import logs
 from service.app import create_app
+from service.http_protocol import HttpLimits, guarded_protocol
 from service.registry import RunnerWrapper
 from service.settings import Settings
 
@@ -48,13 +50,48 @@ class DrainingServer(uvicorn.Server):
         return await super().on_tick(counter)
 
 
+FD_RESERVE = 256  # descriptors kept for everything but client connections (model files, logs, threads, accept)
+
+
+def raise_fd_limit() -> int:
+    """Soft RLIMIT_NOFILE up to the hard limit (many systems start processes at 1024); returns the soft limit."""
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    if soft != hard:
+        try:
+            resource.setrlimit(resource.RLIMIT_NOFILE, (hard, hard))
+        except (ValueError, OSError) as exc:  # an unlimited hard limit some kernels refuse as a soft one
+            log.warning("could not raise the file-descriptor limit from %d to %s: %s", soft, hard, exc)
+    return resource.getrlimit(resource.RLIMIT_NOFILE)[0]
+
+
+def http_limits(settings: Settings, fd_limit: int) -> HttpLimits:
+    """The connection limits; MT_MAX_CONNECTIONS is lowered to fit the descriptor limit, so that accept() never
+    runs out of descriptors (it would stop accepting, /healthz included) before the cap refuses or sheds."""
+    max_connections = settings.max_connections
+    if fd_limit != resource.RLIM_INFINITY and max_connections > fd_limit - FD_RESERVE:
+        max_connections = max(1, fd_limit - FD_RESERVE)
+        log.warning("MT_MAX_CONNECTIONS %d lowered to %d: the file-descriptor limit is %d",
+                    settings.max_connections, max_connections, fd_limit)
+    return HttpLimits(
+        header_timeout_s=settings.header_timeout_s,
+        body_timeout_s=settings.body_timeout_s,
+        max_connections=max_connections,
+        max_header_bytes=settings.max_header_bytes,
+        max_headers=settings.max_headers,
+        max_url_bytes=settings.max_url_bytes,
+    )
+
+
 def main(wrap_runner: RunnerWrapper | None = None) -> int:
     """``wrap_runner`` puts a wrapper between each scheduler and its engine (tests inject faults with it)."""
     settings = Settings()
     logs.configure(settings.log_level)
     app = create_app(settings, wrap_runner)
+    fd_limit = raise_fd_limit()
+    closed = app.state.mt.metrics.connections_closed
     config = uvicorn.Config(
         app,
+        http=guarded_protocol(http_limits(settings, fd_limit), lambda reason: closed.labels(reason).inc()),
         host=settings.host,
         port=settings.port,
         log_config=None,

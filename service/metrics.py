@@ -51,6 +51,14 @@ class Metrics:
             registry=r,
         )
         self.in_flight = Gauge("mt_requests_in_flight", "Requests being handled", registry=r)
+        self.connections_closed = Counter(
+            "mt_connections_closed_total",
+            "HTTP connections the server closed on its own, by reason: header_timeout, body_timeout, shed_idle "
+            "(the oldest idle one, to make room beyond MT_MAX_CONNECTIONS), refused_full (503: none idle to shed), "
+            "bad_request (malformed HTTP)",
+            ["reason"],
+            registry=r,
+        )
         self.key_rejections = Counter(
             "mt_key_rejections_total",
             "Work requests of an API key refused with 429, by key label (sha256 prefix; configured keys only) and "

@@ -82,6 +82,26 @@ class Settings(BaseSettings):
     )
     load_delay_s: float = Field(0.0, ge=0, description="wait before loading models (tests, staged roll-outs)")
 
+    # connections (service/http_protocol.py): slow, idle and malformed clients
+    header_timeout_s: float = Field(
+        10.0,
+        gt=0,
+        description="a request head must be complete this long after the connection opens (or after its first byte "
+        "on a kept-alive connection); else 408 and close (silent close when nothing came)",
+    )
+    body_timeout_s: float = Field(
+        30.0, gt=0, description="a request body must be complete this long after its head; else 408 and close"
+    )
+    max_connections: int = Field(
+        4096,
+        ge=1,
+        description="open HTTP connections; beyond it the oldest idle one is closed, or, when none is idle, the new "
+        "one gets 503 with Retry-After (also capped below the process's file-descriptor limit)",
+    )
+    max_header_bytes: int = Field(16384, ge=1024, description="request line and headers together; beyond it 431")
+    max_headers: int = Field(100, ge=1, description="header fields of a request; beyond it 431")
+    max_url_bytes: int = Field(8192, ge=256, description="the request target (path and query); beyond it 414")
+
     # answers
     language_mismatch: str = Field(
         "warn",
