@@ -7,31 +7,27 @@
 #   docker build -t mtserve:gpu --target gpu .
 #
 # cpu: python:3.11-slim + onnxruntime (CPU wheel).
-# gpu: NVIDIA CUDA 12 + cuDNN 9 runtime image + onnxruntime-gpu pinned to ORT_GPU_VERSION.
-#   Checked against PyPI metadata: onnxruntime-gpu 1.26.0 is the last release on PyPI built for CUDA 12
-#   (its [cuda]/[cudnn] extras pin nvidia-*-cu12 and nvidia-cudnn-cu12~=9.0); 1.27.0 and later are
-#   built for CUDA 13 (1.31.1's CUDA provider links libcudart.so.13 / libcublas.so.13), and need a
-#   CUDA 13 base image and an NVIDIA driver >= 580. For those, build with for example
-#     --build-arg ORT_GPU_VERSION=1.31.1 --build-arg CUDA_IMAGE=nvidia/cuda:13.0.2-cudnn-runtime-ubuntu24.04
-#   (that tag is an assumption: pick a current 13.x "cudnn-runtime" tag).
-#   CUDA 12 minor-version compatibility lets 1.26.0 (built with 12.x) run on the 12.6 runtime below.
+# gpu: NVIDIA CUDA 13 + cuDNN 9 runtime image + onnxruntime-gpu as requirements-gpu.txt pins it, the one pin
+#   scripts/gpu_check.sh checks and installs too (docs/benchmarks.md, "GPU check").
+#   Checked against PyPI metadata: onnxruntime-gpu 1.27.0 and later are built for CUDA 13 (1.31.1's CUDA
+#   provider links libcudart.so.13 / libcublas.so.13) and need an NVIDIA driver >= 580; 1.26.0 was the last
+#   built for CUDA 12. CUDA_IMAGE's major must be the pin's (tests/deploy checks it). The tag below has not
+#   been pulled here (no Docker engine on these machines): pick a current 13.x "cudnn-runtime" tag if it is gone.
 #   The Ubuntu 24.04 base brings Python 3.12 (pyproject.toml requires >= 3.11).
 #
 # Settings come from MT_* environment variables at run time (see docs/deployment.md).
 # The same entry script runs in compose and Kubernetes: deploy/entrypoint.sh (exec python -m service).
 
 ARG PYTHON_IMAGE=python:3.11-slim-bookworm
-ARG CUDA_IMAGE=nvidia/cuda:12.6.3-cudnn-runtime-ubuntu24.04
-ARG ORT_GPU_VERSION=1.26.0
+ARG CUDA_IMAGE=nvidia/cuda:13.0.2-cudnn-runtime-ubuntu24.04
 
 # ---------------------------------------------------------------------------------------------------
 # requirements: the serving dependency lists, generated from pyproject.toml (one source of truth)
 FROM ${PYTHON_IMAGE} AS requirements
-ARG ORT_GPU_VERSION
 WORKDIR /src
 COPY pyproject.toml deploy/docker/requirements.py ./
 RUN python requirements.py pyproject.toml > requirements-cpu.txt \
-    && python requirements.py pyproject.toml --gpu-version "${ORT_GPU_VERSION}" > requirements-gpu.txt
+    && python requirements.py pyproject.toml --without-onnxruntime > requirements-serving-gpu.txt
 
 # ---------------------------------------------------------------------------------------------------
 # app: only the files the service needs at run time, owned by root (read-only to the service user)
@@ -51,7 +47,7 @@ RUN python -m venv /opt/venv \
     && /opt/venv/bin/pip install --no-cache-dir -r /tmp/requirements.txt
 
 # ---------------------------------------------------------------------------------------------------
-# gpu-builder: the same on the CUDA base, with onnxruntime-gpu instead of onnxruntime
+# gpu-builder: the same on the CUDA base, with requirements-gpu.txt's onnxruntime-gpu instead of onnxruntime
 FROM ${CUDA_IMAGE} AS gpu-builder
 ENV DEBIAN_FRONTEND=noninteractive PIP_DISABLE_PIP_VERSION_CHECK=1 PIP_NO_CACHE_DIR=1
 # The distribution's own python3 (the CUDA base tag fixes the distribution release); not version-pinned
@@ -60,9 +56,10 @@ ENV DEBIAN_FRONTEND=noninteractive PIP_DISABLE_PIP_VERSION_CHECK=1 PIP_NO_CACHE_
 RUN apt-get update \
     && apt-get install -y --no-install-recommends python3 python3-venv \
     && rm -rf /var/lib/apt/lists/*
-COPY --from=requirements /src/requirements-gpu.txt /tmp/requirements.txt
+COPY --from=requirements /src/requirements-serving-gpu.txt /tmp/requirements.txt
+COPY requirements-gpu.txt /tmp/requirements-gpu.txt
 RUN python3 -m venv /opt/venv \
-    && /opt/venv/bin/pip install --no-cache-dir -r /tmp/requirements.txt
+    && /opt/venv/bin/pip install --no-cache-dir -r /tmp/requirements.txt -r /tmp/requirements-gpu.txt
 
 # ---------------------------------------------------------------------------------------------------
 # gpu: runtime image for NVIDIA GPUs (run with --gpus all, or the compose/Kubernetes GPU settings)

@@ -17,7 +17,9 @@ with the machine's own torch, numpy, onnx, sacrebleu, sentencepiece) prints:
 - target tokens per second (EOS included, wall clock, one repeat after one warm-up batch) at batch 1, 32 and 256,
   greedy and beam 4, for onnxruntime fp16 and fp32 (I/O-binding search, service/engine/device_state.py) and for
   PyTorch fp32 on CUDA with the same weights (model.decoding, the eager reference search) on the first
-  ``--sentences`` sentences (batches of more than one sentence: sorted by source length, as bench.engine).
+  ``--sentences`` sentences (batches of more than one sentence: sorted by source length, as bench.engine); and
+  ``service-fp16``, what the service serves on CUDA with a bundle whose fp16 variant has no decoder_step (the
+  committed ones): fp16 through decoder.onnx with the cache in host memory.
 Measurements past ``--budget-s`` seconds are skipped and say so, so the check ends inside its time limit.
 """
 
@@ -178,6 +180,8 @@ def torch_runner(checkpoint: Path, device: str):
     from model.data import pad
     from model.decoding import beam_search, greedy_search
 
+    if device == "cpu":
+        torch.set_num_threads(1)  # the smoke run on the CPU provider (tests): one thread, as the engines
     with torch.device(device):  # the reference search makes its tensors without a device argument
         model, _ = load_release(checkpoint)
 
@@ -249,6 +253,11 @@ def run(args: argparse.Namespace) -> int:
     runners = {name: ort_runner(engine) for name, engine in engines.items()}
     if torch is not None and (args.provider == "cpu" or torch.cuda.is_available()):
         runners["pytorch-fp32"] = torch_runner(Path(args.checkpoint), args.provider)
+    fp16 = bundle.manifest["variants"].get("fp16")
+    if fp16 is not None and "decoder_step" not in fp16:  # what the service serves on CUDA with this bundle today
+        served = Engine(bundle, "fp16", args.provider)
+        print(f"service-fp16 (the bundle's own fp16: decoder.onnx, host search): sessions {session_providers(served)}")
+        runners["service-fp16"] = ort_runner(served)
     subset = ids[: args.sentences]
     clock = time.perf_counter()
     for size in (256, 32, 1):
@@ -278,7 +287,7 @@ def print_table(report: dict, engines: list[str], sentences: int) -> None:
                 report["tok_s"].get(f"{search} b{size} pytorch-fp32"),
             )
             ratio = f"{fp16 / torch_rate:.2f}x" if fp16 and torch_rate else "-"
-            cells = " | ".join(f"{v:,}" if v else "skipped" for v in values)
+            cells = " | ".join("skipped" if v is None else f"{v:,}" for v in values)
             print(f"| {search}, {size} | {cells} | {ratio} |")
     if report["skipped"]:
         print(f"skipped (past --budget-s): {', '.join(report['skipped'])}")

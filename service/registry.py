@@ -60,6 +60,8 @@ class LoadedModel:
             "variants": self.bundle.variants,
             "bleu": variant.get("bleu"),
             "providers": self.engine.providers,
+            "threads": self.engine.threads,
+            "search": "device" if self.engine.device_runner is not None else "host",
             "max_source_tokens": self.engine.max_source_tokens,  # the model's positions, EOS included
             "max_source_subwords": self.max_source_subwords,  # what requests may send: one limit everywhere
             "layers": {"encoder": m["model"]["n_encoder_layers"], "decoder": m["model"]["n_decoder_layers"]},

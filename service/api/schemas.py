@@ -88,6 +88,14 @@ class ModelInfo(BaseModel):
     variants: list[str]
     bleu: dict | None
     providers: list[str]
+    threads: dict[str, int] | None = Field(
+        None, description="onnxruntime threads of the model's sessions, read back from them: intra_op, inter_op"
+    )
+    search: str | None = Field(
+        None,
+        description="device: encoder outputs and key/value cache stay on the provider's device (I/O binding, CUDA); "
+        "host: in host memory (CPU)",
+    )
     max_source_tokens: int = Field(description="the model's source positions, EOS included")
     max_source_subwords: int | None = Field(
         None,

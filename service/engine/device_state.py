@@ -47,6 +47,11 @@ def supports_device_search(step_session) -> bool:
     return step_session is not None and step_interface(step_session.get_modelmeta().custom_metadata_map) >= 3
 
 
+def wants_device_search(providers: list[str], step_session) -> bool:
+    """The engine's default: search on the device where the sessions run on CUDA and the step graph allows it."""
+    return providers[0] == "CUDAExecutionProvider" and supports_device_search(step_session)
+
+
 @dataclass
 class DeviceSources:
     """A batch's encoded sources on the device: per-layer cross keys and values, and the source mask."""

@@ -28,7 +28,7 @@ from core.search import Hypothesis, length_limits
 from core.tokenizer import BOS_ID, EOS_ID, PAD_ID, Tokenizer
 from service.engine.bundle import Bundle
 from service.engine.decoder_cache import decoder_feeds, empty_cache
-from service.engine.device_state import GATHER_GRAPH, DeviceRunner, device_search, supports_device_search
+from service.engine.device_state import GATHER_GRAPH, DeviceRunner, device_search, wants_device_search
 from service.engine.runtime import create_session
 from service.engine.search import TopCandidates, beam_search, greedy_search
 from service.engine.step_inputs import uniform_inputs
@@ -233,10 +233,16 @@ class Engine:
         self.max_source_tokens = int(self.config["max_positions"])  # EOS included
         self.device_runner: DeviceRunner | None = None
         if io_binding is None:
-            io_binding = self.providers[0] == "CUDAExecutionProvider" and supports_device_search(self.step_decoder)
+            io_binding = wants_device_search(self.providers, self.step_decoder)
         if io_binding:
             gather = create_session(GATHER_GRAPH, providers, **threads)
             self.device_runner = DeviceRunner(self.encoder, self.step_decoder, gather)
+
+    @property
+    def threads(self) -> dict[str, int]:
+        """The thread counts the sessions really run with (read back from the encoder session)."""
+        options = self.encoder.get_session_options()
+        return {"intra_op": options.intra_op_num_threads, "inter_op": options.inter_op_num_threads}
 
     @property
     def decoder(self):

@@ -13,6 +13,8 @@ import re
 import pytest
 from deploy_helpers import DEPLOY, DOCKERFILE, ROOT, run, tool
 
+from bench import gpu_check
+
 
 def _load_image_requirements():
     """deploy/docker/requirements.py (a build-stage script, not a package) loaded from its file."""
@@ -75,33 +77,38 @@ def test_cpu_and_gpu_targets_with_cpu_as_default():
     cpu_base, gpu_base = found["cpu"][0], found["gpu"][0]
     assert cpu_base == "${PYTHON_IMAGE}" and args["PYTHON_IMAGE"].startswith("python:3.11-slim")
     assert gpu_base == "${CUDA_IMAGE}"
-    cuda = args["CUDA_IMAGE"]
-    assert re.fullmatch(r"nvidia/cuda:12\.\d+\.\d+-cudnn-runtime-ubuntu\d\d\.04", cuda), cuda
-    # onnxruntime-gpu 1.27+ on PyPI is built for CUDA 13; the CUDA 12 image needs a CUDA 12 build.
-    major, minor = (int(x) for x in args["ORT_GPU_VERSION"].split(".")[:2])
-    assert (major, minor) <= (1, 26), "onnxruntime-gpu after 1.26 needs CUDA 13: change CUDA_IMAGE with it"
+    match = re.fullmatch(r"nvidia/cuda:(\d+)\.\d+\.\d+-cudnn-runtime-ubuntu\d\d\.04", args["CUDA_IMAGE"])
+    assert match, args["CUDA_IMAGE"]
+    # the image's CUDA major is the one requirements-gpu.txt's onnxruntime-gpu is built for (1.27+: 13)
+    pin = gpu_check.pinned_version()
+    assert int(match.group(1)) == gpu_check.release_cuda_major(pin), f"onnxruntime-gpu {pin} vs {args['CUDA_IMAGE']}"
+    assert "ORT_GPU_VERSION" not in DOCKERFILE.read_text(), "one pin: requirements-gpu.txt"
 
 
 def test_gpu_builder_installs_onnxruntime_gpu_and_cpu_builder_plain_onnxruntime():
     found = stages()
     gpu_build = " ".join(found["gpu-builder"][1])
     cpu_build = " ".join(found["cpu-builder"][1])
-    assert "requirements-gpu.txt" in gpu_build and "requirements-cpu.txt" not in gpu_build
+    assert "COPY requirements-gpu.txt /tmp/requirements-gpu.txt" in found["gpu-builder"][1]
+    assert "-r /tmp/requirements.txt -r /tmp/requirements-gpu.txt" in gpu_build
+    assert "requirements-serving-gpu.txt" in gpu_build and "requirements-cpu.txt" not in gpu_build
     assert "requirements-cpu.txt" in cpu_build and "requirements-gpu.txt" not in cpu_build
     req = " ".join(found["requirements"][1])
-    assert '--gpu-version "${ORT_GPU_VERSION}" > requirements-gpu.txt' in req
+    assert "--without-onnxruntime > requirements-serving-gpu.txt" in req
     assert "torch" not in DOCKERFILE.read_text().replace("no torch", "")
 
 
 def test_requirements_script_swaps_onnxruntime_and_refuses_torch(tmp_path):
     pyproject = ROOT / "pyproject.toml"
     cpu = image_requirements.serving_requirements(pyproject)
-    gpu = image_requirements.serving_requirements(pyproject, "1.26.0")
+    gpu = image_requirements.serving_requirements(pyproject, without_onnxruntime=True)
     names_cpu = [image_requirements.package_name(r) for r in cpu]
     names_gpu = [image_requirements.package_name(r) for r in gpu]
     assert "onnxruntime" in names_cpu and "onnxruntime-gpu" not in names_cpu
-    assert "onnxruntime-gpu==1.26.0" in gpu and "onnxruntime" not in names_gpu
-    assert sorted(set(names_cpu) - {"onnxruntime"}) == sorted(set(names_gpu) - {"onnxruntime-gpu"})
+    assert "onnxruntime" not in names_gpu and "onnxruntime-gpu" not in names_gpu
+    assert sorted(set(names_cpu) - {"onnxruntime"}) == sorted(names_gpu)
+    pins = [line for line in (ROOT / "requirements-gpu.txt").read_text().splitlines() if not line.startswith("#")]
+    assert pins == [f"onnxruntime-gpu=={gpu_check.pinned_version()}"]  # the GPU image adds exactly this
     assert "torch" not in names_cpu
     bad = tmp_path / "pyproject.toml"
     bad.write_text('[project]\nname = "x"\ndependencies = ["onnxruntime>=1", "torch==2.13.0"]\n')
@@ -167,6 +174,7 @@ def _dockerignore_included(path: str) -> bool:
         "service/engine/engine.py",
         "deploy/entrypoint.sh",
         "deploy/docker/requirements.py",
+        "requirements-gpu.txt",
         "model_repository/de-en/1/manifest.json",
     ],
 )
@@ -193,7 +201,7 @@ def test_dockerignore_drops_everything_else(path):
 
 
 # onnxruntime 1.20 (pyproject's floor) reads ONNX IR version 10 and opset 21; the GPU image's pinned
-# onnxruntime-gpu 1.26.0 was seen to run the exported bundle (IR 10, opset 18). A newer exporter that
+# onnxruntime-gpu (requirements-gpu.txt, 1.31.1) is newer, so the floor bounds both. A newer exporter that
 # writes newer graphs must raise these pins (and this bound) together.
 MAX_IR_VERSION = 10
 MAX_OPSET = 21

@@ -11,7 +11,7 @@ import onnxruntime as ort
 import pytest
 
 from service.engine import Engine, TranslateOptions, load_bundle
-from service.engine.device_state import DeviceDecoderState, device_type
+from service.engine.device_state import DeviceDecoderState, device_type, wants_device_search
 from service.engine.search import TopCandidates
 
 COMMITTED = Path(__file__).resolve().parents[2] / "model_repository" / "de-en" / "1"
@@ -37,6 +37,10 @@ def assert_same(host, device):
 
 def test_cpu_engines_search_on_the_host_unless_asked(fp32_engine):
     assert fp32_engine.device_runner is None  # auto: I/O binding only where the sessions run on CUDA
+    cuda, cpu = ["CUDAExecutionProvider", "CPUExecutionProvider"], ["CPUExecutionProvider"]
+    assert wants_device_search(cuda, fp32_engine.step_decoder)
+    assert not wants_device_search(cpu, fp32_engine.step_decoder)
+    assert not wants_device_search(cuda, None)  # bundles without a step graph search with decoder.onnx on the host
     assert device_type(["CUDAExecutionProvider", "CPUExecutionProvider"]) == "cuda"
     assert device_type(["CPUExecutionProvider"]) == "cpu"
 

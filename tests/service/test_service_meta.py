@@ -31,6 +31,7 @@ def test_models_lists_the_loaded_bundle(api, manifest):
     assert info["variant"] in info["variants"]
     assert sorted(info["variants"]) == ["fp32", "int8"]
     assert info["providers"] == ["CPUExecutionProvider"]
+    assert info["threads"] == {"intra_op": 1, "inter_op": 1} and info["search"] == "host"  # CPU: host search
     assert info["max_source_tokens"] == cfg["max_positions"]
     assert info["layers"] == {"encoder": cfg["n_encoder_layers"], "decoder": cfg["n_decoder_layers"]}
     assert info["heads"] == cfg["n_heads"] and info["dimension"] == cfg["d_model"]
