@@ -206,6 +206,17 @@ def tokens_per_second(run, ids, size: int, beam: int) -> float:
     return generated / (time.perf_counter() - started)
 
 
+def attempt(report: dict, key: str, fn):
+    """``fn()``, or None with the error recorded under ``key`` (one failing engine must not cost the others' numbers:
+    a GPU machine is lent for minutes)."""
+    try:
+        return fn()
+    except Exception as exc:  # reported, and the check goes on
+        report["errors"][key] = f"{type(exc).__name__}: {exc}"[:2000]
+        print(f"FAILED {key}: {report['errors'][key]}", flush=True)
+        return None
+
+
 def run(args: argparse.Namespace) -> int:
     import tempfile
 
@@ -231,20 +242,34 @@ def run(args: argparse.Namespace) -> int:
     refs = (data / "test_2016_flickr.en").read_text(encoding="utf-8").splitlines()[: args.bleu_sentences]
     bundle = load_bundle(args.bundle)
     work = Path(tempfile.mkdtemp(prefix="gpu-check-"))
-    engines = {
-        "ort-fp16": Engine(fp16_step_bundle(bundle, work), "fp16", args.provider, io_binding=True),
-        "ort-fp32": Engine(bundle, "fp32", args.provider, io_binding=True),
+    report: dict = {
+        "onnxruntime": ort.__version__,
+        "providers": {},
+        "bleu": {},
+        "tok_s": {},
+        "skipped": [],
+        "errors": {},
     }
-    report: dict = {"onnxruntime": ort.__version__, "providers": {}, "bleu": {}, "tok_s": {}, "skipped": []}
+    made = {
+        "ort-fp16": lambda: Engine(fp16_step_bundle(bundle, work), "fp16", args.provider, io_binding=True),
+        "ort-fp32": lambda: Engine(bundle, "fp32", args.provider, io_binding=True),
+    }
+    fp16 = bundle.manifest["variants"].get("fp16")
+    if fp16 is not None and "decoder_step" not in fp16:  # what the service serves on CUDA with this bundle today
+        made["service-fp16"] = lambda: Engine(bundle, "fp16", args.provider)  # decoder.onnx, host search
+    engines = {name: e for name, make in made.items() if (e := attempt(report, f"create {name}", make)) is not None}
     for name, engine in engines.items():
         report["providers"][name] = session_providers(engine)
         search = "I/O binding (device_state.py)" if engine.device_runner is not None else "host search"
         print(f"{name}: {search}, sessions {report['providers'][name]}")
-    ids = engines["ort-fp32"].source_ids(texts)
+    ids = Engine(bundle, "fp32", "cpu").source_ids(texts)
     for name, engine in engines.items():
         variant = name.split("-")[1]
-        for beam in (1, 4):
-            score = bleu(translate_texts(engine, ids, beam), refs)
+        for beam in (1, 4) if name.startswith("ort-") else ():
+            hyps = attempt(report, f"bleu {name} beam{beam}", lambda e=engine, b=beam: translate_texts(e, ids, b))
+            if hyps is None:
+                continue
+            score = bleu(hyps, refs)
             cpu = bundle.manifest["variants"].get(variant, {}).get("bleu", {}).get(f"beam{beam}", {}).get("bleu")
             report["bleu"][f"{name} beam{beam}"] = {args.provider: score["bleu"], "cpu_manifest": cpu}
             print(
@@ -252,27 +277,27 @@ def run(args: argparse.Namespace) -> int:
             )
     runners = {name: ort_runner(engine) for name, engine in engines.items()}
     if torch is not None and (args.provider == "cpu" or torch.cuda.is_available()):
-        runners["pytorch-fp32"] = torch_runner(Path(args.checkpoint), args.provider)
-    fp16 = bundle.manifest["variants"].get("fp16")
-    if fp16 is not None and "decoder_step" not in fp16:  # what the service serves on CUDA with this bundle today
-        served = Engine(bundle, "fp16", args.provider)
-        print(f"service-fp16 (the bundle's own fp16: decoder.onnx, host search): sessions {session_providers(served)}")
-        runners["service-fp16"] = ort_runner(served)
+        made_torch = attempt(report, "create pytorch-fp32", lambda: torch_runner(Path(args.checkpoint), args.provider))
+        if made_torch is not None:
+            runners["pytorch-fp32"] = made_torch
+    runners = dict(sorted(runners.items(), key=lambda kv: kv[0] == "service-fp16"))  # the service's path last
     subset = ids[: args.sentences]
     clock = time.perf_counter()
     for size in (256, 32, 1):
         for beam in (1, 4):
             for name, fn in runners.items():
                 key = f"{'greedy' if beam == 1 else 'beam4'} b{size} {name}"
-                if time.perf_counter() - clock > args.budget_s:
+                if time.perf_counter() - clock > args.budget_s or any(k.endswith(f" {name}") for k in report["errors"]):
                     report["skipped"].append(key)
                     continue
-                report["tok_s"][key] = round(tokens_per_second(fn, subset, size, beam))
-                print(f"{key}: {report['tok_s'][key]} tok/s", flush=True)
+                rate = attempt(report, key, lambda f=fn, z=size, b=beam: tokens_per_second(f, subset, z, b))
+                if rate is not None:
+                    report["tok_s"][key] = round(rate)
+                    print(f"{key}: {report['tok_s'][key]} tok/s", flush=True)
     print_table(report, list(runners), len(subset))
     if args.out:
         Path(args.out).write_text(json.dumps(report, indent=2) + "\n")
-    return 0
+    return 1 if report["errors"] else 0
 
 
 def print_table(report: dict, engines: list[str], sentences: int) -> None:
@@ -290,7 +315,9 @@ def print_table(report: dict, engines: list[str], sentences: int) -> None:
             cells = " | ".join("skipped" if v is None else f"{v:,}" for v in values)
             print(f"| {search}, {size} | {cells} | {ratio} |")
     if report["skipped"]:
-        print(f"skipped (past --budget-s): {', '.join(report['skipped'])}")
+        print(f"skipped (past --budget-s, or the engine failed): {', '.join(report['skipped'])}")
+    for key, error in report["errors"].items():
+        print(f"error: {key}: {error}")
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -53,7 +53,8 @@ def run_script(tmp_path: Path, path_dirs: list[Path], *args: str) -> subprocess.
 
 
 def test_without_a_gpu_the_script_says_so_and_exits_0(tmp_path):
-    assert not any((Path(d) / "nvidia-smi").exists() for d in ("/usr/bin", "/bin"))
+    if any((Path(d) / "nvidia-smi").exists() for d in ("/usr/bin", "/bin")):
+        pytest.skip("this machine has nvidia-smi in /usr/bin or /bin")
     result = run_script(tmp_path, [])
     assert result.returncode == 0, result.stdout + result.stderr
     assert "no GPU: nvidia-smi not found" in result.stdout
@@ -112,7 +113,7 @@ def test_the_measurement_run_works_end_to_end_on_the_cpu_provider(tmp_path, tiny
     assert all(p == ["CPUExecutionProvider"] for e in report["providers"].values() for p in e.values())
     assert set(report["providers"]["ort-fp16"]) == {"encoder", "decoder_step", "gather"}  # I/O-binding search
     assert len(report["bleu"]) == 4 and all(b["cpu"] > 0 for b in report["bleu"].values())
-    assert len(report["tok_s"]) + len(report["skipped"]) == 18
+    assert report["errors"] == {} and len(report["tok_s"]) + len(report["skipped"]) == 18
     assert all(rate > 0 for rate in report["tok_s"].values())
     printed = capsys.readouterr().out
     assert "| greedy, 1 |" in printed and "| beam4, 256 |" in printed
