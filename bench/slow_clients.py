@@ -11,7 +11,8 @@ Each attacking connection connects, sends its ``--mode`` bytes and then waits fo
 The attackers run in ``--processes`` processes (each raises its soft file-descriptor limit to its hard limit), so
 one process's limit does not cap the attack. While they hold their connections (``--hold`` seconds after the last
 one opened), the prober sends GET /healthz and POST /v1/translate on a fresh connection every
-``--probe-interval`` seconds and records status and latency. The report: connections opened and refused, how many
+``--probe-interval`` seconds and records status and latency; the same probes run for ``--baseline-s``
+seconds before the attack, as the reference on the same machine. The report: connections opened and refused, how many
 the server closed and how soon after opening, the probes' statuses and latencies, and the server's open file
 descriptors (from /proc). The verdict asks that every probe be answered 200 within ``--max-probe-s`` and, with
 ``--expect-close-s``, that every attacking connection be closed by the server within that many seconds.
@@ -177,6 +178,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--trickle-s", type=float, default=2.0, help="trickle: seconds between bytes")
     p.add_argument("--hold", type=float, default=20.0, help="seconds to hold after the last connection opened")
     p.add_argument("--probe-interval", type=float, default=0.5)
+    p.add_argument("--baseline-s", type=float, default=5.0, help="probe this long before the attack (reference)")
     p.add_argument("--max-probe-s", type=float, default=1.0, help="verdict: every probe answered 200 within this")
     p.add_argument("--expect-close-s", type=float, help="verdict: the server closes every attacker within this")
     p.add_argument("--open-timeout", type=float, default=300.0, help="give up waiting for the attackers to open")
@@ -200,6 +202,12 @@ def run_attack(args: argparse.Namespace, server: ServerProcess) -> tuple[list[At
     started = time.monotonic()
     for path in ("/healthz", "/v1/translate", "/v1/translate"):  # warm-up: first translations initialise lazily
         probe_once(server.url, path, started, timeout=60)
+    before: list[Probe] = []  # the same probes without the attack, side by side with those under it
+    baseline_start = time.monotonic()
+    while time.monotonic() - baseline_start < args.baseline_s:
+        before += [probe_once(server.url, path, started) for path in ("/healthz", "/v1/translate")]
+        time.sleep(args.probe_interval)
+    started = time.monotonic()
     for proc in procs:
         proc.start()
     try:
@@ -232,7 +240,7 @@ def run_attack(args: argparse.Namespace, server: ServerProcess) -> tuple[list[At
         for proc in procs:
             proc.join(30)
     after = [probe_once(server.url, path, started) for path in ("/healthz", "/v1/translate")]
-    return results, probes + after, {"fds_max": fds_max, "alive": server.alive()}
+    return results, probes + after, {"fds_max": fds_max, "alive": server.alive(), "before": before}
 
 
 def verdict(args: argparse.Namespace, results: list[AttackResult], probes: list[Probe], info: dict) -> list[str]:
@@ -267,17 +275,18 @@ def report(args, server, results: list[AttackResult], probes: list[Probe], info:
         f"| {percentile(closes, 50):.1f} / {max(closes, default=float('nan')):.1f} "
         f"| {sum(r.still_open for r in results)} | {info['fds_max'] or 'n/a'} |",
         "",
-        "| probe | sent | 200 | other statuses or errors | p50 s | p99 s | max s |",
-        "|---|---:|---:|---|---:|---:|---:|",
+        "| probe | when | sent | 200 | other statuses or errors | p50 s | p99 s | max s |",
+        "|---|---|---:|---:|---|---:|---:|---:|",
     ]
-    for path in ("/healthz", "/v1/translate"):
-        mine = [p for p in probes if p.path == path]
+    for path, when, group in [(path, when, group) for path in ("/healthz", "/v1/translate")
+                              for when, group in (("before", info.get("before", [])), ("attack", probes))]:
+        mine = [p for p in group if p.path == path]
         other: dict[str, int] = {}
         for p in mine:
             if p.status != 200:
                 other[str(p.status)] = other.get(str(p.status), 0) + 1
         lat = [p.latency_s for p in mine]
-        lines.append(f"| {path} | {len(mine)} | {sum(p.status == 200 for p in mine)} | {other or '-'} "
+        lines.append(f"| {path} | {when} | {len(mine)} | {sum(p.status == 200 for p in mine)} | {other or '-'} "
                      f"| {percentile(lat, 50):.3f} | {percentile(lat, 99):.3f} | {max(lat, default=0):.3f} |")
     lines += ["", "Verdict:", *[f"- {c}" for c in checks]]
     return "\n".join(lines)

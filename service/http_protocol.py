@@ -127,10 +127,12 @@ def error_response(status: int, detail: str, extra_headers: tuple[tuple[str, str
 
 
 class IdleConnections:
-    """Connections serving no request, oldest first (opened or last answered earliest)."""
+    """Connections serving no request, oldest first (opened or last answered earliest), and those being closed
+    (closed by us, their descriptor not yet released: the event loop does that a tick later)."""
 
     def __init__(self) -> None:
         self._order: OrderedDict[GuardedH11Protocol, None] = OrderedDict()
+        self.closing: set[GuardedH11Protocol] = set()
 
     def idle(self, conn: GuardedH11Protocol) -> None:
         self._order.pop(conn, None)
@@ -157,7 +159,7 @@ class GuardedH11Protocol(H11Protocol):
 
     def connection_made(self, transport) -> None:
         super().connection_made(transport)
-        if len(self.connections) > self.limits.max_connections:
+        if len(self.connections) - len(self.idle_connections.closing) > self.limits.max_connections:
             victim = self.idle_connections.oldest(other_than=self)
             if victim is None:
                 self._close(503, "too many open connections; retry shortly", "refused_full", (("retry-after", "1"),))
@@ -169,6 +171,7 @@ class GuardedH11Protocol(H11Protocol):
     def connection_lost(self, exc) -> None:
         self._cancel_timers()
         self.idle_connections.busy(self)
+        self.idle_connections.closing.discard(self)
         super().connection_lost(exc)
 
     def data_received(self, data: bytes) -> None:
@@ -231,6 +234,8 @@ class GuardedH11Protocol(H11Protocol):
         if status is not None and not answering:
             self.transport.write(error_response(status, detail, headers))
         self.transport.close()
+        self.idle_connections.busy(self)  # never shed twice
+        self.idle_connections.closing.add(self)
         self.on_close(reason)
 
     def _cancel(self, name: str) -> None:
