@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 from live_server import LiveServer
-from tiny_bundle import cached_tiny_bundle
+from tiny_bundle import ATTENTION_VARIANTS, cached_tiny_bundle
 
 
 @pytest.fixture(scope="session", autouse=True)
@@ -38,6 +38,15 @@ def tiny_model_dir(request, tmp_path_factory) -> Path:
     cache_root = Path(request.config.cache.mkdir("mtserve"))
     target = tmp_path_factory.mktemp("tiny")
     cached_tiny_bundle(cache_root, target)
+    return target
+
+
+@pytest.fixture(scope="session", params=sorted(ATTENTION_VARIANTS))
+def attention_variant_dir(request, tmp_path_factory) -> Path:
+    """Like ``tiny_model_dir``, for one attention variant (fp32 only): ``repository/de-en/1`` and ``release/``."""
+    cache_root = Path(request.config.cache.mkdir("mtserve"))
+    target = tmp_path_factory.mktemp(request.param)
+    cached_tiny_bundle(cache_root, target, model_overrides=ATTENTION_VARIANTS[request.param])
     return target
 
 

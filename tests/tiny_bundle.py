@@ -18,6 +18,13 @@ GERMAN = (
 )
 ENGLISH = "the the the a a man woman dog cat child ball red blue big small on under plays runs sits and in-the park"
 WORD_MAP = dict(zip(GERMAN.split(), ENGLISH.split(), strict=True))
+# the survey's attention variants (model/sparse_attention.py, model/linear_attention.py, model/positional.py), each
+# trained and exported like the tiny bundle: tests/conftest.py's ``attention_variant_dir``
+ATTENTION_VARIANTS = {
+    "sparse": {"attention": "sparse", "sparse_window": 2},
+    "linear": {"attention": "linear"},
+    "xl_relative": {"positional_encoding": "xl_relative"},
+}
 SAMPLE_SENTENCES = [
     "ein mann spielt",
     "die katze sitzt auf dem ball",
@@ -51,8 +58,11 @@ def _source_digest() -> str:
     return digest.hexdigest()[:16]
 
 
-def build_tiny_bundle(work: Path, name: str = "de-en") -> Path:
-    """Train and export; returns the model repository folder that holds ``<name>/1``."""
+def build_tiny_bundle(work: Path, name: str = "de-en", model_overrides: dict | None = None) -> Path:
+    """Train and export; returns the model repository folder that holds ``<name>/1``.
+
+    ``model_overrides`` (an attention variant, say) change the model config; such a bundle is exported in fp32 only.
+    """
     import torch
 
     from export.cli import main as export_main
@@ -73,6 +83,7 @@ def build_tiny_bundle(work: Path, name: str = "de-en") -> Path:
             d_ff=64,
             dropout=0.0,
             max_positions=64,
+            **(model_overrides or {}),
         ),
         train=TrainConfig(
             max_tokens=600,
@@ -102,10 +113,7 @@ def build_tiny_bundle(work: Path, name: str = "de-en") -> Path:
             "--name",
             name,
             "--variants",
-            "fp32",
-            "int8",
-            "--calibration-data",
-            str(corpus / "train.de"),
+            *(["fp32"] if model_overrides else ["fp32", "int8", "--calibration-data", str(corpus / "train.de")]),
             "--calibration-sentences",
             "64",
         ]
@@ -114,15 +122,19 @@ def build_tiny_bundle(work: Path, name: str = "de-en") -> Path:
     return repo
 
 
-def cached_tiny_bundle(cache_root: Path, target: Path) -> Path:
-    """Build once per source digest (under ``cache_root``), copy into ``target``; returns target's repository."""
-    cached = cache_root / f"tiny-bundle-{_source_digest()}"
+def cached_tiny_bundle(
+    cache_root: Path, target: Path, name: str = "de-en", model_overrides: dict | None = None
+) -> Path:
+    """Build once per source digest and config (under ``cache_root``), copy into ``target``; returns target's
+    repository."""
+    overrides = "".join(f"-{k}={v}" for k, v in sorted((model_overrides or {}).items()))
+    cached = cache_root / f"tiny-bundle-{_source_digest()}{overrides}"
     with open(cache_root / f"{cached.name}.lock", "w") as lock:
         fcntl.flock(lock, fcntl.LOCK_EX)  # pytest runs started side by side build it once, one at a time
         if not (cached / "complete").exists():
             if cached.exists():
                 shutil.rmtree(cached)
-            build_tiny_bundle(cached)
+            build_tiny_bundle(cached, name, model_overrides)
             (cached / "complete").touch()
     shutil.copytree(cached / "repository", target / "repository")
     shutil.copytree(cached / "run" / "release", target / "release")
