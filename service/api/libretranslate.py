@@ -104,7 +104,7 @@ def _check_key(request: Request, fields: dict[str, Any]) -> str:
     """With MT_API_KEYS: api_key in the body (or the /v1 headers); 403 for a wrong one, 400 for none. Returns the
     key's label (service/keys.py), also set in the request scope for its limits and logs; "" without keys."""
     offered = fields.get("api_key")
-    if offered is not None and not isinstance(offered, str):
+    if "api_key" in fields and not isinstance(offered, str):  # null too: the schema says string
         raise ProtocolError(400, "Invalid request: api_key must be a string")
     if isinstance(offered, str):
         check_unicode(offered, "api_key")

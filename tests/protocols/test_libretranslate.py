@@ -87,6 +87,7 @@ def test_html_keeps_structure(api, fragment):
         ({"q": ["a"] * 65, "source": "de", "target": "en"}, "exceeds text limit"),
         ({"q": [1], "source": "de", "target": "en"}, "list of strings"),
         ({"q": "Hund", "source": "de", "target": "en", "api_key": 5}, "api_key must be a string"),
+        ({"q": "Hund", "source": "de", "target": "en", "api_key": None}, "api_key must be a string"),
     ],
 )
 def test_bad_requests_400(api, body, needle):
@@ -100,3 +101,5 @@ def test_bad_json_and_detect_errors(api):
     assert response.status_code == 400 and response.json() == {"error": "Invalid JSON format"}
     response = api.post("/detect", data={})
     assert response.status_code == 400 and "missing q parameter" in response.json()["error"]
+    response = api.post("/detect", json={"q": "Hund", "api_key": None})  # schemathesis found this one accepted
+    assert response.status_code == 400 and "api_key must be a string" in response.json()["error"]
