@@ -11,8 +11,14 @@ For each scheduler in ``--schedulers``:
 
 The quiet client sends one request at a time, one every ``--quiet-interval-s`` (and never faster than 80% of its
 key's rate limit, so it is never refused by its own limit; a p99 wants ~100 requests a phase: size ``--seconds``).
-The goal (issue 19): under the flood the quiet key's p99 stays within 2x its p99 alone on the same server, and the
-quiet key is never refused.
+The flood runs in a process of its own (``flood_in_process``), so the quiet client's latencies are not those of an
+event loop busy sending the flood. The goal (issue 19): under the flood the quiet key's p99 stays within 2x its p99
+alone on the same server, and the quiet key is never refused.
+
+Two controls (``--controls``, on by default) split what the flood costs the quiet key, each on the same server as
+the run it explains: *admitted only*, the flood key sending just its rate limit (nothing refused: the cost of the
+work one key may bring), and *refused only*, the flood's request rate sent with a key the server does not know
+(every request 401 before its body is read: the cost of receiving and refusing the flood, no engine work at all).
 
     python -m bench.fairness --repository model_repository --factor 10 --seconds 30
 """
@@ -21,8 +27,10 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import multiprocessing
 import tempfile
 import time
+from concurrent.futures import ProcessPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -36,7 +44,8 @@ from bench.reliability_harness import (
     write_section,
 )
 
-FLOOD_KEY, QUIET_KEY = "bench-flood-key", "bench-quiet-key"
+FLOOD_KEY, QUIET_KEY, UNKNOWN_KEY = "bench-flood-key", "bench-quiet-key", "bench-unknown-key"
+ADMITTED_PACE = 0.95  # the admitted-only control sends at 95% of the key's rate limit: nothing is refused
 GOAL_RATIO = 2.0
 QUIET_PACE_FACTOR = 1.25  # the quiet client paces itself at 1 / 1.25 = 80% of its key's rate limit
 
@@ -48,6 +57,7 @@ class Run:
     scheduler: str
     label: str  # "no keys" or "keys, rate s x capacity"
     key_rate: float = 0.0
+    control: str = ""  # "" (the run the goal is about), "admitted only" or "refused only"
     alone: list[Outcome] = field(default_factory=list)
     flooded: list[Outcome] = field(default_factory=list)
     flood: list[Outcome] = field(default_factory=list)
@@ -68,7 +78,19 @@ class Run:
         refused = [o for o in self.flood if o.status == 429]
         rate = sum("rate limit" in o.detail for o in refused)
         share = sum("queued sentences waiting" in o.detail for o in refused)
-        return f"{rate} / {share} / {len(refused) - rate - share}"
+        unknown = sum(o.status == 401 for o in self.flood)
+        return f"{rate} / {share} / {len(refused) - rate - share}" + (f" (401: {unknown})" if unknown else "")
+
+
+def flood_in_process(
+    url: str, body: dict, rate: float, seconds: float, headers: dict[str, str]
+) -> tuple[list[Outcome], float]:
+    """``open_loop`` in a process of its own (run through a ProcessPoolExecutor)."""
+    return asyncio.run(open_loop(url, body, rate, seconds, headers=headers))
+
+
+def _ready() -> bool:
+    return True
 
 
 async def paced(url: str, body: dict, seconds: float, interval: float, headers: dict[str, str]) -> list[Outcome]:
@@ -82,17 +104,22 @@ async def paced(url: str, body: dict, seconds: float, interval: float, headers: 
     return outcomes
 
 
-async def measure(url: str, run: Run, flood_body: dict, quiet_body: dict, rate: float, args) -> None:
-    """The quiet client alone, then under the flood (both for ``args.seconds``)."""
-    flood_headers = {"X-API-Key": FLOOD_KEY} if run.key_rate else {}
+async def measure(
+    url: str, run: Run, flood_body: dict, quiet_body: dict, rate: float, args, flood_key: str = FLOOD_KEY
+) -> None:
+    """The quiet client alone, then under the flood (both for ``args.seconds``; the flood from its own process)."""
+    flood_headers = {"X-API-Key": flood_key} if run.key_rate else {}
     quiet_headers = {"X-API-Key": QUIET_KEY} if run.key_rate else {}
     interval = args.quiet_interval_s
     if run.key_rate:
         interval = max(interval, QUIET_PACE_FACTOR / run.key_rate)
     run.alone = await paced(url, quiet_body, args.seconds, interval, quiet_headers)
-    flood = open_loop(url, flood_body, rate, args.seconds, headers=flood_headers)
-    quiet = paced(url, quiet_body, args.seconds, interval, quiet_headers)
-    (run.flood, run.flood_sent_rps), run.flooded = await asyncio.gather(flood, quiet)
+    loop = asyncio.get_running_loop()
+    with ProcessPoolExecutor(1, mp_context=multiprocessing.get_context("spawn")) as pool:
+        await loop.run_in_executor(pool, _ready)  # the process is up and has imported this module
+        flood = loop.run_in_executor(pool, flood_in_process, url, flood_body, rate, args.seconds, flood_headers)
+        quiet = paced(url, quiet_body, args.seconds, interval, quiet_headers)
+        (run.flood, run.flood_sent_rps), run.flooded = await asyncio.gather(flood, quiet)
     run.seconds = args.seconds
 
 
@@ -123,9 +150,20 @@ def run_scheduler(
         server = start(args, env, log_dir, f"{scheduler}-keys-{share:g}")
         try:
             asyncio.run(sequential(server.url, flood_body, 1.0, headers={"X-API-Key": QUIET_KEY}))  # warm-up
-            run = Run(scheduler, f"2 keys, rate {share:g} x capacity = {key_rate:.1f}/s per key", key_rate)
+            label = f"2 keys, rate {share:g} x capacity = {key_rate:.1f}/s per key"
+            run = Run(scheduler, label, key_rate)
             asyncio.run(measure(server.url, run, flood_body, quiet_body, args.factor * capacity, args))
             runs.append(run)
+            if args.controls:
+                control = Run(scheduler, f"{label}; control: admitted only", key_rate, "admitted only")
+                asyncio.run(measure(server.url, control, flood_body, quiet_body, ADMITTED_PACE * key_rate, args))
+                runs.append(control)
+            if args.controls and share == args.rate_shares[0]:
+                control = Run(scheduler, f"{label}; control: refused only (unknown key, 401)", key_rate, "refused only")
+                asyncio.run(
+                    measure(server.url, control, flood_body, quiet_body, args.factor * capacity, args, UNKNOWN_KEY)
+                )
+                runs.append(control)
         finally:
             server.stop()
     return capacity, runs, first
@@ -134,7 +172,7 @@ def run_scheduler(
 def verdict(runs: list[Run]) -> list[str]:
     checks = []
     for run in runs:
-        if not run.key_rate:
+        if not run.key_rate or run.control:
             continue
         what = f"{run.scheduler}, {run.label}"
         ratio = run.ratio
@@ -174,6 +212,15 @@ def report(args, capacities: dict[str, float], runs: list[Run], checks: list[str
         *rows,
         "",
         *[f"- {c}" for c in checks],
+        *(
+            [
+                "- controls (not part of the verdict): *admitted only* = the flood key sends "
+                f"{ADMITTED_PACE:.0%} of its rate limit, nothing refused; *refused only* = the flood's request rate "
+                "with a key the server does not know, every request 401 before its body is read"
+            ]
+            if args.controls
+            else []
+        ),
         "",
         f"Verdict: **{'pass' if checks and all(c.startswith('ok') for c in checks) else 'FAIL'}**.",
     ]
@@ -193,6 +240,12 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--texts", type=int, default=4, help="texts per flood request")
     p.add_argument("--beam-size", type=int, default=4)
     p.add_argument("--max-length", type=int, default=40)
+    p.add_argument(
+        "--controls",
+        action=argparse.BooleanOptionalAction,
+        default=True,
+        help="also the admitted-only and refused-only controls (see the module's text)",
+    )
     args = p.parse_args(argv)
     args.schedulers = [s.strip() for s in args.schedulers.split(",") if s.strip()]
     args.rate_shares = [float(s) for s in args.rate_shares.split(",") if s.strip()]
