@@ -51,10 +51,10 @@ def train_variant(name: str, args: argparse.Namespace, out: Path) -> dict:
     run.model = dataclasses.replace(run.model, **VARIANTS[name])
     run.train.max_steps = args.max_steps
     run.train.eval_every = args.eval_every or args.max_steps
-    run.train.threads = args.threads
+    run.train.threads = args.train_threads or args.threads
     if args.val_limit:
         run.train.bleu_max_sentences = args.val_limit
-    torch.set_num_threads(args.threads)
+    torch.set_num_threads(run.train.threads)
     trainer = Trainer.from_run(run, args.data, out / "run", progress=False)
     trainer.train()
     trainer.finalize()
@@ -63,6 +63,7 @@ def train_variant(name: str, args: argparse.Namespace, out: Path) -> dict:
         "parameters": trainer.model.num_parameters(),
         "steps": trainer.step,
         "train_seconds": round(trainer.train_seconds, 1),  # wall time in train(), across resumes
+        "train_threads": run.train.threads,
         "languages": (run.source_lang, run.target_lang),
     }
 
@@ -118,10 +119,13 @@ def measure(bundle: Path, args: argparse.Namespace, name: str, languages: tuple[
 
 
 def render(rows: dict[str, dict], args: argparse.Namespace, command: str, card: Path) -> str:
+    train_threads = ", ".join(sorted({str(r.get("train_threads", args.threads)) for r in rows.values()}))
     lines = [
-        f"Measured {dt.date.today().isoformat()} on {cpu_model()} (threads: {args.threads}), "
+        f"Measured {dt.date.today().isoformat()} on {cpu_model()} (decoding threads: {args.threads}), "
         f"{args.max_steps} training steps each from `{args.config}` (same seed, same data, only the attention "
-        f"settings changed); greedy BLEU (sacreBLEU, cased) on val and {args.test_split}; decoding speed: generated "
+        f"settings changed; training threads per run: {train_threads}, validation every "
+        f"{args.eval_every or args.max_steps} steps included in the training time); greedy BLEU (sacreBLEU, cased) "
+        f"on val and {args.test_split}; decoding speed: generated "
         f"tokens per second, greedy, onnxruntime fp32 on decoder.onnx for every variant, "
         f"{args.speed_sentences} {args.test_split} sentences.",
         "",
@@ -159,7 +163,14 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--variants", nargs="+", default=list(VARIANTS), choices=list(VARIANTS))
     parser.add_argument("--max-steps", type=int, required=True, help="the training budget of every variant")
     parser.add_argument("--eval-every", type=int, default=0, help="validation interval (default: at the end only)")
-    parser.add_argument("--threads", type=int, default=2)
+    parser.add_argument("--threads", type=int, default=2, help="onnxruntime intra-op threads for BLEU and tok/s")
+    parser.add_argument("--train-threads", type=int, default=0, help="torch threads for training (default: --threads)")
+    parser.add_argument(
+        "--train-only",
+        action="store_true",
+        help="train and release only (e.g. two runs of one thread each in parallel); a later run without this flag "
+        "resumes the finished runs at once and measures every variant on a quiet machine",
+    )
     parser.add_argument("--test-split", default="test_2016_flickr")
     parser.add_argument("--val-limit", type=int, default=0, help="first N val sentences only (smoke run)")
     parser.add_argument("--test-limit", type=int, default=0, help="first N test sentences only (smoke run)")
@@ -173,9 +184,14 @@ def main(argv: list[str] | None = None) -> int:
     for name in args.variants:
         print(f"== {name}: training {args.max_steps} steps", file=sys.stderr)
         trained = train_variant(name, args, out / name)
+        if args.train_only:
+            print(json.dumps({name: trained}), file=sys.stderr)
+            continue
         bundle = export_variant(out / name)
         rows[name] = {**trained, **measure(bundle, args, name, trained["languages"], images)}
         print(json.dumps({name: rows[name]}), file=sys.stderr)
+    if args.train_only:
+        return 0
     (out / "results.json").write_text(json.dumps(rows, indent=2) + "\n")
     card = Path(args.model_card) if args.model_card else Path("model-card.md")
     text = render(rows, args, command, card)
