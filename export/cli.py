@@ -13,7 +13,7 @@ from export.calibration import read_sentences, record_feeds
 from export.manifest import build_manifest, git_commit, seal
 from export.onnx_export import export_graphs
 from export.pack import pack_bundle
-from export.quantize import convert_fp16, quantize_int8_static
+from export.quantize import convert_fp16, convert_fp16_step, quantize_int8_static
 from model.checkpoint import TOKENIZER_FILE, load_release
 from service.engine import Engine, TranslateOptions, load_bundle
 from service.engine.bundle import FORMATS
@@ -85,12 +85,13 @@ def cmd_export(args: argparse.Namespace) -> int:
             "batch_independent": True,
         }
     if "fp16" in args.variants:
-        # decoder_step's fused attention has no fp16 CPU kernel; fp16 engines search with decoder.onnx
+        # decoder_step (contrib fused attention) through onnxruntime's converter: onnxconverter-common's leaves
+        # the fused attention's outputs typed float and the graph does not load (export/quantize.py)
         variants["fp16"] = {}
         for graph, path in paths.items():
-            if graph != "decoder_step":
-                convert_fp16(path, out / "fp16" / f"{graph}.onnx")
-                variants["fp16"][graph] = f"fp16/{graph}.onnx"
+            convert = convert_fp16_step if graph == "decoder_step" else convert_fp16
+            convert(path, out / "fp16" / f"{graph}.onnx")
+            variants["fp16"][graph] = f"fp16/{graph}.onnx"
     if args.bundle_format == 2:
         variants, report = pack_bundle(out, variants)
         for graph, counts in report.items():

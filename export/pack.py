@@ -19,7 +19,9 @@ Variants are packed in order (fp32 first). A tensor of 1 KiB or more is, in this
   same constant as before: ``Transpose`` (decoder_step's output projection is the embedding transposed),
   ``Concat`` (its fused Q|K|V projection, float and int8, is the three projections side by side), ``Cast`` to
   float16 (the fp16 weights) followed, where the fp16 converter clamped a few tiny values (|w| < 1e-7 becomes
-  1e-7), by a ``ScatterND`` that writes those elements back. Each derivation is checked at export: the Cast
+  1e-7), by a ``ScatterND`` that writes those elements back; a float16 tensor whose float32 twin is itself
+  derived (fp16 decoder_step's transposed output projection and fused Q|K|V) is a Transpose or Concat of such
+  Casts. Each derivation is checked at export: the Cast
   with onnxruntime's own kernel, so the derived tensor equals the converted graph's tensor bit for bit;
 - else stored, in the variant's own weights file.
 int8 weights are never derived from the float ones (a QuantizeLinear's rounding may differ between
@@ -207,6 +209,7 @@ class _GraphPacker:
     def pack(self) -> dict[str, int]:
         counts: dict[str, int] = defaultdict(int)
         casts: list[tuple[TensorProto, np.ndarray]] = []
+        rearranged: list[tuple[TensorProto, np.ndarray, tuple[str, int, int]]] = []
         for init in self.model.graph.initializer:
             if init.data_location == TensorProto.EXTERNAL:
                 raise ValueError(f"{init.name}: already external; pack self-contained graphs")
@@ -223,11 +226,15 @@ class _GraphPacker:
                 counts["derived"] += 1
             elif init.data_type == TensorProto.FLOAT16 and self.store.float16_sources(array):
                 casts.append((init, array))
+            elif init.data_type == TensorProto.FLOAT16 and (layout := self.float16_layout(array)):
+                rearranged.append((init, array, layout))
             else:
                 self.store_own(init, array)
                 counts["stored"] += 1
         for init, array in casts:  # after the loop: one onnxruntime call per graph checks every Cast
             counts["derived" if self.cast(init, array) else "stored"] += 1
+        for init, array, layout in rearranged:
+            counts["derived" if self.cast_rearranged(init, array, layout) else "stored"] += 1
         graph = self.model.graph
         rest = [_copy(n) for n in graph.node]
         for node in rest:  # the torch exporter's debug annotations (stack traces, FX nodes): ~40% of a graph proto
@@ -289,6 +296,39 @@ class _GraphPacker:
             return True
         self.store_own(init, target)
         return False
+
+    def float16_layout(self, target: np.ndarray) -> tuple[str, int, int] | None:
+        """How a float16 tensor with no float32 source of its own is a Cast of stored ones, rearranged:
+        ("transpose", 0, 0) when its transpose has one (fp16 decoder_step's output projection), ("concat", axis,
+        parts) when each of ``parts`` equal pieces along ``axis`` has one (its fused Q|K|V projection)."""
+        if target.ndim == 2 and self.store.float16_sources(np.ascontiguousarray(target.T)):
+            return ("transpose", 0, 0)
+        for axis in range(target.ndim):
+            for parts in range(2, 9):
+                if target.shape[axis] % parts == 0 and all(
+                    self.store.float16_sources(np.ascontiguousarray(piece))
+                    for piece in np.split(target, parts, axis=axis)
+                ):
+                    return ("concat", axis, parts)
+        return None
+
+    def cast_rearranged(self, init: TensorProto, target: np.ndarray, layout: tuple[str, int, int]) -> bool:
+        """``init`` as Transpose or Concat of float16 Casts (``cast``, each checked bit for bit) of stored tensors;
+        a piece whose Cast does not check out is stored as it is (the result is exact either way)."""
+        kind, axis, parts = layout
+        pieces = [target.T] if kind == "transpose" else np.split(target, parts, axis=axis)
+        names, derived = [], True
+        for i, piece in enumerate(pieces):
+            piece = np.ascontiguousarray(piece)
+            name = self.fresh(f"{init.name}.{kind}{i}")
+            derived &= self.cast(TensorProto(name=name, data_type=TensorProto.FLOAT16, dims=piece.shape), piece)
+            names.append(name)
+        if kind == "transpose":
+            node = helper.make_node("Transpose", names, [init.name], perm=[1, 0], name=init.name + PACKED)
+        else:
+            node = helper.make_node("Concat", names, [init.name], axis=axis, name=init.name + PACKED)
+        self.nodes.append(node)
+        return derived
 
 
 def _copy(message):

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import heapq
 import logging
 from pathlib import Path
 
@@ -99,6 +100,35 @@ def convert_fp16_step(src: Path, dst: Path) -> Path:
     model = onnx.load(str(src))
     del model.graph.value_info[:]  # float types of intermediate tensors; the converter writes its own
     converted = convert_float_to_float16(model, keep_io_types=True, op_block_list=FP16_BLOCKED_OPS)
+    sort_nodes(converted.graph)  # the converter appends the input casts after the nodes that read them
     dst.parent.mkdir(parents=True, exist_ok=True)
     onnx.save(converted, str(dst))
+    onnx.checker.check_model(str(dst))
     return dst
+
+
+def sort_nodes(graph: onnx.GraphProto) -> None:
+    """Reorder ``graph``'s nodes so each comes after the nodes whose outputs it reads (ONNX requires it;
+    onnxruntime sorts on load, onnx.checker does not). Among nodes that are ready, the earliest in the old order
+    goes first, so a graph already in order is left as it is."""
+    nodes = list(graph.node)
+    producer = {name: i for i, node in enumerate(nodes) for name in node.output}
+    waiting_on = [{producer[n] for n in node.input if n in producer} for node in nodes]
+    readers: dict[int, list[int]] = {i: [] for i in range(len(nodes))}
+    for i, deps in enumerate(waiting_on):
+        for d in deps:
+            readers[d].append(i)
+    ready = [i for i, deps in enumerate(waiting_on) if not deps]
+    heapq.heapify(ready)
+    order = []
+    while ready:
+        i = heapq.heappop(ready)
+        order.append(i)
+        for r in readers[i]:
+            waiting_on[r].discard(i)
+            if not waiting_on[r]:
+                heapq.heappush(ready, r)
+    if len(order) != len(nodes):
+        raise ValueError("the graph has a cycle")
+    del graph.node[:]
+    graph.node.extend(nodes[i] for i in order)
