@@ -57,6 +57,7 @@ def test_the_writer_still_emits_format_1_and_it_loads(bundles):
     assert new.graph("int8", "decoder_step") == bundles[2] / "graphs" / "int8.decoder_step.onnx"
     assert [p.name for p in new.weights("int8")] == ["fp32.weights", "int8.weights"]
     assert [p.name for p in new.weights("fp16")] == ["fp32.weights"]  # every fp16 tensor is a Cast of fp32's
+    assert new.graph("fp16", "decoder_step") == bundles[2] / "graphs" / "fp16.decoder_step.onnx"  # its own step
 
 
 @pytest.mark.parametrize("variant", VARIANTS)
