@@ -11,8 +11,10 @@ Causal (decoder) form: the sums run over j <= i only,
     S_i = S_{i-1} + phi(k_i) v_i^T,   z_i = z_{i-1} + phi(k_i),   V'_i = phi(q_i)^T S_i / phi(q_i)^T z_i   (eq. 10-12)
 
 so incremental decoding carries the running state (S, z), a fixed size whatever the length, instead of a key/value
-cache that grows by one entry a token. Every normalizer gets + EPS, as in the authors' code (fast-transformers):
-phi underflows to 0 in float32 below about -17.
+cache that grows by one entry a token. Over the tokens of one call (teacher-forced training: the whole target)
+``causal_linear_attention`` applies the same sums through the masked kernel (see there), which for sentence lengths
+costs less than a stack of one S_i per position. Every normalizer gets + EPS, as in the authors' code
+(fast-transformers): phi underflows to 0 in float32 below about -17.
 
 Attention weights for the viewer: the output never forms a weight matrix. ``implied_weights`` computes the weights it
 is equivalent to, A_ij = phi(q_i)^T phi(k_j) / sum_j' phi(q_i)^T phi(k_j') over the keys query i sees (V' = A V
@@ -58,21 +60,28 @@ def causal_linear_attention(
 ) -> tuple[Tensor, Tensor, LinearState]:
     """Causal (decoder): running sums S_i, z_i over the tokens so far, continuing ``state`` (earlier tokens).
 
+    Within one call phi(q_i)^T S_i is computed as state + sum_{j<=i} (phi(q_i)^T phi(k_j)) v_j^T, the masked
+    kernel times V: the same sum re-associated (eq. 10-12 unrolled), with the (tgt x tgt) kernel the implied weights
+    need anyway instead of a (tgt, d_head, d_head) stack of S_i. For sentence lengths (tgt <= a few hundred,
+    d_head 64) it is the cheaper form, in memory and time, of teacher-forced training; the state carried between
+    calls (incremental decoding) is the running sum itself, a fixed (d_head x d_head) whatever the length.
+
     q, k, v: (batch, heads, tgt, d_head) of the new tokens. Returns the output, the implied weights over the new
     tokens' keys (batch, heads, tgt, tgt) and the state after the last new token.
     """
     phi_q, phi_k = elu_feature_map(q), elu_feature_map(k)
-    s = torch.cumsum(phi_k.unsqueeze(-1) * v.unsqueeze(-2), dim=2)  # (batch, heads, tgt, d_head, d_head): S_i
-    z = torch.cumsum(phi_k, dim=2)  # (batch, heads, tgt, d_head): z_i
-    if state is not None:
-        s = s + state[0].unsqueeze(2)
-        z = z + state[1]
-    normalizer = (phi_q * z).sum(dim=-1, keepdim=True) + EPS  # (batch, heads, tgt, 1): phi(q_i)^T z_i
-    out = (phi_q.unsqueeze(-2) @ s).squeeze(-2) / normalizer  # phi(q_i)^T S_i / phi(q_i)^T z_i
     n = q.size(2)
-    causal = torch.ones(n, n, dtype=torch.bool).tril()
-    weights = implied_weights(phi_q, phi_k, normalizer, causal)
-    return out, weights, (s[:, :, -1], z[:, :, -1:])
+    causal = torch.ones(n, n, dtype=torch.bool, device=q.device).tril()
+    kernel = (phi_q @ phi_k.transpose(-2, -1)).masked_fill(~causal, 0.0)  # phi(q_i)^T phi(k_j), j <= i
+    numerator = kernel @ v  # sum_{j<=i} phi(q_i)^T phi(k_j) v_j^T
+    normalizer = kernel.sum(dim=-1, keepdim=True)  # phi(q_i)^T sum_{j<=i} phi(k_j)
+    s, z = phi_k.transpose(-2, -1) @ v, phi_k.sum(dim=2, keepdim=True)  # this call's sums over all new tokens
+    if state is not None:
+        numerator = numerator + phi_q @ state[0]
+        normalizer = normalizer + phi_q @ state[1].transpose(-2, -1)
+        s, z = s + state[0], z + state[1]
+    normalizer = normalizer + EPS
+    return numerator / normalizer, kernel / normalizer, (s, z)
 
 
 def implied_weights(phi_q: Tensor, phi_k: Tensor, normalizer: Tensor, mask: Tensor | None = None) -> Tensor:

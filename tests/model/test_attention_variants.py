@@ -202,3 +202,21 @@ def test_variant_configs_are_validated():
     with pytest.raises(ValueError, match="sparse_window"):
         tiny_config(attention="sparse", sparse_window=-1)
     assert math.isclose(sinusoids(torch.tensor([-3]), 4)[0, 0].item(), math.sin(-3.0), abs_tol=1e-6)
+
+
+def test_causal_linear_attention_equals_the_running_sums_of_eq_10_to_12():
+    """The masked-kernel form is the recurrence S_i = S_{i-1} + phi(k_i) v_i^T, z_i = z_{i-1} + phi(k_i) unrolled:
+    compared with the recurrence written out, from an earlier state too."""
+    g = torch.Generator().manual_seed(2)
+    q, k, v = (torch.randn(2, 3, 7, 5, generator=g, dtype=torch.float64) for _ in range(3))
+    s0 = torch.rand(2, 3, 5, 5, generator=g, dtype=torch.float64)
+    z0 = torch.rand(2, 3, 1, 5, generator=g, dtype=torch.float64)
+    s, z, outs = s0, z0, []
+    for i in range(7):
+        phi_q, phi_k = elu_feature_map(q[:, :, i : i + 1]), elu_feature_map(k[:, :, i : i + 1])
+        s, z = s + phi_k.transpose(-2, -1) @ v[:, :, i : i + 1], z + phi_k
+        outs.append((phi_q @ s) / (phi_q @ z.transpose(-2, -1) + EPS))
+    out, _, (s_end, z_end) = causal_linear_attention(q, k, v, (s0, z0))
+    torch.testing.assert_close(out, torch.cat(outs, dim=2))
+    torch.testing.assert_close(s_end, s)
+    torch.testing.assert_close(z_end, z)
