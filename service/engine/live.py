@@ -129,6 +129,8 @@ class LiveBatch:
         self.src_mask = np.zeros((0, 1), bool)
         self._free: list[int] = []
         self._used = 0  # slots below this are in use or holes
+        # the last step's (slots fed, row sources, query_rows, row_slots): reused while the rows' sources stay
+        self._layout: tuple[int, np.ndarray, np.ndarray, np.ndarray] | None = None
 
     # --- what it holds ---------------------------------------------------------------------------
     @property
@@ -295,7 +297,18 @@ class LiveBatch:
 
     def _feeds(self, groups: list[_Group], top_k: int) -> dict[str, np.ndarray]:
         row_sources = np.concatenate([np.repeat([s.slot for s in g.sentences], g.k) for g in groups])
-        feeds = ragged_inputs(self.width - self.start, row_sources, self._used, self.width)
+        positions = self.width - self.start
+        layout = self._layout
+        if layout is not None and layout[0] == self._used and np.array_equal(layout[1], row_sources):
+            feeds = {  # the rows read the same sources as last step: only positions and the mask change
+                "positions": positions.reshape(-1, 1),
+                "self_mask": np.arange(self.width + 1)[None, :] >= (self.width - positions)[:, None],
+                "query_rows": layout[2],
+                "row_slots": layout[3],
+            }
+        else:
+            feeds = ragged_inputs(positions, row_sources, self._used, self.width)
+            self._layout = (self._used, row_sources, feeds["query_rows"], feeds["row_slots"])
         last = np.concatenate([g.token.reshape(-1) for g in groups])
         feeds["tokens"] = last.reshape(-1, 1)
         feeds["src_mask"] = self.src_mask[: self._used]
