@@ -76,9 +76,22 @@ def accept_budget(max_connections: int, fd_limit: int) -> tuple[int, int]:
     available = max(2, fd_limit - FD_RESERVE)
     backlog = max(1, min(BACKLOG, available // 16))
     cap = max(1, min(max_connections, available - 4 * backlog))
-    if cap < max_connections or backlog < BACKLOG:
-        log.warning("MT_MAX_CONNECTIONS %d lowered to %d, listen backlog %d: the file-descriptor limit is %d",
-                    max_connections, cap, backlog, fd_limit)
+    if cap < max_connections:
+        log.warning(
+            "MT_MAX_CONNECTIONS %d lowered to %d, listen backlog %d: the file-descriptor limit is %d",
+            max_connections,
+            cap,
+            backlog,
+            fd_limit,
+        )
+    elif backlog < BACKLOG:
+        log.info(
+            "listen backlog %d (uvicorn's default %d) so that MT_MAX_CONNECTIONS %d fits the file-descriptor limit %d",
+            backlog,
+            BACKLOG,
+            cap,
+            fd_limit,
+        )
     return cap, backlog
 
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import functools
 import logging
 import signal
 from contextlib import asynccontextmanager
@@ -20,9 +21,10 @@ from service.api.routes import build_router
 from service.api.v2 import build_v2_router
 from service.engine.bundle import BundleError
 from service.keys import KeyRates
-from service.language import detect, detect_among
+from service.language import UnknownLanguage, detect, detect_among
+from service.language import detector as language_detector
 from service.metrics import Metrics
-from service.registry import Registry, RunnerWrapper
+from service.registry import LoadedModel, Registry, RunnerWrapper
 from service.serving.quality import QualityPolicy
 from service.serving.routing import Detector
 from service.settings import Settings
@@ -106,9 +108,21 @@ def _reload_on_sighup(state: AppState) -> None:
         log.info("SIGHUP reloads are off in this process")
 
 
+def _warm_language_detectors(settings: Settings, models: dict[str, LoadedModel]) -> None:
+    """Build the lingua detectors the first requests would use (about 1 s each, built on first use otherwise):
+    the language check's set for each model's source language, and /detect's."""
+    sets = {tuple(settings.detect_languages)}
+    sets |= {tuple(sorted({*settings.detect_languages, m.languages[0]})) for m in models.values()}
+    for languages in sets:
+        try:
+            language_detector(languages)
+        except UnknownLanguage as exc:  # a bad MT_DETECT_LANGUAGES code: /detect says so per request
+            log.warning("language detector not built: %s", exc)
+
+
 async def _load(state: AppState) -> None:
     try:
-        await state.registry.load()
+        await state.registry.load(functools.partial(_warm_language_detectors, state.settings))
     except asyncio.CancelledError:
         raise
     except Exception as exc:  # the process exits non-zero (see service.__main__)

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -119,8 +120,13 @@ class Registry:
             self.bundles[name] = load_bundle(self._version_path(name, pinned), verify=True)
             self.reasons[name] = "pinned by MT_MODEL_VERSIONS" if pinned else "the highest version on disk"
             available = versions_of(self.settings.model_repository, name)
-            log.info("model %s: serving version %s (%s; on disk: %s)", name, pinned or available[-1],
-                     self.reasons[name], ", ".join(available))
+            log.info(
+                "model %s: serving version %s (%s; on disk: %s)",
+                name,
+                pinned or available[-1],
+                self.reasons[name],
+                ", ".join(available),
+            )
         if self.settings.default_model not in self.bundles:
             raise BundleError(f"default model {self.settings.default_model!r} is not among {sorted(self.bundles)}")
 
@@ -145,12 +151,15 @@ class Registry:
             max_queue_per_client=key_queue_cap(s.max_queue_sentences, s.key_queue_share) if s.api_keys else 0,
         )
 
-    async def load(self) -> None:
-        """Create sessions, warm each model up with a real translation, then start its scheduler."""
+    async def load(self, warm: Callable[[dict[str, LoadedModel]], None] | None = None) -> None:
+        """Create sessions, warm each model up with a real translation, then start its scheduler; ``warm`` (in a
+        thread) prepares what the first requests would otherwise wait for, before the server reports ready."""
         if self.settings.load_delay_s:
             await asyncio.sleep(self.settings.load_delay_s)
         for name, bundle in self.bundles.items():
             self.models[name] = await self._start(name, bundle)
+        if warm is not None:
+            await asyncio.to_thread(warm, dict(self.models))
         self.ready = True
 
     async def _start(self, name: str, bundle: Bundle) -> LoadedModel:

@@ -38,3 +38,25 @@ def test_unknown_code_and_names():
         language.detect("hello", ["en", "qq"])
     assert language.language_name("de") == "German" and language.language_name("zh") == "Chinese"
     assert language.language_name("qq") == "qq"
+
+
+def test_start_up_builds_the_detectors_the_first_requests_use(monkeypatch):
+    """service.app warms lingua before /readyz says ready: the language check's set per model (its candidates and
+    the model's source language) and /detect's; afterwards no request builds one (about 1 s each)."""
+    from types import SimpleNamespace
+
+    import service.language as language
+    from service.app import _warm_language_detectors
+    from service.settings import Settings
+
+    language._build.cache_clear()
+    models = {"de-en": SimpleNamespace(languages=("de", "en")), "fr-en": SimpleNamespace(languages=("fr", "en"))}
+    _warm_language_detectors(Settings(detect_languages=["en", "zh"]), models)
+
+    def no_build(*args, **kwargs):
+        raise AssertionError("a detector was built after start-up")
+
+    monkeypatch.setattr(language.LanguageDetectorBuilder, "from_iso_codes_639_1", no_build)
+    for languages in (("en", "zh"), ("de", "en", "zh"), ("en", "fr", "zh")):
+        assert language.detector(languages) is not None
+    language._build.cache_clear()
