@@ -39,6 +39,35 @@ class JsonFormatter(logging.Formatter):
         return json.dumps(entry, ensure_ascii=False)
 
 
+class RepeatedWarnings(logging.Filter):
+    """At most one record per message text and ``window_s`` at WARNING or below; the next one after a window says
+    how many were dropped. uvicorn warns once per malformed request ("Invalid HTTP request received."), so a client
+    sending garbage could otherwise write the log as fast as it sends (every refusal is still counted in
+    ``mt_connections_closed_total`` and answered 400)."""
+
+    MAX_MESSAGES = 256  # distinct texts remembered; uvicorn's are fixed strings
+
+    def __init__(self, window_s: float = 10.0, clock=time.monotonic) -> None:
+        super().__init__()
+        self.window_s, self.clock = window_s, clock
+        self._seen: dict[str, tuple[float, int]] = {}  # message -> (last logged at, dropped since)
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        if record.levelno > logging.WARNING:
+            return True
+        text, now = record.getMessage(), self.clock()
+        logged_at, dropped = self._seen.get(text, (None, 0))
+        if logged_at is not None and now - logged_at < self.window_s:
+            self._seen[text] = (logged_at, dropped + 1)
+            return False
+        if dropped:
+            record.msg, record.args = f"{text} ({dropped} more like it not logged in {self.window_s:g} s)", ()
+        if len(self._seen) >= self.MAX_MESSAGES and text not in self._seen:
+            self._seen.clear()
+        self._seen[text] = (now, 0)
+        return True
+
+
 def configure(level: str = "info") -> None:
     handler = logging.StreamHandler()
     handler.setFormatter(JsonFormatter())
@@ -49,3 +78,6 @@ def configure(level: str = "info") -> None:
         logging.getLogger(name).handlers[:] = []
         logging.getLogger(name).propagate = True
     logging.getLogger("uvicorn.access").disabled = True  # our access log carries the request id
+    error_log = logging.getLogger("uvicorn.error")
+    if not any(isinstance(f, RepeatedWarnings) for f in error_log.filters):
+        error_log.addFilter(RepeatedWarnings())
