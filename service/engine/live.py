@@ -83,6 +83,8 @@ class _Group:
         self.score = np.concatenate([self.score, start])
 
     def drop(self, keep: np.ndarray) -> None:
+        if keep.all():  # the usual step: nobody leaves
+            return
         self.sentences = [s for s, k in zip(self.sentences, keep.tolist(), strict=True) if k]
         self.parent, self.token, self.score = self.parent[keep], self.token[keep], self.score[keep]
 
@@ -337,8 +339,12 @@ class LiveBatch:
                 g.parent = np.arange(g.offset, g.offset + g.parent.size).reshape(g.parent.shape)
             return
         width = self.width  # the last step's cache width (the history is one column behind until now)
-        source = np.where(new, 0, parent)
-        start = np.where(new, width, self.start[source]) if physical else np.full(len(parent), width, np.int64)
+        has_new = bool(new.any())
+        source = np.where(new, 0, parent) if has_new else parent
+        if not physical:
+            start = np.full(len(parent), width, np.int64)
+        else:
+            start = np.where(new, width, self.start[source]) if has_new else self.start[source]
         cut = int(start.min()) if len(start) else width  # columns no row uses any more
         if cut >= width:  # no row continues: an empty cache
             shape = (len(parent), self.heads, 0, self.d_head)
@@ -346,11 +352,13 @@ class LiveBatch:
             self.values = [np.zeros(shape, np.float32) for _ in range(self.n_layers)]
             self.history = np.zeros((len(parent), 0), np.int64)
         else:
-            self.keys = [self._gather(a, source, new, cut) for a in self.keys]
-            self.values = [self._gather(a, source, new, cut) for a in self.values]
+            fresh = new if has_new else None
+            self.keys = [self._gather(a, source, fresh, cut) for a in self.keys]
+            self.values = [self._gather(a, source, fresh, cut) for a in self.values]
             history = self.history[source, cut:]
-            history[new] = 0
-            history_col = np.where(new, 0, history_col)  # a newcomer's BOS is no generated token
+            if has_new:
+                history[new] = 0
+                history_col = np.where(new, 0, history_col)  # a newcomer's BOS is no generated token
             self.history = np.concatenate([history, history_col[:, None]], axis=1)
         self.start = start - cut
         self.width = width - cut
@@ -358,9 +366,9 @@ class LiveBatch:
             g.parent = np.arange(g.offset, g.offset + g.parent.size).reshape(g.parent.shape)
 
     @staticmethod
-    def _gather(array: np.ndarray, rows: np.ndarray, new: np.ndarray, cut: int) -> np.ndarray:
+    def _gather(array: np.ndarray, rows: np.ndarray, new: np.ndarray | None, cut: int) -> np.ndarray:
         out = np.take(array[:, :, cut:] if cut else array, rows, axis=0)
-        if new.any():
+        if new is not None:
             out[new] = 0.0  # a newcomer's cache is all padding
         return out
 
@@ -447,7 +455,11 @@ class LiveBatch:
             if s.stream:
                 self._beam_progress(s, next_rows[i], next_ids[i], int(t[i]), width, out)
         group.drop(still)
-        group.parent, group.token, group.score = next_rows[still], next_ids[still].astype(np.int64), next_scores[still]
+        if still.all():
+            group.parent, group.token, group.score = next_rows, next_ids.astype(np.int64), next_scores
+        else:
+            group.parent, group.token = next_rows[still], next_ids[still].astype(np.int64)
+            group.score = next_scores[still]
 
     def _beam_progress(
         self, s: _Sentence, rows: np.ndarray, tokens: np.ndarray, t: int, width: int, out: StepOutput
