@@ -56,8 +56,10 @@ def train_variant(name: str, args: argparse.Namespace, out: Path) -> dict:
         run.train.bleu_max_sentences = args.val_limit
     torch.set_num_threads(run.train.threads)
     trainer = Trainer.from_run(run, args.data, out / "run", progress=False)
+    released = trainer.step >= run.train.max_steps and (out / "run" / "release").is_dir()  # a finished run
     trainer.train()
-    trainer.finalize()
+    if not released:
+        trainer.finalize()
     return {
         "settings": dict(VARIANTS[name]) or {"attention": "vanilla"},
         "parameters": trainer.model.num_parameters(),
