@@ -95,3 +95,11 @@ def test_profile_engine_splits_cpu_time_and_profiles_the_step(tiny_bundle_dir):
     per_op = operators(step_graph, manifest["model"], rows=8, beam=2, steps=5)
     assert {"MatMulIntegerToFloat", "MultiHeadAttention", "TopK"} <= set(per_op)
     assert all(us > 0 for us in per_op.values())
+
+
+def test_cpu_flags_name_the_vector_extensions_in_order():
+    from bench.bench_machine import cpu_flags
+
+    text = "processor\t: 0\nmodel name\t: AMD EPYC\nflags\t\t: fpu sse2 avx512_vnni avx2 avx512f\n"
+    assert cpu_flags(text) == ["avx2", "avx512f", "avx512_vnni"]
+    assert cpu_flags("model name: x\n") == []
