@@ -31,7 +31,7 @@ from core.search import Hypothesis, length_limits, length_penalty
 from core.tokenizer import BOS_ID, EOS_ID
 from service.engine.engine import Engine, TranslateOptions, Translation
 from service.engine.search import top_candidates
-from service.engine.step_inputs import ragged_inputs
+from service.engine.step_inputs import position_inputs, ragged_inputs
 
 
 def supports_live(engine: Engine) -> bool:
@@ -302,12 +302,8 @@ class LiveBatch:
         positions = self.width - self.start
         layout = self._layout
         if layout is not None and layout[0] == self._used and np.array_equal(layout[1], row_sources):
-            feeds = {  # the rows read the same sources as last step: only positions and the mask change
-                "positions": positions.reshape(-1, 1),
-                "self_mask": np.arange(self.width + 1)[None, :] >= (self.width - positions)[:, None],
-                "query_rows": layout[2],
-                "row_slots": layout[3],
-            }
+            # the rows read the same sources as last step: only positions and the mask change
+            feeds = {**position_inputs(positions, self.width), "query_rows": layout[2], "row_slots": layout[3]}
         else:
             feeds = ragged_inputs(positions, row_sources, self._used, self.width)
             self._layout = (self._used, row_sources, feeds["query_rows"], feeds["row_slots"])

@@ -35,10 +35,14 @@ def ragged_inputs(positions: np.ndarray, row_sources: np.ndarray, n_sources: int
     first[used] = order[starts[used]]  # the first row of each source
     query_rows[:] = first[:, None]  # padding slots repeat a row of the same source
     query_rows[row_sources, rank] = np.arange(rows)
-    self_mask = np.arange(width + 1)[None, :] >= (width - positions.reshape(-1))[:, None]
+    return {**position_inputs(positions, width), "query_rows": query_rows, "row_slots": row_sources * group + rank}
+
+
+def position_inputs(positions: np.ndarray, width: int) -> dict[str, np.ndarray]:
+    """The per-row part of ``ragged_inputs``: each row's position and its self mask over a cache ``width`` wide
+    (its real entries are the last ``positions[r]`` columns, plus the new token's)."""
+    positions = np.asarray(positions, dtype=np.int64).reshape(-1)
     return {
-        "positions": positions.reshape(rows, 1),
-        "self_mask": self_mask,
-        "query_rows": query_rows,
-        "row_slots": row_sources * group + rank,
+        "positions": positions.reshape(-1, 1),
+        "self_mask": np.arange(width + 1)[None, :] >= (width - positions)[:, None],
     }
