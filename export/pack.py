@@ -40,6 +40,7 @@ import hashlib
 import shutil
 import sys
 from collections import defaultdict
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -258,22 +259,16 @@ class _GraphPacker:
         return True
 
     def concat(self, init: TensorProto, array: np.ndarray) -> bool:
-        for axis in range(array.ndim):
-            for parts in range(2, 9):
-                if array.shape[axis] % parts:
-                    continue
-                pieces = np.split(array, parts, axis=axis)
-                keys = [self.store.find(init.data_type, p) for p in pieces]
-                if all(k is not None for k in keys):
-                    sources = [
-                        self.reference(self.fresh(f"{init.name}.part{i}"), init.data_type, p.shape, k)
-                        for i, (p, k) in enumerate(zip(pieces, keys, strict=True))
-                    ]
-                    self.nodes.append(
-                        helper.make_node("Concat", sources, [init.name], axis=axis, name=init.name + PACKED)
-                    )
-                    return True
-        return False
+        split = _equal_split(array, lambda piece: self.store.find(init.data_type, piece))
+        if split is None:
+            return False
+        axis, pieces, keys = split
+        sources = [
+            self.reference(self.fresh(f"{init.name}.part{i}"), init.data_type, p.shape, k)
+            for i, (p, k) in enumerate(zip(pieces, keys, strict=True))
+        ]
+        self.nodes.append(helper.make_node("Concat", sources, [init.name], axis=axis, name=init.name + PACKED))
+        return True
 
     def cast(self, init: TensorProto, target: np.ndarray) -> bool:
         """``init`` (float16) as Cast of a stored float32 tensor, patched where the converter clamped a value."""
@@ -303,14 +298,8 @@ class _GraphPacker:
         parts) when each of ``parts`` equal pieces along ``axis`` has one (its fused Q|K|V projection)."""
         if target.ndim == 2 and self.store.float16_sources(np.ascontiguousarray(target.T)):
             return ("transpose", 0, 0)
-        for axis in range(target.ndim):
-            for parts in range(2, 9):
-                if target.shape[axis] % parts == 0 and all(
-                    self.store.float16_sources(np.ascontiguousarray(piece))
-                    for piece in np.split(target, parts, axis=axis)
-                ):
-                    return ("concat", axis, parts)
-        return None
+        split = _equal_split(target, lambda piece: self.store.float16_sources(np.ascontiguousarray(piece)) or None)
+        return None if split is None else ("concat", split[0], len(split[1]))
 
     def cast_rearranged(self, init: TensorProto, target: np.ndarray, layout: tuple[str, int, int]) -> bool:
         """``init`` as Transpose or Concat of float16 Casts (``cast``, each checked bit for bit) of stored tensors;
@@ -329,6 +318,25 @@ class _GraphPacker:
             node = helper.make_node("Concat", names, [init.name], axis=axis, name=init.name + PACKED)
         self.nodes.append(node)
         return derived
+
+
+def _equal_split(array: np.ndarray, source: Callable[[np.ndarray], Any]) -> tuple[int, list, list] | None:
+    """The first way to cut ``array`` into 2 to 8 equal pieces along one axis where ``source`` finds something (not
+    None) for every piece: (axis, pieces, what it found for each); None when there is none."""
+    for axis in range(array.ndim):
+        for parts in range(2, 9):
+            if array.shape[axis] % parts:
+                continue
+            pieces = np.split(array, parts, axis=axis)
+            found = []
+            for piece in pieces:
+                hit = source(piece)
+                if hit is None:
+                    break
+                found.append(hit)
+            else:
+                return axis, pieces, found
+    return None
 
 
 def _copy(message):
