@@ -48,7 +48,6 @@ class _Sentence:
     limit: int
     stream: bool
     slot: int  # its source's place in the cross keys/values store
-    joined: int = -1  # the step counter at its first step (its own step t = counter - joined)
     finished: list[Hypothesis] = field(default_factory=list)  # beam hypotheses that ended
     emitted: int = 0  # tokens handed out as progress (streaming)
 
@@ -60,13 +59,19 @@ class _Sentence:
 @dataclass(eq=False)
 class _Group:
     """The live sentences of one beam size and, between steps, their next rows: ``parent`` (m, k) the cache row
-    each continues (-1: a newcomer), ``token`` the token it feeds next, ``score`` its running score."""
+    each continues (-1: a newcomer), ``token`` the token it feeds next, ``score`` its running score. Per sentence,
+    as arrays that a step reads without a loop over the sentences: ``slots`` (its source's slot), ``limits`` (its
+    length limit), ``joined`` (the step counter at its first step) and ``ended`` (beam hypotheses that ended)."""
 
     k: int
     sentences: list[_Sentence] = field(default_factory=list)
     parent: np.ndarray = field(default_factory=lambda: np.zeros((0, 1), np.int64))
     token: np.ndarray = field(default_factory=lambda: np.zeros((0, 1), np.int64))
     score: np.ndarray = field(default_factory=lambda: np.zeros((0, 1), np.float64))
+    slots: np.ndarray = field(default_factory=lambda: np.zeros(0, np.int64))
+    limits: np.ndarray = field(default_factory=lambda: np.zeros(0, np.int64))
+    joined: np.ndarray = field(default_factory=lambda: np.zeros(0, np.int64))
+    ended: np.ndarray = field(default_factory=lambda: np.zeros(0, np.int64))
     offset: int = 0  # its first row in the current layout
 
     def __post_init__(self) -> None:
@@ -74,19 +79,25 @@ class _Group:
         self.token = np.zeros((0, self.k), np.int64)
         self.score = np.zeros((0, self.k), np.float64)
 
-    def append(self, sentence: _Sentence) -> None:
+    def append(self, sentence: _Sentence, first_step: int) -> None:
         self.sentences.append(sentence)
         start = np.full((1, self.k), -np.inf)
         start[0, 0] = 0.0  # identical start beams: keep one alive (as search.beam_search)
         self.parent = np.concatenate([self.parent, np.full((1, self.k), -1, np.int64)])
         self.token = np.concatenate([self.token, np.full((1, self.k), BOS_ID, np.int64)])
         self.score = np.concatenate([self.score, start])
+        self.slots = np.append(self.slots, sentence.slot)
+        self.limits = np.append(self.limits, sentence.limit)
+        self.joined = np.append(self.joined, first_step)
+        self.ended = np.append(self.ended, 0)
 
     def drop(self, keep: np.ndarray) -> None:
         if keep.all():  # the usual step: nobody leaves
             return
         self.sentences = [s for s, k in zip(self.sentences, keep.tolist(), strict=True) if k]
         self.parent, self.token, self.score = self.parent[keep], self.token[keep], self.score[keep]
+        self.slots, self.limits = self.slots[keep], self.limits[keep]
+        self.joined, self.ended = self.joined[keep], self.ended[keep]
 
 
 @dataclass
@@ -133,6 +144,10 @@ class LiveBatch:
         self._used = 0  # slots below this are in use or holes
         # the last step's (slots fed, row sources, query_rows, row_slots): reused while the rows' sources stay
         self._layout: tuple[int, np.ndarray, np.ndarray, np.ndarray] | None = None
+        # a buffer per cache tensor that the reordering gathers into (no fresh pages every step), and each beam
+        # size's candidate-origin offsets
+        self._buffers: dict[tuple[str, int], np.ndarray] = {}
+        self._origins: dict[tuple[int, int], np.ndarray] = {}
 
     # --- what it holds ---------------------------------------------------------------------------
     @property
@@ -181,7 +196,8 @@ class LiveBatch:
             limit = length_limits([len(source)], self.engine.max_source_tokens, options.max_length)[0]
             sentence = _Sentence(key, source, options, limit, stream, slot)
             self.sentences[key] = sentence
-            self.groups.setdefault(options.beam_size, _Group(options.beam_size)).append(sentence)
+            # it joins at the next step, which the step counter (advanced at the end of a step) numbers now
+            self.groups.setdefault(options.beam_size, _Group(options.beam_size)).append(sentence, self._counter)
         self.groups = dict(sorted(self.groups.items()))
         return done, time.perf_counter() - started
 
@@ -198,12 +214,10 @@ class LiveBatch:
     def _store(self, keys: np.ndarray, values: np.ndarray, mask: np.ndarray) -> list[int]:
         """Put newcomers' cross keys/values (layers, n, heads, src, d_head) into free slots; returns the slots."""
         n, width = mask.shape
-        have = self.src_mask.shape[1]
-        if width > have:  # a longer source: widen every slot (padding masked out)
-            pad = [(0, 0), (0, 0), (0, width - have), (0, 0)]
-            self.cross_keys = [np.pad(a, pad) for a in self.cross_keys]
-            self.cross_values = [np.pad(a, pad) for a in self.cross_values]
-            self.src_mask = np.pad(self.src_mask, [(0, 0), (0, width - have)])
+        if not self._used:  # nothing live: a store exactly as wide as the newcomers' sources
+            self._resize(max(8, len(self.src_mask), n), width, keep=0)
+        elif width > self.src_mask.shape[1]:  # a longer source: widen every slot (padding masked out)
+            self._resize(len(self.src_mask), width, keep=self._used)
         while len(self._free) + len(self.src_mask) - self._used < n:
             self._grow()
         slots = sorted(self._free)[:n]
@@ -222,21 +236,43 @@ class LiveBatch:
         return slots
 
     def _grow(self) -> None:
-        capacity = max(8, 2 * len(self.src_mask))
-        extra = capacity - len(self.src_mask)
-        pad = [(0, extra), (0, 0), (0, 0), (0, 0)]
-        self.cross_keys = [np.pad(a, pad) for a in self.cross_keys]
-        self.cross_values = [np.pad(a, pad) for a in self.cross_values]
-        self.src_mask = np.pad(self.src_mask, [(0, extra), (0, 0)])
-        self.src_mask[-extra:, 0] = True  # an unused slot keeps one real (zero) key: never an all-padding source
+        self._resize(max(8, 2 * len(self.src_mask)), self.src_mask.shape[1], keep=self._used)
+
+    def _resize(self, slots: int, width: int, keep: int) -> None:
+        """New store arrays of ``slots`` x ``width`` holding the first ``keep`` slots of the old ones (the rest zeros;
+        an unused slot keeps one real (zero) key, so no source is all padding)."""
+        old_width = min(width, self.src_mask.shape[1])
+
+        def resized(a: np.ndarray) -> np.ndarray:
+            out = np.zeros((slots, a.shape[1], width, a.shape[3]), a.dtype)
+            out[:keep, :, :old_width] = a[:keep, :, :old_width]
+            return out
+
+        self.cross_keys = [resized(a) for a in self.cross_keys]
+        self.cross_values = [resized(a) for a in self.cross_values]
+        mask = np.zeros((slots, width), bool)
+        mask[:keep, :old_width] = self.src_mask[:keep, :old_width]
+        mask[keep:, 0] = True
+        self.src_mask = mask
+        if not keep:
+            self._free, self._used = [], 0
 
     def _release(self, slot: int) -> None:
         self._free.append(slot)
         while self._used and (self._used - 1) in self._free:  # holes at the end stop being fed
             self._used -= 1
             self._free.remove(self._used)
-        if len(self._free) > max(8, self._used // 2):
+        if len(self._free) > max(8, self._used // 2) or self._too_wide():
             self._compact()
+
+    def _too_wide(self) -> bool:
+        """Whether the store is a quarter wider than the longest live source: every step's cross-attention reads
+        the whole width, so the padding a long sentence left behind is cut when it leaves (``_compact``)."""
+        width = self.src_mask.shape[1]
+        if width <= 8 or not self.sentences:  # (an empty store is fitted to the next newcomers by _store)
+            return False
+        longest = max(len(s.source) for s in self.sentences.values())
+        return 4 * width > 5 * longest
 
     def _compact(self) -> None:
         """Move the live sources to the first slots (fewer holes fed to every step) and cut unused width."""
@@ -248,6 +284,8 @@ class LiveBatch:
         self.src_mask = np.ascontiguousarray(self.src_mask[old, :width])
         for i, sentence in enumerate(live):
             sentence.slot = i
+        for group in self.groups.values():
+            group.slots = np.fromiter((s.slot for s in group.sentences), np.int64, len(group.sentences))
         self._free, self._used = [], len(live)
 
     # --- one step --------------------------------------------------------------------------------
@@ -298,7 +336,7 @@ class LiveBatch:
         return out
 
     def _feeds(self, groups: list[_Group], top_k: int) -> dict[str, np.ndarray]:
-        row_sources = np.concatenate([np.repeat([s.slot for s in g.sentences], g.k) for g in groups])
+        row_sources = np.concatenate([g.slots if g.k == 1 else np.repeat(g.slots, g.k) for g in groups])
         positions = self.width - self.start
         layout = self._layout
         if layout is not None and layout[0] == self._used and np.array_equal(layout[1], row_sources):
@@ -349,8 +387,8 @@ class LiveBatch:
             self.history = np.zeros((len(parent), 0), np.int64)
         else:
             fresh = new if has_new else None
-            self.keys = [self._gather(a, source, fresh, cut) for a in self.keys]
-            self.values = [self._gather(a, source, fresh, cut) for a in self.values]
+            self.keys = [self._gather(a, source, fresh, cut, ("k", i)) for i, a in enumerate(self.keys)]
+            self.values = [self._gather(a, source, fresh, cut, ("v", i)) for i, a in enumerate(self.values)]
             history = self.history[source, cut:]
             if has_new:
                 history[new] = 0
@@ -361,19 +399,27 @@ class LiveBatch:
         for g in groups:
             g.parent = np.arange(g.offset, g.offset + g.parent.size).reshape(g.parent.shape)
 
-    @staticmethod
-    def _gather(array: np.ndarray, rows: np.ndarray, new: np.ndarray | None, cut: int) -> np.ndarray:
-        out = np.take(array[:, :, cut:] if cut else array, rows, axis=0)
+    def _gather(
+        self, array: np.ndarray, rows: np.ndarray, new: np.ndarray | None, cut: int, slot: tuple[str, int]
+    ) -> np.ndarray:
+        """``array[rows, :, cut:]`` written into the buffer kept for this cache tensor (as the whole-batch search's
+        ``_DecoderState._take``); a newcomer's rows are zeros (all padding)."""
+        source = array[:, :, cut:] if cut else array
+        shape = (len(rows), *source.shape[1:])
+        size = shape[0] * shape[1] * shape[2] * shape[3]
+        buffer = self._buffers.get(slot)
+        if buffer is None or buffer.size < size or array.base is buffer:  # (array is the session's output)
+            buffer = self._buffers[slot] = np.empty(size + size // 2, dtype=array.dtype)  # room to grow
+        out = buffer[:size].reshape(shape)  # a contiguous prefix, as onnxruntime wants its inputs
+        np.take(source, rows, axis=0, out=out, mode="clip")  # mode="raise" would copy through a temporary
         if new is not None:
-            out[new] = 0.0  # a newcomer's cache is all padding
+            out[new] = 0.0
         return out
 
     # --- search bookkeeping (service/engine/search.py, one sentence at a time in spirit) ----------------
     def _steps(self, group: _Group) -> np.ndarray:
-        for s in group.sentences:
-            if s.joined < 0:
-                s.joined = self._counter
-        return np.fromiter((self._counter - s.joined for s in group.sentences), np.int64, len(group.sentences))
+        """Each sentence's own step t (0 at its first step)."""
+        return self._counter - group.joined
 
     def _finish(self, sentence: _Sentence, nbest: list[Hypothesis], out: StepOutput) -> None:
         del self.sentences[sentence.key]
@@ -391,8 +437,7 @@ class LiveBatch:
         rows = group.offset + np.arange(m)
         score = group.score.reshape(-1) + best_lp.astype(np.float64)
         is_eos = best == EOS_ID
-        limit = np.fromiter((s.limit for s in group.sentences), np.int64, m)
-        stop = is_eos | (t + 1 >= limit)
+        stop = is_eos | (t + 1 >= group.limits)
         for i in np.flatnonzero(stop).tolist():
             tokens = self.history[rows[i], width - t[i] : width].tolist()
             if not is_eos[i]:
@@ -417,7 +462,9 @@ class LiveBatch:
         t = self._steps(group)
         scores = (group.score[:, :, None] + lps.astype(np.float64).reshape(m, k, c)).reshape(m, k * c)
         ids = ids.reshape(m, k * c)
-        origin = np.repeat(np.arange(k, dtype=np.int64), c)[None, :] * (1 << 32)  # beam of each candidate
+        origin = self._origins.get((k, c))
+        if origin is None:  # the beam of each candidate, shifted above any token id (ties: lower beam first)
+            origin = self._origins[(k, c)] = np.repeat(np.arange(k, dtype=np.int64), c)[None, :] * (1 << 32)
         order = np.lexsort((origin + ids, -scores), axis=1)[:, : 2 * k]
         sentence = np.arange(m)[:, None]
         cand_scores, cand_ids = scores[sentence, order], ids[sentence, order]
@@ -428,13 +475,13 @@ class LiveBatch:
             score = float(cand_scores[i, rank])
             seq = self.history[cand_rows[i, rank], width - t[i] : width].tolist()
             s.finished.append(Hypothesis(seq, score, score / length_penalty(int(t[i]) + 1, s.options.length_penalty)))
+            group.ended[i] += 1
         chosen = np.flatnonzero(((~is_eos) & (np.cumsum(~is_eos, axis=1) <= k)).reshape(-1))
         next_rows, next_ids, next_scores = (
             a.reshape(-1)[chosen].reshape(m, k) for a in (cand_rows, cand_ids, cand_scores)
         )
-        done = np.fromiter((len(s.finished) >= k for s in group.sentences), bool, m)
-        limit = np.fromiter((s.limit for s in group.sentences), np.int64, m)
-        at_limit = ~done & (t + 1 >= limit)
+        done = group.ended >= k
+        at_limit = ~done & (t + 1 >= group.limits)
         for i in np.flatnonzero(at_limit).tolist():  # length limit: the live hypotheses end as they are
             s = group.sentences[i]
             for row, token, score in zip(

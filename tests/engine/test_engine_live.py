@@ -110,16 +110,22 @@ def test_a_stream_of_newcomers_every_step(engine, alone):
 def test_rows_of_every_search_share_a_step_and_the_cache_shrinks_when_the_longest_leaves(engine):
     live = LiveBatch(engine)
     long_text = "eine kleine rote katze sitzt unter dem blauen ball und ein hund rennt im park"
-    live.add([("long", engine.source_ids([long_text])[0], TranslateOptions(beam_size=2), False)])
+    long_source = engine.source_ids([long_text])[0]
+    live.add([("long", long_source, TranslateOptions(beam_size=2), False)])
+    assert live.src_mask.shape[1] == len(long_source)  # an empty store is fitted to its newcomer
     for _ in range(6):
         live.step()
-    short = [(f"s{k}", engine.source_ids(["der hund"])[0], TranslateOptions(beam_size=k), False) for k in (1, 3, 4)]
+    short_source = engine.source_ids(["der hund"])[0]
+    short = [(f"s{k}", short_source, TranslateOptions(beam_size=k), False) for k in (1, 3, 4)]
     live.add(short)
     assert live.rows == 2 + 1 + 3 + 4
     out = live.step()
     assert out.rows == 10  # greedy, beam 2, 3 and 4 rows in one decoder step
     assert live.width == 7  # the long sentence's 7 positions; the newcomers' first entries sit in the last column
+    assert live.src_mask.shape[1] == len(long_source)
     assert live.remove("long") and not live.remove("long")
+    # every step's cross-attention reads the store's whole width: the long source's padding went with it
+    assert live.src_mask.shape[1] == len(short_source)
     out = live.step()
     assert out.rows == 8 and live.width <= 3  # the long sentence's columns were cut
     while len(live):
