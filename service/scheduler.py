@@ -449,6 +449,12 @@ class ContinuousScheduler(Scheduler):
         self._thread: threading.Thread | None = None
         self._event_loop: asyncio.AbstractEventLoop | None = None
         self._stopped: asyncio.Future | None = None
+        # the per-step series, labelled once (every step updates them)
+        self._step_rows = metrics.step_rows.labels(model)
+        self._step_seconds = metrics.inference.labels(model, "step")
+        self._live_rows = metrics.live_rows.labels(model)
+        self._generated = metrics.generated_tokens.labels(model)
+        self._queue_depth = metrics.queue_depth.labels(model)
 
     # --- lifecycle ---------------------------------------------------------------------------
     def start(self) -> None:
@@ -568,7 +574,7 @@ class ContinuousScheduler(Scheduler):
                     if not q.ticket.started:
                         q.ticket.started = True
                         self.metrics.queue_wait.labels(self.model).observe(now - q.ticket.enqueued)
-        self.metrics.queue_depth.labels(self.model).set(len(self.queue))
+        self._queue_depth.set(len(self.queue))
         return action, chosen, removals
 
     def _step(self, joining: list[Queued]) -> None:
@@ -597,10 +603,10 @@ class ContinuousScheduler(Scheduler):
         if joining:
             self.metrics.inference.labels(m, "encode").observe(encode_s)
         if out.rows:
-            self.metrics.step_rows.labels(m).observe(out.rows)
-            self.metrics.inference.labels(m, "step").observe(out.seconds)
-        self.metrics.live_rows.labels(m).set(self.live.rows)
-        self.metrics.generated_tokens.labels(m).inc(out.generated_tokens)
+            self._step_rows.observe(out.rows)
+            self._step_seconds.observe(out.seconds)
+        self._live_rows.set(self.live.rows)
+        self._generated.inc(out.generated_tokens)
         if out.finished:
             per_sentence = (now - started) / len(out.finished)
             self._seconds_per_sentence = 0.8 * self._seconds_per_sentence + 0.2 * per_sentence
