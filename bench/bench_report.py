@@ -145,7 +145,25 @@ def targets(rows: list[dict]) -> list[str]:
     ]
     if deltas:
         out[0] += "; int8 - fp32 BLEU, onnxruntime (within 0.3): " + ", ".join(deltas) + "."
+    per_repeat = [
+        f"{s} {ratio('ort-int8', 'ct2-int8', s)} ({repeat_ratios(by[('ort-int8', s)], by[('ct2-int8', s)])})"
+        for s in settings
+        if ("ort-int8", s) in by and ("ct2-int8", s) in by
+    ]
+    if per_repeat:
+        out += [
+            "",
+            "Engine round 2 (issue 16), onnxruntime int8 vs CTranslate2 int8 at every setting (>= 1.1x), median "
+            "(each repeat's ratio, in run order): " + ", ".join(per_repeat) + ".",
+        ]
     return out
+
+
+def repeat_ratios(row: dict, ref: dict) -> str:
+    """tok/CPU-s ratio of two engines in each repeat (same outputs every repeat: the ratio of CPU seconds)."""
+    return " / ".join(
+        f"{(row['tokens'] / a) / (ref['tokens'] / b):.2f}" for a, b in zip(row["cpus"], ref["cpus"], strict=True)
+    )
 
 
 def write_section(path: Path, marker: str, text: str) -> None:

@@ -1,11 +1,12 @@
 """Where the engine's time goes: CPU split of a translation run, and operator shares of one decoder step.
 
     python -m bench.profile_engine --data ../shared/data/multi30k [--bundle model_repository/de-en/1] \
-        [--variant int8] [--beam 1 4] [--batch 32 1] [--rows 32 128]
+        [--variant int8] [--beam 1 4] [--batch 32 1] [--rows 32 128] [--live]
 
 1. split: the test set (sorted by length, in batches of --batch) translated by service.engine.Engine, the
    process's CPU time divided into the encoder graph, the decoder_step graph and everything else (the Python
-   search loop, cache gathers, feeds); one warm-up pass, then one timed pass.
+   search loop, cache gathers, feeds); one warm-up pass, then one timed pass. With --live, the same batches also
+   join a live decode (service/engine/live.py, continuous batching) that steps until they are done.
 2. operators: decoder_step.onnx run 200 times with random inputs (--rows rows, 10 cached tokens, source 15,
    the engine's session options) under onnxruntime's profiler; kernel time per operator type, per step.
 """
@@ -44,8 +45,13 @@ class _Timed:
         return getattr(self._session, name)
 
 
-def split(bundle: Path, variant: str, sources: list[str], beam: int, batch: int) -> dict[str, float]:
+def split(
+    bundle: Path, variant: str, sources: list[str], beam: int, batch: int, live: bool = False
+) -> dict[str, float]:
+    """CPU split of translating ``sources`` in batches of ``batch``: whole batches (Engine.translate_ids), or with
+    ``live`` each batch joining a live decode (service/engine/live.py) that is stepped until it is empty."""
     from service.engine import Engine, TranslateOptions, load_bundle
+    from service.engine.live import LiveBatch
 
     engine = Engine(load_bundle(bundle), variant, "cpu", intra_op_threads=1)
     ids = sorted(engine.source_ids(sources), key=len)
@@ -54,12 +60,22 @@ def split(bundle: Path, variant: str, sources: list[str], beam: int, batch: int)
     engine.encoder = _Timed(engine.encoder, totals, "encoder")
     engine.step_decoder = _Timed(engine.step_decoder, totals, "decoder_step")
     options = TranslateOptions(beam_size=beam)
+
+    def run(chunk: list[list[int]]) -> None:
+        if not live:
+            engine.translate_ids(chunk, options)
+            return
+        state = LiveBatch(engine)
+        state.add([(i, source, options, False) for i, source in enumerate(chunk)])
+        while len(state):
+            state.step()
+
     for chunk in batches:  # warm-up
-        engine.translate_ids(chunk, options)
+        run(chunk)
     totals.clear()
     started = time.process_time()
     for chunk in batches:
-        engine.translate_ids(chunk, options)
+        run(chunk)
     total = time.process_time() - started
     return {"total": total, **totals, "other (Python)": total - sum(totals.values())}
 
@@ -99,19 +115,23 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--batch", type=int, nargs="+", default=[32, 1])
     parser.add_argument("--batch1-limit", type=int, default=200, help="sentences translated one at a time")
     parser.add_argument("--rows", type=int, nargs="+", default=[32, 128], help="rows of the profiled step")
+    parser.add_argument(
+        "--live", action="store_true", help="also split the same batches decoded by a live batch (continuous batching)"
+    )
     args = parser.parse_args(argv)
     manifest = json.loads((args.bundle / "manifest.json").read_text())
     sources = (Path(args.data) / f"{args.split}.{manifest['source_language']}").read_text().splitlines()
 
     print(f"CPU seconds, {args.variant}, {args.split} (batch 1: the first {args.batch1_limit} sentences)")
-    print("| search | batch | total | encoder | decoder_step | other (Python) |")
-    print("|---|---:|---:|---:|---:|---:|")
+    print("| search | batch | decode | total | encoder | decoder_step | other (Python) |")
+    print("|---|---:|---|---:|---:|---:|---:|")
     for beam in args.beam:
         for batch in args.batch:
             chosen = sources if batch > 1 else sources[: args.batch1_limit]
-            t = split(args.bundle, args.variant, chosen, beam, batch)
-            cells = " | ".join(f"{t[k]:.3f} ({100 * t[k] / t['total']:.0f}%)" for k in list(t)[1:])
-            print(f"| beam {beam} | {batch} | {t['total']:.3f} | {cells} |")
+            for live in [False, True] if args.live else [False]:
+                t = split(args.bundle, args.variant, chosen, beam, batch, live)
+                cells = " | ".join(f"{t[k]:.3f} ({100 * t[k] / t['total']:.0f}%)" for k in list(t)[1:])
+                print(f"| beam {beam} | {batch} | {'live' if live else 'whole'} | {t['total']:.3f} | {cells} |")
 
     step_graph = args.bundle / manifest["variants"][args.variant]["decoder_step"]
     for rows in args.rows:

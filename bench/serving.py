@@ -60,6 +60,12 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--stream-clients", type=int, default=0, help="also stream with this many clients (TTFT)")
     p.add_argument("--variant", default="auto", help="MT_VARIANT (auto, fp32, int8, fp16)")
     p.add_argument("--warmup", type=int, default=8, help="requests sent to each server before measuring")
+    p.add_argument(
+        "--repeats",
+        type=int,
+        default=1,
+        help="rounds per client count, the modes interleaved (their order rotated each round); rows pool the rounds",
+    )
     p.add_argument("--output", type=Path, default=ROOT / "docs" / "benchmarks.md", help="results file to update")
     p.add_argument("--no-write", action="store_true", help="print only; leave the results file alone")
     args = p.parse_args(argv)
@@ -257,6 +263,37 @@ def measure(
     return result
 
 
+def pooled(results: list[Result]) -> Result:
+    """One row of several rounds: sentences and seconds summed, latencies together, the median round's CPU."""
+    if len(results) == 1:
+        return results[0]
+    return Result(
+        sum(r.sentences for r in results),
+        sum(r.errors for r in results),
+        sum(r.seconds for r in results),
+        np.concatenate([r.latencies for r in results]),
+        float(np.mean([r.mean_batch for r in results])),
+        float(np.median([r.cpu_per_sentence for r in results])),
+    )
+
+
+def round_lines(rounds: list[tuple[int, dict[str, list[Result]]]]) -> str:
+    """Each round's ratios, so the spread between rounds is visible beside the pooled rows."""
+    lines = ["Each round (in run order), continuous against the other modes of the same round:", ""]
+    for clients, runs in rounds:
+        if "continuous" not in runs:
+            continue
+        for other in (m for m in runs if m != "continuous"):
+            pairs = list(zip(runs["continuous"], runs[other], strict=True))
+            speed = " / ".join(f"{a.throughput / b.throughput:.2f}" for a, b in pairs)
+            cpu = " / ".join(f"{a.cpu_per_sentence / b.cpu_per_sentence:.2f}" for a, b in pairs)
+            p50 = " / ".join(f"{a.latency_ms(50) / b.latency_ms(50):.2f}" for a, b in pairs)
+            lines.append(
+                f"- {clients} client(s), continuous vs {other}: sent/s {speed}; server CPU ms/sent {cpu}; p50 {p50}"
+            )
+    return "\n".join(lines)
+
+
 def table(rows: list[tuple[int, dict[str, Result]]], schedulers: dict[str, str]) -> str:
     header = ["clients", "mode", "sent/s", "p50 ms", "p95 ms", "p99 ms", "p99/p50", "server CPU ms/sent"]
     header += ["mean batch (rows/step)", "errors", "sent/s vs dynamic", "sent/s vs off", "p50 vs off"]
@@ -346,9 +383,15 @@ def main(argv: list[str] | None = None) -> int:
             )
             for s in services.values():  # warm-up, not measured
                 asyncio.run(_load(s.url, sentences[: args.warmup], 1, args.beam_size, args.model, "warm-up"))
-            rows = []
+            rows, rounds = [], []
             for clients in args.clients:  # every mode per level, back to back: background load hits all alike
-                rows.append((clients, {mode: measure(s, sentences, clients, args) for mode, s in services.items()}))
+                runs: dict[str, list[Result]] = {mode: [] for mode in services}
+                for r in range(args.repeats):  # rounds interleaved, the modes' order rotated: drift hits all alike
+                    order = list(services.items())
+                    for mode, s in order[r % len(order) :] + order[: r % len(order)]:
+                        runs[mode].append(measure(s, sentences, clients, args))
+                rows.append((clients, {mode: pooled(results) for mode, results in runs.items()}))
+                rounds.append((clients, runs))
             if args.stream_clients:
                 for mode, s in services.items():
                     if mode != "off":
@@ -359,6 +402,8 @@ def main(argv: list[str] | None = None) -> int:
             for s in services.values():
                 s.stop()
     result = table(rows, schedulers)
+    if args.repeats > 1:
+        result += "\n\n" + round_lines(rounds)
     print("\n" + result)
     if streamed:
         print("\n" + stream_table(streamed))
@@ -371,7 +416,9 @@ def main(argv: list[str] | None = None) -> int:
         f"- machine: {where}",
         f"- model: {info['name']} v{info['version']}, variant {info['variant']} on {info['providers'][0]}; "
         f"threads intra {args.threads} / inter 1, engine workers {args.workers}",
-        f"- load: {len(sentences)} requests of one sentence each per row and mode ({source_name}), "
+        f"- load: {len(sentences)} requests of one sentence each per row, mode and round ({source_name}; "
+        f"{args.repeats} round(s), the modes interleaved, a row pools its rounds: sent/s = all sentences over all "
+        "seconds, latency percentiles over all requests, server CPU ms/sent the median round), "
         f"beam {args.beam_size}; continuous = MT_SCHEDULER=continuous, MT_MAX_LIVE_ROWS {args.max_live_rows}; "
         f"dynamic = MT_MAX_WAIT_MS {args.max_wait_ms:g}, MT_MAX_BATCH_SENTENCES {args.max_batch}; off = one "
         "sentence per batch",
