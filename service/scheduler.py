@@ -528,6 +528,8 @@ class ContinuousScheduler(Scheduler):
                 action, chosen, removals = work
                 for q in removals:
                     self.live.leave(q)
+                if removals:
+                    self._live_rows.set(self.live.rows)
                 if action == "step":
                     self._step(chosen)
                 elif action == "batch":
@@ -540,6 +542,8 @@ class ContinuousScheduler(Scheduler):
     def _next(self) -> tuple[str, list[Queued], list[Queued]] | None:
         """Under the lock: wait for work, choose it and take it off the queue; None once closed and done."""
         with self._cond:
+            if self._live and not self.queue and not self._removals:  # the usual decode step: nothing to decide
+                return "step", [], []
             while True:
                 removals, self._removals = self._removals, []
                 decode_waiting = other_waiting = False
@@ -592,21 +596,25 @@ class ContinuousScheduler(Scheduler):
             self._fail_live(joining, step_id, "decoder step", exc)
             return
         now = time.monotonic()
-        answered_at_once = {id(q) for q, _ in done}
-        for q in joining:
-            if id(q) not in answered_at_once:
-                self.metrics.time_to_first_token.labels(m).observe(now - q.ticket.enqueued)
+        if joining:
+            answered_at_once = {id(q) for q, _ in done}
+            for q in joining:
+                if id(q) not in answered_at_once:
+                    self.metrics.time_to_first_token.labels(m).observe(now - q.ticket.enqueued)
         finished = [*done, *out.finished]
-        with self._cond:
-            for q, _ in finished:
-                self._live.pop(q, None)
+        if finished:
+            with self._cond:
+                for q, _ in finished:
+                    self._live.pop(q, None)
         if joining:
             self.metrics.inference.labels(m, "encode").observe(encode_s)
         if out.rows:
             self._step_rows.observe(out.rows)
             self._step_seconds.observe(out.seconds)
-        self._live_rows.set(self.live.rows)
-        self._generated.inc(out.generated_tokens)
+        if joining or finished:  # the live rows change only then
+            self._live_rows.set(self.live.rows)
+        if out.generated_tokens:
+            self._generated.inc(out.generated_tokens)
         if out.finished:
             per_sentence = (now - started) / len(out.finished)
             self._seconds_per_sentence = 0.8 * self._seconds_per_sentence + 0.2 * per_sentence
