@@ -1,0 +1,170 @@
+"""Where a live server's CPU goes, per request, scheduler against scheduler: py-spy samples of ``python -m service``
+under load, sorted into the engine thread's parts and the event loop.
+
+    python -m bench.profile_server --data ../shared/data/multi30k [--modes continuous dynamic off] \
+        [--clients 64] [--requests 600] [--beam-size 4] [--variant int8]
+
+For each mode (a mode may be listed again, to alternate), a server is started as bench/serving.py starts it (same
+settings), warmed up, and sent the same --requests requests (one sentence each, test_2016_flickr in order) by
+--clients clients while ``py-spy record --threads --format raw`` samples it (py-spy counts only threads that run,
+so samples are CPU time). The table gives CPU milliseconds per request (samples x 1000 / --rate, over the requests)
+in
+
+- ``step graph``: onnxruntime running the decoder step (engine thread);
+- ``encoder``: onnxruntime running the encoder;
+- ``search (Python)``: the search around the step graph (service/engine/live.py, search.py, the cache gathers);
+- ``cache gather``: the part of the previous that is numpy's ``take`` of the key/value cache;
+- ``scheduler``: the rest of the engine thread (admission, metrics, hand-over to the event loop);
+- ``event loop``: the main thread (HTTP, JSON, tokenization, language check);
+- ``other``: any other thread.
+
+Needs ``py-spy`` (in the ``bench`` extra) and permission to attach to a child process (ptrace; root in a
+container, or kernel.yama.ptrace_scope 0).
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import collections
+import shutil
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import httpx
+
+from bench.bench_machine import cpu_model
+from bench.serving import ROOT, Service
+
+CATEGORIES = ["step graph", "encoder", "search (Python)", "cache gather", "scheduler", "event loop", "other"]
+SEARCH_FRAMES = ("service/engine/live.py", "service/engine/search.py", "service/engine/engine.py")
+
+
+def categorize(stack: str) -> list[str]:
+    """The categories of one py-spy raw stack (thread first, outermost frame first); a cache gather also counts
+    as search (Python)."""
+    frames = stack.split(";")
+    thread, frames = frames[0], frames[1:]
+    if "engine" not in thread:
+        return ["event loop"] if "MainThread" in thread else ["other"]
+    if any("run_encoder" in f for f in frames):
+        return ["encoder"]
+    if any("onnxruntime_inference_collection" in f for f in frames):  # InferenceSession.run
+        return ["step graph"]
+    if any(s in f for f in frames for s in SEARCH_FRAMES):
+        gather = any(f.startswith("take (numpy") for f in frames) and any(
+            "_gather" in f or "_take" in f for f in frames
+        )
+        return ["search (Python)", "cache gather"] if gather else ["search (Python)"]
+    return ["scheduler"]
+
+
+async def _drive(url: str, sentences: list[str], clients: int, beam: int, model: str) -> tuple[int, float]:
+    """``clients`` clients sending each sentence once (one per request); returns (answered 200, seconds)."""
+    answered, next_index = 0, 0
+
+    async def client(http: httpx.AsyncClient) -> None:
+        nonlocal answered, next_index
+        while next_index < len(sentences):
+            text = sentences[next_index]
+            next_index += 1
+            body = {"texts": [text], "beam_size": beam, "model": model, "timeout_s": 600}
+            response = await http.post("/v1/translate", json=body)
+            answered += response.status_code == 200
+
+    limits = httpx.Limits(max_connections=clients, max_keepalive_connections=clients)
+    async with httpx.AsyncClient(base_url=url, timeout=900, limits=limits) as http:
+        started = time.perf_counter()
+        await asyncio.gather(*(client(http) for _ in range(clients)))
+        return answered, time.perf_counter() - started
+
+
+def profile(service: Service, sentences: list[str], args: argparse.Namespace, out: Path) -> tuple[int, float, dict]:
+    """py-spy samples of the server while it answers ``sentences`` (after a warm-up); (answered, seconds, counts)."""
+    asyncio.run(_drive(service.url, sentences[: args.warmup], args.clients, args.beam_size, args.model))
+    spy = subprocess.Popen(
+        [args.py_spy, "record", "--pid", str(service.process.pid), "--rate", str(args.rate), "--format", "raw",
+         "--threads", "--nonblocking", "--output", str(out)],
+        stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
+    )  # fmt: skip
+    time.sleep(1.0)  # attached (an idle server gives no samples meanwhile)
+    try:
+        answered, seconds = asyncio.run(_drive(service.url, sentences, args.clients, args.beam_size, args.model))
+    finally:
+        spy.send_signal(signal.SIGINT)  # py-spy writes its samples on Ctrl-C
+        _, err = spy.communicate(timeout=60)
+    if not out.exists():
+        raise SystemExit(f"py-spy wrote nothing ({spy.returncode}): {err.decode(errors='replace')[-500:]}")
+    counts: collections.Counter = collections.Counter()
+    for line in out.read_text().splitlines():
+        stack, _, n = line.rpartition(" ")
+        for category in categorize(stack):
+            counts[category] += int(n)
+    return answered, seconds, counts
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(
+        prog="python -m bench.profile_server", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    parser.add_argument("--repository", type=Path, default=ROOT / "model_repository")
+    parser.add_argument("--model", default="de-en")
+    parser.add_argument("--data", type=Path, default=ROOT.parent / "shared" / "data" / "multi30k")
+    parser.add_argument("--modes", nargs="+", default=["continuous", "dynamic", "off"])
+    parser.add_argument("--clients", type=int, default=64)
+    parser.add_argument("--requests", type=int, default=600, help="requests sampled per mode (the same sentences)")
+    parser.add_argument("--warmup", type=int, default=16, help="requests before sampling starts")
+    parser.add_argument("--rate", type=int, default=200, help="py-spy samples per second")
+    parser.add_argument("--beam-size", type=int, default=4)
+    parser.add_argument("--variant", default="int8")
+    parser.add_argument("--py-spy", default=shutil.which("py-spy") or str(Path(sys.executable).parent / "py-spy"))
+    args = parser.parse_args(argv)
+    if not Path(args.py_spy).exists():
+        raise SystemExit("py-spy not found: pip install -e '.[bench]'")
+    # the settings bench/serving.py gives its servers
+    args.threads, args.workers, args.max_live_rows, args.max_wait_ms, args.max_batch = 1, 1, 128, 5.0, 32
+    lines = (args.data / "test_2016_flickr.de").read_text(encoding="utf-8").splitlines()
+    sentences = [lines[i % len(lines)] for i in range(args.requests)]
+    ms = 1000 / args.rate
+    print(f"{cpu_model()}; {args.clients} clients, beam {args.beam_size}, {args.variant}, {args.requests} requests")
+    print(f"CPU ms per request (1 sample = {ms:g} ms)")
+    print("| mode | answered | requests/s | " + " | ".join(CATEGORIES) + " | total |")
+    print("|---|---:|---:|" + "---:|" * (len(CATEGORIES) + 1))
+    done: list[str] = []
+    with tempfile.TemporaryDirectory(prefix="bench-profile-server-") as tmp:
+        for mode in args.modes:
+            service = Service(mode, _service_args(args), Path(tmp)).start()
+            try:
+                service.wait_ready()
+                answered, seconds, counts = profile(service, sentences, args, Path(tmp) / f"{mode}-{len(done)}.txt")
+                done.append(mode)
+            finally:
+                service.stop()
+            per = {c: counts[c] * ms / max(1, answered) for c in CATEGORIES}
+            total = sum(v for c, v in per.items() if c != "cache gather")  # (the gather is inside search)
+            cells = " | ".join(f"{per[c]:.2f}" for c in CATEGORIES)
+            print(f"| {mode} | {answered} | {answered / seconds:.1f} | {cells} | {total:.2f} |", flush=True)
+    return 0
+
+
+def _service_args(args: argparse.Namespace) -> argparse.Namespace:
+    """The namespace bench.serving's Service reads."""
+    return argparse.Namespace(
+        repository=args.repository,
+        model=args.model,
+        variant=args.variant,
+        threads=args.threads,
+        workers=args.workers,
+        max_live_rows=args.max_live_rows,
+        max_wait_ms=args.max_wait_ms,
+        max_batch=args.max_batch,
+        clients=[args.clients],
+    )
+
+
+if __name__ == "__main__":
+    sys.exit(main())
