@@ -103,3 +103,71 @@ def test_cpu_flags_name_the_vector_extensions_in_order():
     text = "processor\t: 0\nmodel name\t: AMD EPYC\nflags\t\t: fpu sse2 avx512_vnni avx2 avx512f\n"
     assert cpu_flags(text) == ["avx2", "avx512f", "avx512_vnni"]
     assert cpu_flags("model name: x\n") == []
+
+
+def test_profile_engine_splits_a_live_decode_too(tiny_bundle_dir):
+    from bench.profile_engine import split
+
+    times = split(tiny_bundle_dir, "int8", SAMPLE_SENTENCES * 2, beam=2, batch=4, live=True)
+    assert times["encoder"] > 0 and times["decoder_step"] > 0 and times["other (Python)"] > 0
+
+
+def test_engine_report_lists_each_repeats_ratio_against_ctranslate2():
+    from bench.bench_report import repeat_ratios, targets
+
+    def row(engine, setting, tokens, cpus):
+        cpu = sorted(cpus)[len(cpus) // 2]
+        return {"engine": engine, "setting": setting, "tokens": tokens, "cpus": cpus, "tok_per_cpu_s": tokens / cpu}
+
+    ours = row("ort-int8", "greedy/b32", 1000, [1.0, 2.0, 0.5])
+    theirs = row("ct2-int8", "greedy/b32", 1100, [1.1, 1.1, 1.1])
+    assert repeat_ratios(ours, theirs) == "1.00 / 0.50 / 2.00"
+    rows = [ours, theirs, {**row("ort-fp32", "greedy/b32", 1000, [2.0]), "bleu": 1.0}, {**ours, "bleu": 1.0}]
+    text = "\n".join(targets(rows))
+    assert "(>= 1.1x)" in text and "greedy/b32 1.00x (1.00 / 0.50 / 2.00)" in text
+
+
+def test_serving_rounds_pool_into_one_row_and_list_each_rounds_ratio():
+    import numpy as np
+
+    from bench.serving import Result, pooled, round_lines
+
+    a = Result(100, 0, 2.0, np.array([0.1, 0.2]), 4.0, 0.020)
+    b = Result(100, 0, 4.0, np.array([0.3]), 4.0, 0.030)
+    c = Result(100, 0, 3.0, np.array([0.2]), 4.0, 0.010)
+    row = pooled([a, b, c])
+    assert row.throughput == 300 / 9.0 and len(row.latencies) == 4 and row.cpu_per_sentence == 0.020
+    off = [Result(100, 0, 2.0, np.array([0.1]), 1.0, 0.010)] * 3
+    lines = round_lines([(1, {"continuous": [a, b, c], "off": off})])
+    assert "continuous vs off: sent/s 1.00 / 0.50 / 0.67; server CPU ms/sent 2.00 / 3.00 / 1.00" in lines
+
+
+def test_server_profile_sorts_py_spy_stacks_by_part():
+    from bench.profile_server import categorize
+
+    engine = "thread (7): engine-de-en;Thread.run (threading.py:1)"
+    ort_run = "run (onnxruntime/capi/onnxruntime_inference_collection.py:2)"
+    step = f"{engine};LiveBatch.step (service/engine/live.py:9);{ort_run}"
+    gather = f"{engine};LiveBatch._gather (service/engine/live.py:9);take (numpy/_core/fromnumeric.py:3)"
+    encoder = f"{engine};Engine.run_encoder (service/engine/engine.py:5);run (onnxruntime/capi/x.py:2)"
+    assert categorize(step) == ["step graph"]
+    assert categorize(gather) == ["search (Python)", "cache gather"]
+    assert categorize(encoder) == ["encoder"]
+    assert categorize(f"{engine};ContinuousScheduler._next (service/scheduler.py:1)") == ["scheduler"]
+    assert categorize("thread (1): MainThread;Server.run (uvicorn/server.py:1)") == ["event loop"]
+
+
+def test_inplace_step_graph_decodes_as_the_engine_does(tiny_bundle_dir, tmp_path):
+    """bench/inplace_cache.py's rewritten step graph (GroupQueryAttention, shared buffers) gives the engine's tokens."""
+    from bench.inplace_cache import decode_inplace, inplace_step_graph, make_state_class
+    from service.engine import Engine, TranslateOptions, load_bundle
+    from service.engine.runtime import create_session
+
+    bundle = load_bundle(tiny_bundle_dir)
+    engine = Engine(bundle, "fp32", "cpu")
+    graph = inplace_step_graph(bundle.graph("fp32", "decoder_step"), tmp_path)
+    session = create_session(graph, "cpu")
+    sources = engine.source_ids(SAMPLE_SENTENCES)
+    for beam in (1, 3):
+        want = [t.token_ids for t in engine.translate_ids(sources, TranslateOptions(beam_size=beam))]
+        assert decode_inplace(engine, session, make_state_class(), sources, beam) == want
