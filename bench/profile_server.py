@@ -2,7 +2,7 @@
 under load, sorted into the engine thread's parts and the event loop.
 
     python -m bench.profile_server --data ../shared/data/multi30k [--modes continuous dynamic off] \
-        [--clients 64] [--requests 600] [--beam-size 4] [--variant int8]
+        [--clients 64] [--requests 600] [--beam-size 4] [--variant int8] [--stream]
 
 For each mode (a mode may be listed again, to alternate), a server is started as bench/serving.py starts it (same
 settings), warmed up, and sent the same --requests requests (one sentence each, test_2016_flickr in order) by
@@ -63,8 +63,11 @@ def categorize(stack: str) -> list[str]:
     return ["scheduler"]
 
 
-async def _drive(url: str, sentences: list[str], clients: int, beam: int, model: str) -> tuple[int, float]:
-    """``clients`` clients sending each sentence once (one per request); returns (answered 200, seconds)."""
+async def _drive(
+    url: str, sentences: list[str], clients: int, beam: int, model: str, stream: bool = False
+) -> tuple[int, float]:
+    """``clients`` clients sending each sentence once (one per request; with ``stream``, read as Server-Sent
+    Events to the end); returns (answered, seconds)."""
     answered, next_index = 0, 0
 
     async def client(http: httpx.AsyncClient) -> None:
@@ -73,8 +76,14 @@ async def _drive(url: str, sentences: list[str], clients: int, beam: int, model:
             text = sentences[next_index]
             next_index += 1
             body = {"texts": [text], "beam_size": beam, "model": model, "timeout_s": 600}
-            response = await http.post("/v1/translate", json=body)
-            answered += response.status_code == 200
+            if not stream:
+                response = await http.post("/v1/translate", json=body)
+                answered += response.status_code == 200
+                continue
+            async with http.stream("POST", "/v1/translate", json={**body, "stream": True}) as response:
+                async for line in response.aiter_lines():
+                    if line.startswith("event: done"):
+                        answered += 1
 
     limits = httpx.Limits(max_connections=clients, max_keepalive_connections=clients)
     async with httpx.AsyncClient(base_url=url, timeout=900, limits=limits) as http:
@@ -85,7 +94,8 @@ async def _drive(url: str, sentences: list[str], clients: int, beam: int, model:
 
 def profile(service: Service, sentences: list[str], args: argparse.Namespace, out: Path) -> tuple[int, float, dict]:
     """py-spy samples of the server while it answers ``sentences`` (after a warm-up); (answered, seconds, counts)."""
-    asyncio.run(_drive(service.url, sentences[: args.warmup], args.clients, args.beam_size, args.model))
+    drive = (args.clients, args.beam_size, args.model, args.stream)
+    asyncio.run(_drive(service.url, sentences[: args.warmup], *drive))
     spy = subprocess.Popen(
         [args.py_spy, "record", "--pid", str(service.process.pid), "--rate", str(args.rate), "--format", "raw",
          "--threads", "--nonblocking", "--output", str(out)],
@@ -93,7 +103,7 @@ def profile(service: Service, sentences: list[str], args: argparse.Namespace, ou
     )  # fmt: skip
     time.sleep(1.0)  # attached (an idle server gives no samples meanwhile)
     try:
-        answered, seconds = asyncio.run(_drive(service.url, sentences, args.clients, args.beam_size, args.model))
+        answered, seconds = asyncio.run(_drive(service.url, sentences, *drive))
     finally:
         spy.send_signal(signal.SIGINT)  # py-spy writes its samples on Ctrl-C
         _, err = spy.communicate(timeout=60)
@@ -120,6 +130,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--warmup", type=int, default=16, help="requests before sampling starts")
     parser.add_argument("--rate", type=int, default=200, help="py-spy samples per second")
     parser.add_argument("--beam-size", type=int, default=4)
+    parser.add_argument("--stream", action="store_true", help='requests with "stream": true, read to the end')
     parser.add_argument("--variant", default="int8")
     parser.add_argument("--py-spy", default=shutil.which("py-spy") or str(Path(sys.executable).parent / "py-spy"))
     args = parser.parse_args(argv)
