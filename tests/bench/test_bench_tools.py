@@ -157,17 +157,28 @@ def test_server_profile_sorts_py_spy_stacks_by_part():
     assert categorize("thread (1): MainThread;Server.run (uvicorn/server.py:1)") == ["event loop"]
 
 
-def test_inplace_step_graph_decodes_as_the_engine_does(tiny_bundle_dir, tmp_path):
-    """bench/inplace_cache.py's rewritten step graph (GroupQueryAttention, shared buffers) gives the engine's tokens."""
-    from bench.inplace_cache import decode_inplace, inplace_step_graph, make_state_class
-    from service.engine import Engine, TranslateOptions, load_bundle
+def test_inplace_step_graph_computes_what_the_engine_step_computes(tiny_bundle_dir, tmp_path):
+    """bench/inplace_cache.py's rewritten step graph (GroupQueryAttention, shared buffers) gives the engine step's
+    log-probabilities, over several steps and a reordering of the rows (as beam search makes)."""
+    import numpy as np
+
+    from bench.inplace_cache import inplace_step_graph, make_state_class
+    from core.tokenizer import BOS_ID
+    from service.engine import Engine, load_bundle
+    from service.engine.engine import _DecoderState
     from service.engine.runtime import create_session
 
     bundle = load_bundle(tiny_bundle_dir)
     engine = Engine(bundle, "fp32", "cpu")
-    graph = inplace_step_graph(bundle.graph("fp32", "decoder_step"), tmp_path)
-    session = create_session(graph, "cpu")
-    sources = engine.source_ids(SAMPLE_SENTENCES)
-    for beam in (1, 3):
-        want = [t.token_ids for t in engine.translate_ids(sources, TranslateOptions(beam_size=beam))]
-        assert decode_inplace(engine, session, make_state_class(), sources, beam) == want
+    session = create_session(inplace_step_graph(bundle.graph("fp32", "decoder_step"), tmp_path), "cpu")
+    enc = engine.run_encoder(engine.source_ids(SAMPLE_SENTENCES[:3]))
+    keys, values, mask = enc["cross_keys"], enc["cross_values"], enc["src_mask"]
+    layers = int(engine.config["n_decoder_layers"])
+    sources = np.repeat(np.arange(3), 2)  # two rows per sentence, as beam 2
+    ours = _DecoderState(engine.step_decoder, keys, values, mask, lean=True, row_sources=sources, top_k=4)
+    theirs = make_state_class()(session, keys, values, mask, sources, 4, 16, layers)
+    tokens = np.full((6, 1), BOS_ID, dtype=np.int64)
+    for rows in (None, np.array([1, 0, 2, 2, 5, 4]), None, np.array([0, 0, 3, 2, 4, 4])):
+        a, b = ours.step(tokens, rows), theirs.step(tokens, rows)
+        np.testing.assert_allclose(b.log_probs, a.log_probs, atol=1e-4)
+        tokens = a.ids[np.arange(6), np.arange(6) % 2].reshape(-1, 1)  # a sentence's two rows diverge
