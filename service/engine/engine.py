@@ -7,7 +7,6 @@ Testable without HTTP and without torch.
 
 from __future__ import annotations
 
-import math
 import threading
 import time
 from collections.abc import Sequence
@@ -29,6 +28,7 @@ from core.tokenizer import BOS_ID, EOS_ID, PAD_ID, Tokenizer
 from service.engine.bundle import Bundle
 from service.engine.decoder_cache import decoder_feeds, empty_cache
 from service.engine.device_state import GATHER_GRAPH, DeviceRunner, device_search, wants_device_search
+from service.engine.reorder import ReorderBuffers
 from service.engine.runtime import create_session
 from service.engine.search import TopCandidates, beam_search, greedy_search
 from service.engine.step_inputs import uniform_inputs
@@ -108,7 +108,7 @@ class _DecoderState:
         self.fetch_top = self.has_top_k and (top_k > 1 or not self.per_source) and top_k <= max_top_k
         self._top_k_input = np.array([top_k if self.fetch_top else 0], dtype=np.int64)
         self._fetch: list[str] | None = None
-        self._buffers: dict[tuple[str, int], np.ndarray] = {}
+        self._reorder = ReorderBuffers()
         self._sources = (cross_keys, cross_values, src_mask)
         self._selected: np.ndarray | None = None  # the row_sources the cross keys/values were selected for
         n_sources = cross_keys.shape[1]
@@ -119,20 +119,6 @@ class _DecoderState:
         keys, values = empty_cache(self.cache, cross_keys, len(self.row_sources))
         self.past_keys: np.ndarray | list[np.ndarray] = list(keys) if lean else keys
         self.past_values: np.ndarray | list[np.ndarray] = list(values) if lean else values
-
-    def _take(self, array: np.ndarray, rows: np.ndarray, slot: tuple[str, int]) -> np.ndarray:
-        """``array[rows]`` written into a buffer kept for this cache tensor (no fresh pages every step).
-
-        ``array`` is always the session's last output, never the buffer itself, so one buffer per slot does.
-        """
-        shape = (len(rows), *array.shape[1:])
-        size = math.prod(shape)
-        buffer = self._buffers.get(slot)
-        if buffer is None or buffer.size < size:
-            buffer = self._buffers[slot] = np.empty(size + size // 2, dtype=array.dtype)  # room to grow
-        out = buffer[:size].reshape(shape)  # a contiguous prefix, as onnxruntime wants its inputs
-        np.take(array, rows, axis=0, out=out, mode="clip")  # mode="raise" would copy through a temporary
-        return out
 
     def _select(self, row_sources: np.ndarray) -> None:
         """Cross keys/values and mask of the sources the rows read (per row, or per source for interface 2)."""
@@ -158,8 +144,8 @@ class _DecoderState:
             self.row_sources = self.row_sources[rows]
             self._select(self.row_sources)
             if self.lean:
-                self.past_keys = [self._take(k, rows, ("k", i)) for i, k in enumerate(self.past_keys)]
-                self.past_values = [self._take(v, rows, ("v", i)) for i, v in enumerate(self.past_values)]
+                self.past_keys = [self._reorder.take(k, rows, ("k", i)) for i, k in enumerate(self.past_keys)]
+                self.past_values = [self._reorder.take(v, rows, ("v", i)) for i, v in enumerate(self.past_values)]
             else:
                 self.past_keys = np.take(self.past_keys, rows, axis=1)
                 self.past_values = np.take(self.past_values, rows, axis=1)

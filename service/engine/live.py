@@ -30,6 +30,7 @@ from core.graphs import MAX_TOP_K_KEY, step_interface, step_present_names
 from core.search import Hypothesis, length_limits, length_penalty
 from core.tokenizer import BOS_ID, EOS_ID
 from service.engine.engine import Engine, TranslateOptions, Translation
+from service.engine.reorder import ReorderBuffers
 from service.engine.search import top_candidates
 from service.engine.step_inputs import position_inputs, ragged_inputs
 
@@ -144,9 +145,8 @@ class LiveBatch:
         self._used = 0  # slots below this are in use or holes
         # the last step's (slots fed, row sources, query_rows, row_slots): reused while the rows' sources stay
         self._layout: tuple[int, np.ndarray, np.ndarray, np.ndarray] | None = None
-        # a buffer per cache tensor that the reordering gathers into (no fresh pages every step), and each beam
-        # size's candidate-origin offsets
-        self._buffers: dict[tuple[str, int], np.ndarray] = {}
+        # the buffers the cache reordering gathers into, and each beam size's candidate-origin offsets
+        self._reorder = ReorderBuffers()
         self._origins: dict[tuple[int, int], np.ndarray] = {}
 
     # --- what it holds ---------------------------------------------------------------------------
@@ -254,8 +254,6 @@ class LiveBatch:
         mask[:keep, :old_width] = self.src_mask[:keep, :old_width]
         mask[keep:, 0] = True
         self.src_mask = mask
-        if not keep:
-            self._free, self._used = [], 0
 
     def _release(self, slot: int) -> None:
         self._free.append(slot)
@@ -402,16 +400,8 @@ class LiveBatch:
     def _gather(
         self, array: np.ndarray, rows: np.ndarray, new: np.ndarray | None, cut: int, slot: tuple[str, int]
     ) -> np.ndarray:
-        """``array[rows, :, cut:]`` written into the buffer kept for this cache tensor (as the whole-batch search's
-        ``_DecoderState._take``); a newcomer's rows are zeros (all padding)."""
-        source = array[:, :, cut:] if cut else array
-        shape = (len(rows), *source.shape[1:])
-        size = shape[0] * shape[1] * shape[2] * shape[3]
-        buffer = self._buffers.get(slot)
-        if buffer is None or buffer.size < size or array.base is buffer:  # (array is the session's output)
-            buffer = self._buffers[slot] = np.empty(size + size // 2, dtype=array.dtype)  # room to grow
-        out = buffer[:size].reshape(shape)  # a contiguous prefix, as onnxruntime wants its inputs
-        np.take(source, rows, axis=0, out=out, mode="clip")  # mode="raise" would copy through a temporary
+        """``array[rows, :, cut:]`` in the buffer kept for this cache tensor; a newcomer's rows are zeros (padding)."""
+        out = self._reorder.take(array[:, :, cut:] if cut else array, rows, slot)
         if new is not None:
             out[new] = 0.0
         return out
