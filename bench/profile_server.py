@@ -13,7 +13,7 @@ in
 - ``step graph``: onnxruntime running the decoder step (engine thread);
 - ``encoder``: onnxruntime running the encoder;
 - ``search (Python)``: the search around the step graph (service/engine/live.py, search.py, the cache gathers);
-- ``cache gather``: the part of the previous that is numpy's ``take`` of the key/value cache;
+- ``cache gather``: the part of the previous that reorders the key/value cache (service/engine/reorder.py);
 - ``scheduler``: the rest of the engine thread (admission, metrics, hand-over to the event loop);
 - ``event loop``: the main thread (HTTP, JSON, tokenization, language check);
 - ``other``: any other thread.
@@ -39,6 +39,7 @@ import httpx
 
 from bench.bench_machine import cpu_model
 from bench.serving import ROOT, Service
+from bench.serving import parse_args as serving_args
 
 CATEGORIES = ["step graph", "encoder", "search (Python)", "cache gather", "scheduler", "event loop", "other"]
 SEARCH_FRAMES = ("service/engine/live.py", "service/engine/search.py", "service/engine/engine.py")
@@ -56,9 +57,7 @@ def categorize(stack: str) -> list[str]:
     if any("onnxruntime_inference_collection" in f for f in frames):  # InferenceSession.run
         return ["step graph"]
     if any(s in f for f in frames for s in SEARCH_FRAMES):
-        gather = any(f.startswith("take (numpy") for f in frames) and any(
-            "_gather" in f or "_take" in f for f in frames
-        )
+        gather = any("service/engine/reorder.py" in f for f in frames)  # ReorderBuffers.take
         return ["search (Python)", "cache gather"] if gather else ["search (Python)"]
     return ["scheduler"]
 
@@ -136,8 +135,11 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     if not Path(args.py_spy).exists():
         raise SystemExit("py-spy not found: pip install -e '.[bench]'")
-    # the settings bench/serving.py gives its servers
-    args.threads, args.workers, args.max_live_rows, args.max_wait_ms, args.max_batch = 1, 1, 128, 5.0, 32
+    # the servers bench/serving.py starts, with its default settings
+    server_args = serving_args(
+        ["--repository", str(args.repository), "--model", args.model, "--variant", args.variant]
+        + ["--clients", str(args.clients)]
+    )
     lines = (args.data / "test_2016_flickr.de").read_text(encoding="utf-8").splitlines()
     sentences = [lines[i % len(lines)] for i in range(args.requests)]
     ms = 1000 / args.rate
@@ -148,7 +150,7 @@ def main(argv: list[str] | None = None) -> int:
     done: list[str] = []
     with tempfile.TemporaryDirectory(prefix="bench-profile-server-") as tmp:
         for mode in args.modes:
-            service = Service(mode, _service_args(args), Path(tmp)).start()
+            service = Service(mode, server_args, Path(tmp)).start()
             try:
                 service.wait_ready()
                 answered, seconds, counts = profile(service, sentences, args, Path(tmp) / f"{mode}-{len(done)}.txt")
@@ -160,21 +162,6 @@ def main(argv: list[str] | None = None) -> int:
             cells = " | ".join(f"{per[c]:.2f}" for c in CATEGORIES)
             print(f"| {mode} | {answered} | {answered / seconds:.1f} | {cells} | {total:.2f} |", flush=True)
     return 0
-
-
-def _service_args(args: argparse.Namespace) -> argparse.Namespace:
-    """The namespace bench.serving's Service reads."""
-    return argparse.Namespace(
-        repository=args.repository,
-        model=args.model,
-        variant=args.variant,
-        threads=args.threads,
-        workers=args.workers,
-        max_live_rows=args.max_live_rows,
-        max_wait_ms=args.max_wait_ms,
-        max_batch=args.max_batch,
-        clients=[args.clients],
-    )
 
 
 if __name__ == "__main__":

@@ -148,7 +148,8 @@ def test_server_profile_sorts_py_spy_stacks_by_part():
     engine = "thread (7): engine-de-en;Thread.run (threading.py:1)"
     ort_run = "run (onnxruntime/capi/onnxruntime_inference_collection.py:2)"
     step = f"{engine};LiveBatch.step (service/engine/live.py:9);{ort_run}"
-    gather = f"{engine};LiveBatch._gather (service/engine/live.py:9);take (numpy/_core/fromnumeric.py:3)"
+    reorder = "ReorderBuffers.take (service/engine/reorder.py:27);take (numpy/_core/fromnumeric.py:3)"
+    gather = f"{engine};LiveBatch._gather (service/engine/live.py:9);{reorder}"
     encoder = f"{engine};Engine.run_encoder (service/engine/engine.py:5);run (onnxruntime/capi/x.py:2)"
     assert categorize(step) == ["step graph"]
     assert categorize(gather) == ["search (Python)", "cache gather"]
