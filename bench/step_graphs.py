@@ -1,11 +1,11 @@
 """Per-step cost of decoder graphs: decoder.onnx vs decoder_step.onnx (any interface), fp32 / int8, CPU time.
 
     nice -n 10 python -m bench.step_graphs --bundle model_repository/de-en/1 [--bundle other/bundle ...] \
-        [--rows 32 128] [--past 10] [--src 15] [--beam 4]
+        [--rows 32 128] [--past 10] [--src 15] [--beam 4] [--beam-above 32]
 
 One decoder step (one new token per row, a cache of --past tokens, a source of --src tokens) with random
 inputs, timed as the process's CPU time (one intra-op thread, the engine's session options), repeats
-interleaved across graphs, median per step. ``rows`` = 32 is greedy at batch 32 (top_k 1); ``rows`` = 128
+interleaved across graphs, median per step and per row. ``rows`` = 32 is greedy at batch 32 (top_k 1); ``rows`` = 128
 is beam 4 at batch 32 (32 sources, top_k 8). Each graph is asked for what the engine asks of it:
 decoder.onnx log_probs + presents; decoder_step top candidates (log_probs for greedy on interface 2)
 + presents.
@@ -78,7 +78,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--bundle", nargs="+", required=True)
     parser.add_argument("--variants", nargs="+", default=["fp32", "int8"])
     parser.add_argument("--rows", type=int, nargs="+", default=[32, 128])
-    parser.add_argument("--beam", type=int, default=4, help="rows per source when rows > 32")
+    parser.add_argument("--beam", type=int, default=4, help="rows per source when rows > --beam-above")
+    parser.add_argument("--beam-above", type=int, default=32, help="rows from which a step is a beam step")
     parser.add_argument("--past", type=int, default=10)
     parser.add_argument("--src", type=int, default=15)
     parser.add_argument("--repeats", type=int, default=7)
@@ -95,7 +96,7 @@ def main(argv: list[str] | None = None) -> int:
                     cases.append((f"{bundle}:{variant}/{graph}", _session(path), manifest["model"]))
     results: dict[tuple[str, int], list[float]] = {}
     for rows in args.rows:
-        beam = args.beam if rows > 32 else 1
+        beam = args.beam if rows > args.beam_above else 1
         prepared = [
             (name, s, *_feeds(s, cfg, rows, rows // beam, args.src, args.past, 2 * beam if beam > 1 else 1, rng))
             for name, s, cfg in cases
@@ -109,10 +110,10 @@ def main(argv: list[str] | None = None) -> int:
                 for _ in range(args.steps):
                     session.run(fetch, feeds)
                 results.setdefault((name, rows), []).append((time.process_time() - started) / args.steps * 1e3)
-    print(f"| graph | rows | CPU ms / step (median of {args.repeats}) |")
-    print("|---|---:|---:|")
+    print(f"| graph | rows | CPU ms / step (median of {args.repeats}) | CPU us / row |")
+    print("|---|---:|---:|---:|")
     for (name, rows), times in results.items():
-        print(f"| {name} | {rows} | {statistics.median(times):.2f} |")
+        print(f"| {name} | {rows} | {statistics.median(times):.2f} | {1e3 * statistics.median(times) / rows:.0f} |")
     return 0
 
 

@@ -89,7 +89,8 @@ def test_profile_engine_splits_cpu_time_and_profiles_the_step(tiny_bundle_dir):
 
     times = split(tiny_bundle_dir, "int8", SAMPLE_SENTENCES * 4, beam=2, batch=8)
     assert times["encoder"] > 0 and times["decoder_step"] > 0
-    assert abs(times["encoder"] + times["decoder_step"] + times["other (Python)"] - times["total"]) < 1e-9
+    parts = ("encoder", "decoder_step", "cache reorder", "other (Python)")
+    assert abs(sum(times[k] for k in parts) - times["total"]) < 1e-9
     manifest = json.loads((tiny_bundle_dir / "manifest.json").read_text())
     step_graph = tiny_bundle_dir / manifest["variants"]["int8"]["decoder_step"]
     per_op = operators(step_graph, manifest["model"], rows=8, beam=2, steps=5)
@@ -110,6 +111,20 @@ def test_profile_engine_splits_a_live_decode_too(tiny_bundle_dir):
 
     times = split(tiny_bundle_dir, "int8", SAMPLE_SENTENCES * 2, beam=2, batch=4, live=True)
     assert times["encoder"] > 0 and times["decoder_step"] > 0 and times["other (Python)"] > 0
+
+
+def test_profile_engine_splits_a_steady_flow_and_the_cache_reordering(tiny_bundle_dir):
+    """--flow: whole batches against one live decode that sentences keep joining; both split out the cache
+    reordering, and the parts add up to the total."""
+    from bench.profile_engine import split
+
+    for decode in ("whole", "flow"):
+        times = split(tiny_bundle_dir, "int8", SAMPLE_SENTENCES * 3, beam=2, batch=4, decode=decode, by_length=False)
+        assert times["cache reorder"] > 0 and times["decoder_step"] > 0, decode
+        parts = ("encoder", "decoder_step", "cache reorder", "other (Python)")
+        assert abs(sum(times[k] for k in parts) - times["total"]) < 1e-9
+    with pytest.raises(ValueError):
+        split(tiny_bundle_dir, "int8", SAMPLE_SENTENCES, beam=2, batch=4, decode="rounds")
 
 
 def test_engine_report_lists_each_repeats_ratio_against_ctranslate2():
@@ -183,3 +198,11 @@ def test_inplace_step_graph_computes_what_the_engine_step_computes(tiny_bundle_d
         a, b = ours.step(tokens, rows), theirs.step(tokens, rows)
         np.testing.assert_allclose(b.log_probs, a.log_probs, atol=1e-4)
         tokens = a.ids[np.arange(6), np.arange(6) % 2].reshape(-1, 1)  # a sentence's two rows diverge
+
+
+def test_cache_gather_times_each_way_of_copying_the_cache_rows():
+    from bench.cache_gather import timings
+
+    t = timings(rows=8, width=4, calls=2)
+    assert set(t) == {"take, whole width", "fancy, whole width", "take, first column cut", "fancy, first column cut"}
+    assert all(us > 0 for us in t.values())
