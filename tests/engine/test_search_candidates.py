@@ -86,3 +86,26 @@ def test_greedy_alone_takes_the_scalar_path_and_equals_greedy_in_a_batch(top):
         for h, lim in zip(alone, limits, strict=True):
             ended["limit" if len(h.tokens) == lim else "eos"] += 1
     assert ended["limit"] and ended["eos"], ended  # both ways of ending were exercised
+
+
+@pytest.mark.parametrize("top", [None, "2k"])
+@pytest.mark.parametrize("beam", [2, 4])
+@pytest.mark.parametrize("alpha", [0.0, 0.6])
+def test_beam_alone_takes_the_scalar_path_and_equals_beam_in_a_batch(top, beam, alpha):
+    """One sentence runs beam_search's scalar path; its n-best list must be that sentence's n-best list in a batch
+    (ranking ties, EOS among and beyond the k best, length limits, float64 sums and normalized scores)."""
+    limits = [1, 3, 7, 12, 30]
+    count = 2 * beam if top else None
+    ended = {"limit": 0, "eos": 0}
+    for seed in range(6):
+        batched = beam_search(FakeDecoder(len(limits) * beam, seed, count).step, limits, BOS, EOS, beam, alpha, beam)
+        alone = [
+            beam_search(FakeDecoder(beam, seed, count).step, [lim], BOS, EOS, beam, alpha, beam)[0] for lim in limits
+        ]
+        as_tuples = [[(h.tokens, h.score, h.normalized) for h in nbest] for nbest in alone]
+        assert as_tuples == [[(h.tokens, h.score, h.normalized) for h in nbest] for nbest in batched], seed
+        for nbest, lim in zip(alone, limits, strict=True):
+            assert len(nbest) == beam
+            for h in nbest:
+                ended["limit" if len(h.tokens) == lim else "eos"] += 1
+    assert ended["limit"] and ended["eos"], ended
