@@ -31,7 +31,7 @@ from core.search import Hypothesis, length_limits, length_penalty
 from core.tokenizer import BOS_ID, EOS_ID
 from service.engine.engine import Engine, TranslateOptions, Translation
 from service.engine.reorder import ReorderBuffers
-from service.engine.search import top_candidates
+from service.engine.search import rank_one, top_candidates
 from service.engine.step_inputs import position_inputs, ragged_inputs
 
 
@@ -450,28 +450,11 @@ class LiveBatch:
     def _beam(self, group: _Group, ids: np.ndarray, lps: np.ndarray, width: int, out: StepOutput) -> None:
         """beam_search's step for the group's sentences (same ranking, ties, hypothesis ends and limits)."""
         m, k = len(group.sentences), group.k
-        c = ids.shape[1]
         t = self._steps(group)
-        scores = (group.score[:, :, None] + lps.astype(np.float64).reshape(m, k, c)).reshape(m, k * c)
-        ids = ids.reshape(m, k * c)
-        origin = self._origins.get((k, c))
-        if origin is None:  # the beam of each candidate, shifted above any token id (ties: lower beam first)
-            origin = self._origins[(k, c)] = np.repeat(np.arange(k, dtype=np.int64), c)[None, :] * (1 << 32)
-        order = np.lexsort((origin + ids, -scores), axis=1)[:, : 2 * k]
-        sentence = np.arange(m)[:, None]
-        cand_scores, cand_ids = scores[sentence, order], ids[sentence, order]
-        cand_rows = group.offset + sentence * k + order // c
-        is_eos = cand_ids == EOS_ID
-        for i, rank in zip(*np.nonzero(is_eos[:, :k]), strict=True):  # EOS among the k best ends a hypothesis
-            s = group.sentences[i]
-            score = float(cand_scores[i, rank])
-            seq = self.history[cand_rows[i, rank], width - t[i] : width].tolist()
-            s.finished.append(Hypothesis(seq, score, score / length_penalty(int(t[i]) + 1, s.options.length_penalty)))
-            group.ended[i] += 1
-        chosen = np.flatnonzero(((~is_eos) & (np.cumsum(~is_eos, axis=1) <= k)).reshape(-1))
-        next_rows, next_ids, next_scores = (
-            a.reshape(-1)[chosen].reshape(m, k) for a in (cand_rows, cand_ids, cand_scores)
-        )
+        if m == 1:
+            next_rows, next_ids, next_scores = self._rank_one(group, ids, lps, int(t[0]), width)
+        else:
+            next_rows, next_ids, next_scores = self._rank(group, ids, lps, t, width)
         done = group.ended >= k
         at_limit = ~done & (t + 1 >= group.limits)
         for i in np.flatnonzero(at_limit).tolist():  # length limit: the live hypotheses end as they are
@@ -495,6 +478,45 @@ class LiveBatch:
         else:
             group.parent, group.token = next_rows[still], next_ids[still].astype(np.int64)
             group.score = next_scores[still]
+
+    def _rank(
+        self, group: _Group, ids: np.ndarray, lps: np.ndarray, t: np.ndarray, width: int
+    ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """Rank every sentence's candidates at once (beam_search's vectorized step): the hypotheses that end with EOS
+        among the k best are kept; returns the next rows, tokens and scores, (m, k) each."""
+        m, k, c = len(group.sentences), group.k, ids.shape[1]
+        scores = (group.score[:, :, None] + lps.astype(np.float64).reshape(m, k, c)).reshape(m, k * c)
+        ids = ids.reshape(m, k * c)
+        origin = self._origins.get((k, c))
+        if origin is None:  # the beam of each candidate, shifted above any token id (ties: lower beam first)
+            origin = self._origins[(k, c)] = np.repeat(np.arange(k, dtype=np.int64), c)[None, :] * (1 << 32)
+        order = np.lexsort((origin + ids, -scores), axis=1)[:, : 2 * k]
+        sentence = np.arange(m)[:, None]
+        cand_scores, cand_ids = scores[sentence, order], ids[sentence, order]
+        cand_rows = group.offset + sentence * k + order // c
+        is_eos = cand_ids == EOS_ID
+        for i, rank in zip(*np.nonzero(is_eos[:, :k]), strict=True):  # EOS among the k best ends a hypothesis
+            s = group.sentences[i]
+            score = float(cand_scores[i, rank])
+            seq = self.history[cand_rows[i, rank], width - t[i] : width].tolist()
+            s.finished.append(Hypothesis(seq, score, score / length_penalty(int(t[i]) + 1, s.options.length_penalty)))
+            group.ended[i] += 1
+        chosen = np.flatnonzero(((~is_eos) & (np.cumsum(~is_eos, axis=1) <= k)).reshape(-1))
+        return tuple(a.reshape(-1)[chosen].reshape(m, k) for a in (cand_rows, cand_ids, cand_scores))
+
+    def _rank_one(
+        self, group: _Group, ids: np.ndarray, lps: np.ndarray, t: int, width: int
+    ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """``_rank`` for a group of one sentence, in Python scalars (search.rank_one, as the whole-batch search)."""
+        s, k = group.sentences[0], group.k
+        ended, going = rank_one(group.score[0].tolist(), lps.tolist(), ids.tolist(), k, EOS_ID)
+        for beam, score in ended:
+            seq = self.history[group.offset + beam, width - t : width].tolist()
+            s.finished.append(Hypothesis(seq, score, score / length_penalty(t + 1, s.options.length_penalty)))
+        group.ended[0] += len(ended)
+        rows = np.array([[group.offset + beam for beam, _, _ in going]], dtype=np.int64)
+        tokens = np.array([[token for _, token, _ in going]], dtype=np.int64)
+        return rows, tokens, np.array([[score for _, _, score in going]], dtype=np.float64)
 
     def _beam_progress(
         self, s: _Sentence, rows: np.ndarray, tokens: np.ndarray, t: int, width: int, out: StepOutput

@@ -181,10 +181,30 @@ def beam_search(
     return [sorted(f, key=lambda h: -h.normalized)[:n_best] for f in finished]
 
 
+def rank_one(
+    scores: list[float], log_probs: list[list[float]], ids: list[list[int]], k: int, eos: int
+) -> tuple[list[tuple[int, float]], list[tuple[int, int, float]]]:
+    """One sentence's beam step in Python scalars (the vectorized step's two dozen numpy calls cost about a fifth of
+    a 4-row decoder step): its k beams' running ``scores`` and each beam's candidate ``log_probs`` / ``ids``.
+    Ranks the k x c candidates as beam_search does (score, then beam, then token; float32 log-probs added in
+    float64) and returns the hypotheses that end (EOS among the k best: (beam, score), best first) and the k best
+    other candidates that continue ((beam, token, score), best first)."""
+    candidates = sorted(
+        (-(scores[b] + lp), b, token) for b in range(k) for lp, token in zip(log_probs[b], ids[b], strict=True)
+    )[: 2 * k]
+    ended: list[tuple[int, float]] = []
+    going: list[tuple[int, int, float]] = []
+    for rank, (negative, beam, token) in enumerate(candidates):
+        if token == eos:
+            if rank < k:
+                ended.append((beam, -negative))
+        elif len(going) < k:
+            going.append((beam, token, -negative))
+    return ended, going
+
+
 def _beam_one(step: StepFn, limit: int, bos: int, eos: int, k: int, alpha: float, n_best: int) -> list[Hypothesis]:
-    """beam_search for one sentence with Python scalars over its k * 2k candidates (the vectorized step's two dozen
-    numpy calls cost about a fifth of a 4-row decoder step). Same ranking (score, then beam, then token), sums
-    (float32 log-probs added in float64), hypothesis ends and limits, so the same hypotheses."""
+    """beam_search for one sentence, ranked by ``rank_one``: the same hypotheses, with Python scalars."""
     finished: list[Hypothesis] = []
     scores = [0.0] + [-math.inf] * (k - 1)  # identical start beams: keep one alive
     history: list[list[int]] = [[] for _ in range(k)]
@@ -192,31 +212,22 @@ def _beam_one(step: StepFn, limit: int, bos: int, eos: int, k: int, alpha: float
     rows: np.ndarray | None = None
     for t in range(limit):
         top = _candidates(step(last, rows), 2 * k)
-        c = top.ids.shape[1]
-        if c < 2 * k:
-            raise ValueError(f"beam {k} needs the 2 * beam best tokens of every row; the step returned {c}")
-        log_probs, ids = top.log_probs.tolist(), top.ids.tolist()
-        candidates = sorted((-(scores[b] + log_probs[b][j]), b, ids[b][j]) for b in range(k) for j in range(c))[: 2 * k]
-        next_rows: list[int] = []
-        next_ids: list[int] = []
-        next_scores: list[float] = []
-        for rank, (negative, beam, token) in enumerate(candidates):
-            if token == eos:
-                if rank < k:  # EOS among the k best ends a hypothesis
-                    finished.append(Hypothesis(history[beam][:], -negative, -negative / length_penalty(t + 1, alpha)))
-            elif len(next_rows) < k:  # the k best other candidates continue
-                next_rows.append(beam)
-                next_ids.append(token)
-                next_scores.append(-negative)
+        if top.ids.shape[1] < 2 * k:
+            raise ValueError(
+                f"beam {k} needs the 2 * beam best tokens of every row; the step returned {top.ids.shape[1]}"
+            )
+        ended, going = rank_one(scores, top.log_probs.tolist(), top.ids.tolist(), k, eos)
+        for beam, score in ended:
+            finished.append(Hypothesis(history[beam][:], score, score / length_penalty(t + 1, alpha)))
         if len(finished) >= k:
             break
         if t + 1 >= limit:  # length limit: the live hypotheses end as they are
-            for beam, token, score in zip(next_rows, next_ids, next_scores, strict=True):
+            for beam, token, score in going:
                 seq = [*history[beam], token]
                 finished.append(Hypothesis(seq, score, score / length_penalty(len(seq), alpha)))
             break
-        history = [[*history[beam], token] for beam, token in zip(next_rows, next_ids, strict=True)]
-        scores = next_scores
-        rows = np.array(next_rows, dtype=np.int64)
-        last = np.array(next_ids, dtype=np.int64).reshape(k, 1)
+        history = [[*history[beam], token] for beam, token, _ in going]
+        scores = [score for _, _, score in going]
+        rows = np.array([beam for beam, _, _ in going], dtype=np.int64)
+        last = np.array([token for _, token, _ in going], dtype=np.int64).reshape(k, 1)
     return sorted(finished, key=lambda h: -h.normalized)[:n_best]
