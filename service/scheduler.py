@@ -170,6 +170,7 @@ class Scheduler:
         self._batch_ids = itertools.count(1)
         self._seconds_per_sentence = 0.05  # running estimate, for Retry-After
         self._last_client: str | None = None  # the client whose sentence anchored the last batch (fair turns)
+        self._queue_depth = metrics.queue_depth.labels(model)  # labelled once: every queue change sets it
 
     # --- lifecycle ---------------------------------------------------------------------------
     def start(self) -> None:
@@ -237,7 +238,7 @@ class Scheduler:
 
     def _enqueue(self, items: list[Queued]) -> None:
         self.queue.extend(items)
-        self.metrics.queue_depth.labels(self.model).set(len(self.queue))
+        self._queue_depth.set(len(self.queue))
         self._wakeup.set()
 
     def refusal(self, n_items: int = 1, client: str = "") -> QueueFull | None:
@@ -279,7 +280,7 @@ class Scheduler:
         self.queue = [q for q in self.queue if q.ticket is not request]
         if len(self.queue) != before and not request.started:
             self.metrics.dropped.labels(self.model, reason).inc()
-        self.metrics.queue_depth.labels(self.model).set(len(self.queue))
+        self._queue_depth.set(len(self.queue))
 
     # --- the loop ----------------------------------------------------------------------------
     async def _loop(self) -> None:
@@ -325,7 +326,7 @@ class Scheduler:
         chosen = self._fair_batch(self.queue)
         picked = set(map(id, chosen))
         self.queue = [q for q in self.queue if id(q) not in picked]
-        self.metrics.queue_depth.labels(self.model).set(len(self.queue))
+        self._queue_depth.set(len(self.queue))
         now = time.monotonic()
         for q in chosen:
             if not q.ticket.started:
@@ -454,7 +455,6 @@ class ContinuousScheduler(Scheduler):
         self._step_seconds = metrics.inference.labels(model, "step")
         self._live_rows = metrics.live_rows.labels(model)
         self._generated = metrics.generated_tokens.labels(model)
-        self._queue_depth = metrics.queue_depth.labels(model)
 
     # --- lifecycle ---------------------------------------------------------------------------
     def start(self) -> None:
@@ -480,7 +480,7 @@ class ContinuousScheduler(Scheduler):
         with self._cond:
             self.queue.extend(items)
             self._cond.notify()
-        self.metrics.queue_depth.labels(self.model).set(len(self.queue))
+        self._queue_depth.set(len(self.queue))
 
     def _deadline_passed(self, request: Request) -> None:
         """The deadline came: the request's waiting sentences are dropped and its live ones leave the decode at
@@ -512,7 +512,7 @@ class ContinuousScheduler(Scheduler):
             self.metrics.dropped.labels(self.model, reason).inc()
         if live:
             self.metrics.freed_rows.labels(self.model, reason).inc(sum(q.rows for q in live))
-        self.metrics.queue_depth.labels(self.model).set(len(self.queue))
+        self._queue_depth.set(len(self.queue))
 
     def _post(self, callback: Callable[..., None], *args: Any) -> None:
         with contextlib.suppress(RuntimeError):  # the event loop is closed (process exit): nobody waits any more
