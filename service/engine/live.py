@@ -31,7 +31,7 @@ from core.search import Hypothesis, length_limits, length_penalty
 from core.tokenizer import BOS_ID, EOS_ID
 from service.engine.engine import Engine, TranslateOptions, Translation
 from service.engine.reorder import ReorderBuffers
-from service.engine.search import rank_one, top_candidates
+from service.engine.search import rank, rank_one, top_candidates
 from service.engine.step_inputs import position_inputs, ragged_inputs
 
 
@@ -145,9 +145,8 @@ class LiveBatch:
         self._used = 0  # slots below this are in use or holes
         # the last step's (slots fed, row sources, query_rows, row_slots): reused while the rows' sources stay
         self._layout: tuple[int, np.ndarray, np.ndarray, np.ndarray] | None = None
-        # the buffers the cache reordering gathers into, and each beam size's candidate-origin offsets
+        # the buffers the cache reordering gathers into
         self._reorder = ReorderBuffers()
-        self._origins: dict[tuple[int, int], np.ndarray] = {}
 
     # --- what it holds ---------------------------------------------------------------------------
     @property
@@ -482,27 +481,15 @@ class LiveBatch:
     def _rank(
         self, group: _Group, ids: np.ndarray, lps: np.ndarray, t: np.ndarray, width: int
     ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-        """Rank every sentence's candidates at once (beam_search's vectorized step): the hypotheses that end with EOS
-        among the k best are kept; returns the next rows, tokens and scores, (m, k) each."""
-        m, k, c = len(group.sentences), group.k, ids.shape[1]
-        scores = (group.score[:, :, None] + lps.astype(np.float64).reshape(m, k, c)).reshape(m, k * c)
-        ids = ids.reshape(m, k * c)
-        origin = self._origins.get((k, c))
-        if origin is None:  # the beam of each candidate, shifted above any token id (ties: lower beam first)
-            origin = self._origins[(k, c)] = np.repeat(np.arange(k, dtype=np.int64), c)[None, :] * (1 << 32)
-        order = np.lexsort((origin + ids, -scores), axis=1)[:, : 2 * k]
-        sentence = np.arange(m)[:, None]
-        cand_scores, cand_ids = scores[sentence, order], ids[sentence, order]
-        cand_rows = group.offset + sentence * k + order // c
-        is_eos = cand_ids == EOS_ID
-        for i, rank in zip(*np.nonzero(is_eos[:, :k]), strict=True):  # EOS among the k best ends a hypothesis
+        """Rank every sentence's candidates at once (search.rank, as the whole-batch search): the hypotheses that end
+        with EOS among the k best are kept; returns the next rows, tokens and scores, (m, k) each."""
+        ended, rows, tokens, scores = rank(group.score, lps, ids, group.k, EOS_ID)
+        for i, row, score in ended:
             s = group.sentences[i]
-            score = float(cand_scores[i, rank])
-            seq = self.history[cand_rows[i, rank], width - t[i] : width].tolist()
+            seq = self.history[group.offset + row, width - t[i] : width].tolist()
             s.finished.append(Hypothesis(seq, score, score / length_penalty(int(t[i]) + 1, s.options.length_penalty)))
             group.ended[i] += 1
-        chosen = np.flatnonzero(((~is_eos) & (np.cumsum(~is_eos, axis=1) <= k)).reshape(-1))
-        return tuple(a.reshape(-1)[chosen].reshape(m, k) for a in (cand_rows, cand_ids, cand_scores))
+        return group.offset + rows, tokens, scores
 
     def _rank_one(
         self, group: _Group, ids: np.ndarray, lps: np.ndarray, t: int, width: int

@@ -7,6 +7,7 @@ float32 log-probabilities summed in float64, per-sentence length limits, GNMT le
 
 from __future__ import annotations
 
+import functools
 import math
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -50,8 +51,12 @@ def top_candidates(log_probs: np.ndarray, count: int) -> TopCandidates:
     return TopCandidates(np.take_along_axis(log_probs, ids, axis=1), ids)
 
 
-def _candidates(out: np.ndarray | TopCandidates, count: int) -> TopCandidates:
-    return out if isinstance(out, TopCandidates) else top_candidates(out, count)
+def _beam_candidates(out: np.ndarray | TopCandidates, k: int) -> TopCandidates:
+    """A beam step's candidates: at least the 2 * k best tokens of every row (fewer would change results)."""
+    top = out if isinstance(out, TopCandidates) else top_candidates(out, 2 * k)
+    if top.ids.shape[1] < 2 * k:
+        raise ValueError(f"beam {k} needs the 2 * beam best tokens of every row; the step returned {top.ids.shape[1]}")
+    return top
 
 
 def greedy_search(step: StepFn, limits: list[int], bos: int, eos: int) -> list[Hypothesis]:
@@ -136,32 +141,12 @@ def beam_search(
     history = np.full((n * k, 0), bos, dtype=np.int64)  # generated tokens of each live row
     last = np.full((n * k, 1), bos, dtype=np.int64)
     rows: np.ndarray | None = None
-    origin = np.zeros((1, 0), dtype=np.int64)
     for t in range(max(limits)):
-        top = _candidates(step(last, rows), 2 * k)  # (active*k, c), c >= 2k
-        m, c = len(active), top.ids.shape[1]
-        if c < 2 * k:
-            raise ValueError(f"beam {k} needs the 2 * beam best tokens of every row; the step returned {c}")
-        scores = (beam_scores[:, :, None] + top.log_probs.astype(np.float64).reshape(m, k, c)).reshape(m, k * c)
-        ids = top.ids.reshape(m, k * c)
-        if origin.shape[1] != k * c:
-            origin = np.repeat(np.arange(k, dtype=np.int64), c)[None, :] * (1 << 32)  # beam of each candidate
-        # rank by score, ties by (beam, token): the order of beam * vocab + token in a full ranking
-        order = np.lexsort((origin + ids, -scores), axis=1)[:, : 2 * k]  # (m, 2k)
-        sentence = np.arange(m)[:, None]
-        cand_scores, cand_ids = scores[sentence, order], ids[sentence, order]
-        cand_rows = sentence * k + order // c
-        is_eos = cand_ids == eos
-        for i, rank in zip(*np.nonzero(is_eos[:, :k]), strict=True):  # EOS among the k best ends a hypothesis
-            score = float(cand_scores[i, rank])
-            seq = history[cand_rows[i, rank]].tolist()
-            finished[active[i]].append(Hypothesis(seq, score, score / length_penalty(t + 1, alpha)))
+        top = _beam_candidates(step(last, rows), k)  # (active*k, c), c >= 2k
+        ended, next_rows, next_ids, next_scores = rank(beam_scores, top.log_probs, top.ids, k, eos)
+        for i, row, score in ended:
+            finished[active[i]].append(Hypothesis(history[row].tolist(), score, score / length_penalty(t + 1, alpha)))
             n_finished[active[i]] += 1
-        # the k best other candidates continue (a sentence has at most k EOS candidates among its 2k)
-        chosen = np.flatnonzero(((~is_eos) & (np.cumsum(~is_eos, axis=1) <= k)).reshape(-1))
-        next_rows, next_ids, next_scores = (
-            a.reshape(-1)[chosen].reshape(m, k) for a in (cand_rows, cand_ids, cand_scores)
-        )
         done = n_finished[active] >= k
         at_limit = ~done & (t + 1 >= limit[active])
         for i in np.flatnonzero(at_limit):  # length limit: the live hypotheses end as they are
@@ -181,12 +166,47 @@ def beam_search(
     return [sorted(f, key=lambda h: -h.normalized)[:n_best] for f in finished]
 
 
+@functools.cache
+def _beam_offsets(k: int, c: int) -> np.ndarray:
+    """The beam of each of k x c candidates, shifted above any token id: adding the token id gives the order of
+    beam * vocab + token in a full ranking (ties: lower beam first, then lower token)."""
+    offsets = np.repeat(np.arange(k, dtype=np.int64), c)[None, :] * (1 << 32)
+    offsets.flags.writeable = False
+    return offsets
+
+
+def rank(
+    scores: np.ndarray, log_probs: np.ndarray, ids: np.ndarray, k: int, eos: int
+) -> tuple[list[tuple[int, int, float]], np.ndarray, np.ndarray, np.ndarray]:
+    """One beam step for m sentences at once: their beams' running ``scores`` (m, k) float64 and each row's candidate
+    ``log_probs`` / ``ids`` (m * k, c), rows sentence-major. Ranks each sentence's k x c candidates by score, then
+    beam, then token (float32 log-probs added in float64) and returns the hypotheses that end (EOS among a sentence's
+    k best: (sentence, row, score), sentence by sentence, best first) and the k best other candidates of each
+    sentence, which continue: their rows (sentence * k + beam), tokens and scores, (m, k) each, best first."""
+    m, c = scores.shape[0], ids.shape[1]
+    total = (scores[:, :, None] + log_probs.astype(np.float64).reshape(m, k, c)).reshape(m, k * c)
+    flat_ids = ids.reshape(m, k * c)
+    order = np.lexsort((_beam_offsets(k, c) + flat_ids, -total), axis=1)[:, : 2 * k]  # (m, 2k)
+    sentence = np.arange(m)[:, None]
+    cand_scores, cand_ids = total[sentence, order], flat_ids[sentence, order]
+    cand_rows = sentence * k + order // c
+    is_eos = cand_ids == eos
+    ended = [
+        (int(i), int(cand_rows[i, r]), float(cand_scores[i, r]))
+        for i, r in zip(*np.nonzero(is_eos[:, :k]), strict=True)
+    ]
+    # the k best other candidates continue (a sentence has at most k EOS candidates among its 2k)
+    chosen = np.flatnonzero(((~is_eos) & (np.cumsum(~is_eos, axis=1) <= k)).reshape(-1))
+    next_rows, next_ids, next_scores = (a.reshape(-1)[chosen].reshape(m, k) for a in (cand_rows, cand_ids, cand_scores))
+    return ended, next_rows, next_ids, next_scores
+
+
 def rank_one(
     scores: list[float], log_probs: list[list[float]], ids: list[list[int]], k: int, eos: int
 ) -> tuple[list[tuple[int, float]], list[tuple[int, int, float]]]:
-    """One sentence's beam step in Python scalars (the vectorized step's two dozen numpy calls cost about a fifth of
-    a 4-row decoder step): its k beams' running ``scores`` and each beam's candidate ``log_probs`` / ``ids``.
-    Ranks the k x c candidates as beam_search does (score, then beam, then token; float32 log-probs added in
+    """``rank`` for one sentence in Python scalars (its two dozen numpy calls cost about a fifth of a 4-row
+    decoder step): its k beams' running ``scores`` and each beam's candidate ``log_probs`` / ``ids``.
+    Ranks the k x c candidates as ``rank`` does (score, then beam, then token; float32 log-probs added in
     float64) and returns the hypotheses that end (EOS among the k best: (beam, score), best first) and the k best
     other candidates that continue ((beam, token, score), best first)."""
     candidates = sorted(
@@ -194,9 +214,9 @@ def rank_one(
     )[: 2 * k]
     ended: list[tuple[int, float]] = []
     going: list[tuple[int, int, float]] = []
-    for rank, (negative, beam, token) in enumerate(candidates):
+    for place, (negative, beam, token) in enumerate(candidates):
         if token == eos:
-            if rank < k:
+            if place < k:
                 ended.append((beam, -negative))
         elif len(going) < k:
             going.append((beam, token, -negative))
@@ -211,11 +231,7 @@ def _beam_one(step: StepFn, limit: int, bos: int, eos: int, k: int, alpha: float
     last = np.full((k, 1), bos, dtype=np.int64)
     rows: np.ndarray | None = None
     for t in range(limit):
-        top = _candidates(step(last, rows), 2 * k)
-        if top.ids.shape[1] < 2 * k:
-            raise ValueError(
-                f"beam {k} needs the 2 * beam best tokens of every row; the step returned {top.ids.shape[1]}"
-            )
+        top = _beam_candidates(step(last, rows), k)
         ended, going = rank_one(scores, top.log_probs.tolist(), top.ids.tolist(), k, eos)
         for beam, score in ended:
             finished.append(Hypothesis(history[beam][:], score, score / length_penalty(t + 1, alpha)))
