@@ -58,20 +58,18 @@ def split(
     sources: list[str],
     beam: int,
     batch: int,
-    live: bool = False,
     *,
-    decode: str | None = None,
+    decode: str = "whole",
     by_length: bool = True,
 ) -> dict[str, float]:
     """CPU split of translating ``sources`` with ``batch`` sentences at a time (sorted by length unless
     ``by_length`` is false). ``decode``: "whole" batches (Engine.translate_ids), "live" (each batch joins a live
-    decode, service/engine/live.py, stepped until it is empty; ``live=True`` says the same) or "flow" (one live
+    decode, service/engine/live.py, stepped until it is empty) or "flow" (one live
     decode holding ``batch`` sentences, the next one joining at the step after one finishes)."""
     from service.engine import Engine, TranslateOptions, load_bundle
     from service.engine.live import LiveBatch
     from service.engine.reorder import ReorderBuffers
 
-    decode = decode or ("live" if live else "whole")
     if decode not in DECODES:
         raise ValueError(f"decode must be one of {DECODES}")
     engine = Engine(load_bundle(bundle), variant, "cpu", intra_op_threads=1)
@@ -79,7 +77,7 @@ def split(
     if by_length:
         ids = sorted(ids, key=len)
     batches = [ids[i : i + batch] for i in range(0, len(ids), batch)]
-    totals = collections.Counter({"encoder": 0.0, "decoder_step": 0.0, "cache reorder": 0.0})
+    totals: collections.Counter = collections.Counter()
     engine.encoder = _Timed(engine.encoder, totals, "encoder")
     engine.step_decoder = _Timed(engine.step_decoder, totals, "decoder_step")
     options = TranslateOptions(beam_size=beam)

@@ -109,7 +109,7 @@ def test_cpu_flags_name_the_vector_extensions_in_order():
 def test_profile_engine_splits_a_live_decode_too(tiny_bundle_dir):
     from bench.profile_engine import split
 
-    times = split(tiny_bundle_dir, "int8", SAMPLE_SENTENCES * 2, beam=2, batch=4, live=True)
+    times = split(tiny_bundle_dir, "int8", SAMPLE_SENTENCES * 2, beam=2, batch=4, decode="live")
     assert times["encoder"] > 0 and times["decoder_step"] > 0 and times["other (Python)"] > 0
 
 
