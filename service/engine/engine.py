@@ -195,33 +195,39 @@ class Engine:
         inter_op_threads: int = 1,
         lean_decoder: bool = True,
         io_binding: bool | None = None,
+        shared_arena: bool = True,
     ) -> None:
         """``io_binding``: search with the cache on the device (service/engine/device_state.py); None = when the
-        sessions run on CUDA and the bundle's step graph allows it (interface 3), True = on any provider."""
+        sessions run on CUDA and the bundle's step graph allows it (interface 3), True = on any provider.
+        ``shared_arena``: CPU sessions allocate from the process's one onnxruntime arena (runtime.py)."""
         self.bundle = bundle
         self.variant = variant or bundle.default_variant
         self.config = bundle.model_config
         self.tokenizer = Tokenizer(bundle.tokenizer_file)
-        threads = {"intra_op_threads": intra_op_threads, "inter_op_threads": inter_op_threads}
-        self.encoder = create_session(bundle.graph(self.variant, "encoder"), providers, **threads)
+        settings = {
+            "intra_op_threads": intra_op_threads,
+            "inter_op_threads": inter_op_threads,
+            "shared_arena": shared_arena,
+        }
+        self.encoder = create_session(bundle.graph(self.variant, "encoder"), providers, **settings)
         # search runs on the lean decoder_step graph when the bundle has one (bundles exported before it
         # existed fall back to decoder.onnx); decoder.onnx serves attention and teacher forcing, and is then
         # loaded on first use (21-32 MiB less resident memory for translate-only work)
-        self._session_args = (providers, threads)
+        self._session_args = (providers, settings)
         self._decoder = None
         self._decoder_lock = threading.Lock()
         self.step_decoder = None
         if lean_decoder and "decoder_step" in bundle.manifest["variants"][self.variant]:
-            self.step_decoder = create_session(bundle.graph(self.variant, "decoder_step"), providers, **threads)
+            self.step_decoder = create_session(bundle.graph(self.variant, "decoder_step"), providers, **settings)
         else:
-            self._decoder = create_session(bundle.graph(self.variant, "decoder"), providers, **threads)
+            self._decoder = create_session(bundle.graph(self.variant, "decoder"), providers, **settings)
         self.providers = self.encoder.get_providers()
         self.max_source_tokens = int(self.config["max_positions"])  # EOS included
         self.device_runner: DeviceRunner | None = None
         if io_binding is None:
             io_binding = wants_device_search(self.providers, self.step_decoder)
         if io_binding:
-            gather = create_session(GATHER_GRAPH, providers, **threads)
+            gather = create_session(GATHER_GRAPH, providers, **settings)
             self.device_runner = DeviceRunner(self.encoder, self.step_decoder, gather)
 
     @property
@@ -236,8 +242,8 @@ class Engine:
         if self._decoder is None:
             with self._decoder_lock:
                 if self._decoder is None:
-                    providers, threads = self._session_args
-                    self._decoder = create_session(self.bundle.graph(self.variant, "decoder"), providers, **threads)
+                    providers, settings = self._session_args
+                    self._decoder = create_session(self.bundle.graph(self.variant, "decoder"), providers, **settings)
         return self._decoder
 
     @decoder.setter

@@ -4,10 +4,11 @@ from __future__ import annotations
 
 import logging
 
+import numpy as np
 import onnxruntime as ort
 import pytest
 
-from service.engine import Engine, load_bundle, runtime
+from service.engine import Engine, TranslateOptions, load_bundle, runtime
 from service.engine.runtime import ProviderError, create_session, requested_providers
 
 CUDA_AVAILABLE = "CUDAExecutionProvider" in ort.get_available_providers()
@@ -75,6 +76,28 @@ def test_thread_settings_reach_the_session(encoder_path):
     session = create_session(encoder_path, "cpu", intra_op_threads=1, inter_op_threads=1)
     options = session.get_session_options()
     assert (options.intra_op_num_threads, options.inter_op_num_threads) == (1, 1)
+
+
+def _uses_shared_arena(session) -> bool:
+    try:
+        return session.get_session_options().get_session_config_entry(runtime.USE_ENV_ALLOCATORS) == "1"
+    except RuntimeError:  # onnxruntime raises for a key that was never set
+        return False
+
+
+def test_cpu_sessions_share_the_process_arena_unless_told_not_to(encoder_path, tiny_bundle_dir):
+    assert _uses_shared_arena(create_session(encoder_path, "cpu"))
+    assert not _uses_shared_arena(create_session(encoder_path, "cpu", shared_arena=False))
+    shared = Engine(load_bundle(tiny_bundle_dir), variant="int8", providers="cpu")
+    own = Engine(load_bundle(tiny_bundle_dir), variant="int8", providers="cpu", shared_arena=False)
+    assert all(_uses_shared_arena(s) for s in (shared.encoder, shared.step_decoder, shared.decoder))
+    assert not any(_uses_shared_arena(s) for s in (own.encoder, own.step_decoder, own.decoder))
+    # the allocator changes where tensors live, never what is computed; two engines on one arena interleave
+    texts = ["ein kleiner test", "noch ein satz mit mehr wörtern", ""]
+    for options in (TranslateOptions(), TranslateOptions(beam_size=3, num_hypotheses=2)):
+        a, b = shared.translate(texts, options), own.translate(texts, options)
+        assert [(t.token_ids, t.score, t.hypotheses) for t in a] == [(t.token_ids, t.score, t.hypotheses) for t in b]
+    assert np.array_equal(shared.embed(texts[:2]), own.embed(texts[:2]))
 
 
 def test_variant_choice_follows_the_provider():
