@@ -6,7 +6,8 @@
 Engines: ``pytorch`` (model.decoding greedy / beam with the key/value cache, fp32), ``ort-fp32`` /
 ``ort-int8`` (service.engine.Engine on the bundle's variants), ``ct2-fp32`` / ``ct2-int8`` (CTranslate2
 on the converted checkpoint, see bench/ct2_convert.py). Append ``+decoder`` to an ort engine to search with
-decoder.onnx instead of the lean decoder_step.onnx (for A/B runs).
+decoder.onnx instead of the lean decoder_step.onnx, ``+own-arena`` to give each of its sessions an arena of its own
+instead of the process's shared one (for A/B runs).
 
 Method: every engine lives in its own fresh process (its own peak RSS), all get the same token ids
 (tokenisation is outside the timing), the same thread count and the same batches (batch 32: the test set
@@ -68,7 +69,9 @@ def _runner(engine: str, args: dict):
         from service.engine import Engine, TranslateOptions, load_bundle
 
         variant = engine.split("-")[1].split("+")[0]
-        extra = {"lean_decoder": False} if "+decoder" in engine else {}  # older engines lack the option
+        extra = {"lean_decoder": False} if "+decoder" in engine else {}  # older engines lack the options
+        if "+own-arena" in engine:  # each session with an arena of its own (before item 15 of the speed log)
+            extra["shared_arena"] = False
         ort_engine = Engine(load_bundle(args["bundle"]), variant, "cpu", intra_op_threads=threads, **extra)
 
         def run(sources, limits, beam):
@@ -83,7 +86,7 @@ def _runner(engine: str, args: dict):
         compute_type = {"ct2-fp32": "float32", "ct2-int8": "int8"}[engine]
         runner = CT2Runner(ct2_dir, pieces, compute_type=compute_type, threads=threads)
         return lambda sources, limits, beam: runner.translate_ids(sources, limits, beam)
-    raise ValueError(f"unknown engine {engine!r}; choose from {ENGINES} (ort engines accept +decoder)")
+    raise ValueError(f"unknown engine {engine!r}; choose from {ENGINES} (ort engines accept +decoder, +own-arena)")
 
 
 def _worker(conn, engine: str, args: dict) -> None:

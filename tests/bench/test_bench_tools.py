@@ -206,3 +206,19 @@ def test_cache_gather_times_each_way_of_copying_the_cache_rows():
     t = timings(rows=8, width=4, calls=2)
     assert set(t) == {"take, whole width", "fancy, whole width", "take, first column cut", "fancy, first column cut"}
     assert all(us > 0 for us in t.values())
+
+
+def test_engine_memory_reads_columns_and_measures_each_arena_mode_in_a_fresh_process(tmp_path, tiny_bundle_dir):
+    from bench.engine_memory import measure, read_sentences
+
+    tsv = tmp_path / "pairs.txt"
+    tsv.write_text("".join(f"english {i}\tdeutsch {i}\tcc-by\n" for i in range(10)), encoding="utf-8")
+    assert read_sentences(f"{tsv}:1", 5) == [f"deutsch {i}" for i in range(0, 10, 2)]
+    plain = tmp_path / "plain.de"
+    plain.write_text("eins\n\nzwei\ndrei\n", encoding="utf-8")
+    assert read_sentences(str(plain), 10) == ["eins", "zwei", "drei"]
+    models = [(str(tiny_bundle_dir), list(SAMPLE_SENTENCES))]
+    for shared in (True, False):
+        result = measure(models, "int8", beam=2, batch=2, shared=shared)
+        assert len(result["peaks"]) == 2 and 0 < result["peaks"][0] <= result["peaks"][1]
+        assert result["cpu"] > 0
