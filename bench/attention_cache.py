@@ -11,7 +11,9 @@ times one call of each, one thread, same shapes as the de-en model (4 heads x 64
 
 - ``mha``: MultiHeadAttention, numpy feeds, present returned (what the engine does now, minus the projections);
 - ``gqa-shared``: GroupQueryAttention on OrtValues bound once, past = present = a (rows, heads, max_len, d_head)
-  buffer, only ``seqlens_k`` and the query/key/value change between calls.
+  buffer, only ``seqlens_k`` and the query/key/value change between calls;
+- ``gqa-plain``: GroupQueryAttention fed like MultiHeadAttention (numpy past, a new present of past + 1 columns
+  returned): its kernel without the in-place cache, which the engine could use without I/O binding.
 
 It prints microseconds per call and the ratio; the engine-level effect would be that difference times the
 decoder's layers per step (3), against the step times in docs/engine-speed-log.md.
@@ -122,6 +124,25 @@ def time_gqa(rows: int, past: int, calls: int, rng: np.random.Generator, max_len
     return (time.process_time() - started) / calls * 1e6
 
 
+def time_gqa_plain(rows: int, past: int, calls: int, rng: np.random.Generator) -> float:
+    session = _session("gqa")
+    feeds = {n: rng.standard_normal((rows, 1, D), dtype=np.float32) for n in ("query", "key", "value")}
+    feeds["past_key"] = rng.standard_normal((rows, HEADS, past, D_HEAD), dtype=np.float32)
+    feeds["past_value"] = rng.standard_normal((rows, HEADS, past, D_HEAD), dtype=np.float32)
+    feeds["seqlens_k"] = np.full(rows, past, np.int32)  # total length - 1, every row
+    feeds["total_sequence_length"] = np.array(past + 1, np.int32)
+    fetch = ["output", "present_key", "present_value"]
+    present = session.run(fetch, feeds)[1]
+    if present.shape != (rows, HEADS, past + 1, D_HEAD):
+        raise RuntimeError(f"GroupQueryAttention returned a present of {present.shape}, not past + 1 columns")
+    for _ in range(50):
+        session.run(fetch, feeds)
+    started = time.process_time()
+    for _ in range(calls):
+        session.run(fetch, feeds)
+    return (time.process_time() - started) / calls * 1e6
+
+
 def check_same(rows: int, past: int, rng: np.random.Generator) -> float:
     """Max abs difference of the two kernels' outputs on the same cache (GQA right-padded in a wider buffer)."""
     import onnxruntime as ort
@@ -169,13 +190,17 @@ def main(argv: list[str] | None = None) -> int:
     rng = np.random.default_rng(0)
     print(f"onnxruntime {ort.__version__}, 1 thread, {cpu_model()}; CPU us per call, median of 3")
     print(f"outputs agree: max abs diff {check_same(4, 10, rng):.2e} (4 rows, 10 cached)")
-    print("| rows | cached | MultiHeadAttention (past -> present) | GroupQueryAttention (shared buffer) | gqa / mha |")
-    print("|---:|---:|---:|---:|---:|")
+    print(
+        "| rows | cached | MultiHeadAttention (past -> present) | GroupQueryAttention (shared buffer) | gqa / mha "
+        "| GroupQueryAttention (past -> present) | plain gqa / mha |"
+    )
+    print("|---:|---:|---:|---:|---:|---:|---:|")
     for rows in args.rows:
         for past in args.past:
             mha = sorted(time_mha(rows, past, args.calls, rng) for _ in range(3))[1]
             gqa = sorted(time_gqa(rows, past, args.calls, rng) for _ in range(3))[1]
-            print(f"| {rows} | {past} | {mha:.1f} | {gqa:.1f} | {gqa / mha:.2f}x |")
+            plain = sorted(time_gqa_plain(rows, past, args.calls, rng) for _ in range(3))[1]
+            print(f"| {rows} | {past} | {mha:.1f} | {gqa:.1f} | {gqa / mha:.2f}x | {plain:.1f} | {plain / mha:.2f}x |")
     return 0
 
 

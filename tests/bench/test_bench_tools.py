@@ -222,3 +222,14 @@ def test_engine_memory_reads_columns_and_measures_each_arena_mode_in_a_fresh_pro
         result = measure(models, "int8", beam=2, batch=2, shared=shared)
         assert len(result["peaks"]) == 2 and 0 < result["peaks"][0] <= result["peaks"][1]
         assert result["cpu"] > 0
+
+
+def test_attention_cache_times_both_kernels_and_both_ways_of_feeding_the_cache(capsys):
+    from bench.attention_cache import main
+
+    assert main(["--rows", "2", "--past", "3", "--calls", "2"]) == 0
+    out = capsys.readouterr().out
+    diff = float(out.split("max abs diff ")[1].split()[0])
+    assert diff < 1e-4  # the two kernels compute the same attention
+    row = [cell.strip() for cell in out.strip().splitlines()[-1].strip("|").split("|")]
+    assert row[:2] == ["2", "3"] and len(row) == 7 and all(float(c.rstrip("x")) > 0 for c in row[2:])
