@@ -95,14 +95,16 @@ def main(argv: list[str] | None = None) -> int:
     names = [Path(b).parent.name + "/" + Path(b).name for b, _ in models]
     print(f"{args.variant}, beam {args.beam}, batch {args.batch}, {args.limit} sentences per model,", end=" ")
     print(f"median of {args.repeats} processes per mode")
-    print("| arenas | peak RSS loaded MiB | " + " | ".join(f"after {n} MiB" for n in names) + " | CPU s |")
-    print("|---|---:|" + "---:|" * len(names) + "---:|")
+    after = " | ".join(f"after {n} MiB" for n in names)
+    print(f"| arenas | peak RSS loaded MiB | {after} | CPU s | CPU s, each repeat |")
+    print("|---|---:|" + "---:|" * len(names) + "---:|---|")
     medians = {}
     for mode, results in runs.items():
         peaks = [statistics.median(r["peaks"][i] for r in results) for i in range(len(models) + 1)]
         medians[mode] = peaks[-1]
         cpu = statistics.median(r["cpu"] for r in results)
-        print(f"| {mode} | " + " | ".join(f"{p:.0f}" for p in peaks) + f" | {cpu:.2f} |")
+        each = " / ".join(f"{r['cpu']:.2f}" for r in results)
+        print(f"| {mode} | " + " | ".join(f"{p:.0f}" for p in peaks) + f" | {cpu:.2f} | {each} |")
     print(f"final peak, shared / own: {medians['shared arena'] / medians['own arenas']:.2f}x")
     return 0
 
