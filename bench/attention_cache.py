@@ -80,22 +80,31 @@ def _session(op: str):
     return ort.InferenceSession(_model(op).SerializeToString(), options, providers=["CPUExecutionProvider"])
 
 
-def time_mha(rows: int, past: int, calls: int, rng: np.random.Generator) -> float:
-    session = _session("mha")
-    qkv = {n: rng.standard_normal((rows, 1, D), dtype=np.float32) for n in ("query", "key", "value")}
-    feeds = {
-        **qkv,
-        "mask": np.ones((rows, past + 1), np.int32),
-        "past_key": rng.standard_normal((rows, HEADS, past, D_HEAD), dtype=np.float32),
-        "past_value": rng.standard_normal((rows, HEADS, past, D_HEAD), dtype=np.float32),
-    }
-    fetch = ["output", "present_key", "present_value"]
+def _cpu_us_per_call(call, calls: int) -> float:
+    """CPU microseconds per call of ``call()``, after 50 warm-up calls."""
     for _ in range(50):
-        session.run(fetch, feeds)
+        call()
     started = time.process_time()
     for _ in range(calls):
-        session.run(fetch, feeds)
+        call()
     return (time.process_time() - started) / calls * 1e6
+
+
+def _step_feeds(rows: int, past: int, rng: np.random.Generator) -> dict[str, np.ndarray]:
+    """One new token's query/key/value per row and a cache of ``past`` tokens, as numpy feeds."""
+    feeds = {n: rng.standard_normal((rows, 1, D), dtype=np.float32) for n in ("query", "key", "value")}
+    feeds["past_key"] = rng.standard_normal((rows, HEADS, past, D_HEAD), dtype=np.float32)
+    feeds["past_value"] = rng.standard_normal((rows, HEADS, past, D_HEAD), dtype=np.float32)
+    return feeds
+
+
+FETCH = ["output", "present_key", "present_value"]
+
+
+def time_mha(rows: int, past: int, calls: int, rng: np.random.Generator) -> float:
+    session = _session("mha")
+    feeds = {**_step_feeds(rows, past, rng), "mask": np.ones((rows, past + 1), np.int32)}
+    return _cpu_us_per_call(lambda: session.run(FETCH, feeds), calls)
 
 
 def time_gqa(rows: int, past: int, calls: int, rng: np.random.Generator, max_len: int = 128) -> float:
@@ -116,31 +125,18 @@ def time_gqa(rows: int, past: int, calls: int, rng: np.random.Generator, max_len
     binding.bind_output("output")
     binding.bind_ortvalue_output("present_key", k_value)
     binding.bind_ortvalue_output("present_value", v_value)
-    for _ in range(50):
-        session.run_with_iobinding(binding)
-    started = time.process_time()
-    for _ in range(calls):
-        session.run_with_iobinding(binding)
-    return (time.process_time() - started) / calls * 1e6
+    return _cpu_us_per_call(lambda: session.run_with_iobinding(binding), calls)
 
 
 def time_gqa_plain(rows: int, past: int, calls: int, rng: np.random.Generator) -> float:
     session = _session("gqa")
-    feeds = {n: rng.standard_normal((rows, 1, D), dtype=np.float32) for n in ("query", "key", "value")}
-    feeds["past_key"] = rng.standard_normal((rows, HEADS, past, D_HEAD), dtype=np.float32)
-    feeds["past_value"] = rng.standard_normal((rows, HEADS, past, D_HEAD), dtype=np.float32)
+    feeds = _step_feeds(rows, past, rng)
     feeds["seqlens_k"] = np.full(rows, past, np.int32)  # total length - 1, every row
     feeds["total_sequence_length"] = np.array(past + 1, np.int32)
-    fetch = ["output", "present_key", "present_value"]
-    present = session.run(fetch, feeds)[1]
+    present = session.run(FETCH, feeds)[1]
     if present.shape != (rows, HEADS, past + 1, D_HEAD):
         raise RuntimeError(f"GroupQueryAttention returned a present of {present.shape}, not past + 1 columns")
-    for _ in range(50):
-        session.run(fetch, feeds)
-    started = time.process_time()
-    for _ in range(calls):
-        session.run(fetch, feeds)
-    return (time.process_time() - started) / calls * 1e6
+    return _cpu_us_per_call(lambda: session.run(FETCH, feeds), calls)
 
 
 def check_same(rows: int, past: int, rng: np.random.Generator) -> float:
