@@ -18,6 +18,11 @@ class Hypothesis:
     score: float  # sum of log-probs (EOS included when generated)
     normalized: float  # score / length penalty (equals score for greedy)
 
+    @classmethod
+    def beam(cls, tokens: list[int], score: float, length: int, alpha: float) -> Hypothesis:
+        """A beam hypothesis: normalized = score / length_penalty(length, alpha), length counting a generated EOS."""
+        return cls(tokens, score, score / length_penalty(length, alpha))
+
 
 def length_limits(src_lengths: list[int], max_positions: int, max_length: int | None = None) -> list[int]:
     """Generated tokens allowed per sentence: ``max_length`` if given, else 2 * (source length, EOS included)

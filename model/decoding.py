@@ -18,7 +18,7 @@ from __future__ import annotations
 import torch
 from torch import Tensor
 
-from core.search import Hypothesis, length_limits, length_penalty
+from core.search import Hypothesis, length_limits
 from model.transformer import Transformer
 
 
@@ -106,8 +106,7 @@ def beam_search(
                 row = b * k + beam
                 if token == cfg.eos_id:
                     if rank < k:
-                        normalized = score / length_penalty(step + 1, alpha)
-                        finished[b].append(Hypothesis(tokens[row, 1:].tolist(), score, normalized))
+                        finished[b].append(Hypothesis.beam(tokens[row, 1:].tolist(), score, step + 1, alpha))
                     continue
                 rows[b, filled], next_tokens[b, filled], next_scores[b, filled] = row, token, score
                 filled += 1
@@ -119,7 +118,7 @@ def beam_search(
                 for beam in range(k):
                     seq = tokens[int(rows[b, beam]), 1:].tolist() + [int(next_tokens[b, beam])]
                     score = float(next_scores[b, beam])
-                    finished[b].append(Hypothesis(seq, score, score / length_penalty(len(seq), alpha)))
+                    finished[b].append(Hypothesis.beam(seq, score, len(seq), alpha))
                 done[b] = True
         if all(done):
             break

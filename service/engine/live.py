@@ -27,7 +27,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from core.graphs import MAX_TOP_K_KEY, step_interface, step_present_names
-from core.search import Hypothesis, length_limits, length_penalty
+from core.search import Hypothesis, length_limits
 from core.tokenizer import BOS_ID, EOS_ID
 from service.engine.engine import Engine, TranslateOptions, Translation
 from service.engine.reorder import ReorderBuffers
@@ -462,7 +462,7 @@ class LiveBatch:
                 next_rows[i].tolist(), next_ids[i].tolist(), next_scores[i].tolist(), strict=True
             ):
                 seq = self.history[row, width - t[i] : width].tolist() + [token]
-                s.finished.append(Hypothesis(seq, score, score / length_penalty(len(seq), s.options.length_penalty)))
+                s.finished.append(Hypothesis.beam(seq, score, len(seq), s.options.length_penalty))
         still = ~(done | at_limit)
         for i in np.flatnonzero(~still).tolist():
             s = group.sentences[i]
@@ -487,7 +487,7 @@ class LiveBatch:
         for i, row, score in ended:
             s = group.sentences[i]
             seq = self.history[group.offset + row, width - t[i] : width].tolist()
-            s.finished.append(Hypothesis(seq, score, score / length_penalty(int(t[i]) + 1, s.options.length_penalty)))
+            s.finished.append(Hypothesis.beam(seq, score, int(t[i]) + 1, s.options.length_penalty))
             group.ended[i] += 1
         return group.offset + rows, tokens, scores
 
@@ -499,7 +499,7 @@ class LiveBatch:
         ended, going = rank_one(group.score[0].tolist(), lps.tolist(), ids.tolist(), k, EOS_ID)
         for beam, score in ended:
             seq = self.history[group.offset + beam, width - t : width].tolist()
-            s.finished.append(Hypothesis(seq, score, score / length_penalty(t + 1, s.options.length_penalty)))
+            s.finished.append(Hypothesis.beam(seq, score, t + 1, s.options.length_penalty))
         group.ended[0] += len(ended)
         rows = np.array([[group.offset + beam for beam, _, _ in going]], dtype=np.int64)
         tokens = np.array([[token for _, token, _ in going]], dtype=np.int64)

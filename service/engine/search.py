@@ -14,7 +14,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from core.search import Hypothesis, length_penalty
+from core.search import Hypothesis
 
 # step(tokens (rows, 1), rows) -> log_probs (rows, vocab), or the rows' best candidates (TopCandidates);
 # ``rows`` selects and orders the cache rows (indices into the previous call's rows) before the step.
@@ -145,7 +145,7 @@ def beam_search(
         top = _beam_candidates(step(last, rows), k)  # (active*k, c), c >= 2k
         ended, next_rows, next_ids, next_scores = rank(beam_scores, top.log_probs, top.ids, k, eos)
         for i, row, score in ended:
-            finished[active[i]].append(Hypothesis(history[row].tolist(), score, score / length_penalty(t + 1, alpha)))
+            finished[active[i]].append(Hypothesis.beam(history[row].tolist(), score, t + 1, alpha))
             n_finished[active[i]] += 1
         done = n_finished[active] >= k
         at_limit = ~done & (t + 1 >= limit[active])
@@ -154,7 +154,7 @@ def beam_search(
                 next_rows[i].tolist(), next_ids[i].tolist(), next_scores[i].tolist(), strict=True
             ):
                 seq = history[row].tolist() + [token]
-                finished[active[i]].append(Hypothesis(seq, score, score / length_penalty(len(seq), alpha)))
+                finished[active[i]].append(Hypothesis.beam(seq, score, len(seq), alpha))
         still = ~(done | at_limit)
         if not still.any():
             break
@@ -234,13 +234,13 @@ def _beam_one(step: StepFn, limit: int, bos: int, eos: int, k: int, alpha: float
         top = _beam_candidates(step(last, rows), k)
         ended, going = rank_one(scores, top.log_probs.tolist(), top.ids.tolist(), k, eos)
         for beam, score in ended:
-            finished.append(Hypothesis(history[beam][:], score, score / length_penalty(t + 1, alpha)))
+            finished.append(Hypothesis.beam(history[beam][:], score, t + 1, alpha))
         if len(finished) >= k:
             break
         if t + 1 >= limit:  # length limit: the live hypotheses end as they are
             for beam, token, score in going:
                 seq = [*history[beam], token]
-                finished.append(Hypothesis(seq, score, score / length_penalty(len(seq), alpha)))
+                finished.append(Hypothesis.beam(seq, score, len(seq), alpha))
             break
         history = [[*history[beam], token] for beam, token, _ in going]
         scores = [score for _, _, score in going]
