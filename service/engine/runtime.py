@@ -19,9 +19,9 @@ class ProviderError(RuntimeError):
 
 # Every CPU session of the process allocates from one onnxruntime arena (its "environment allocator") instead of an
 # arena of its own. An arena never gives memory back and grows by doubling, so each session's arena kept its own
-# peak: with two models loaded, 238 MiB peak RSS against 185 MiB shared; one model 190 against 172, at the same CPU
-# time (docs/engine-speed-log.md, item 15). The arena's settings are onnxruntime's defaults (-1 each; an initial chunk
-# of 0 bytes makes the arena spin forever).
+# peak: with two models loaded, 229 MiB peak RSS against 186 MiB shared (bench/engine_memory.py); one model 192
+# against 174 (bench/engine.py), at the same CPU time (docs/engine-speed-log.md, item 15). The arena's settings are
+# onnxruntime's defaults (-1 each; an initial chunk of 0 bytes makes the arena spin forever).
 USE_ENV_ALLOCATORS = "session.use_env_allocators"
 _shared_arena_lock = threading.Lock()
 _shared_arena_registered = False
