@@ -93,6 +93,15 @@ def cmd_mix(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_prepare(args: argparse.Namespace) -> int:
+    from model.prepare import Recipe, prepare, table
+
+    manifest = prepare(Recipe.load(args.recipe), args.data, args.out)
+    print(table(manifest))
+    print(f"wrote {args.out}/prepare.json", file=sys.stderr)
+    return 0
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m model.cli", description=__doc__)
     sub = parser.add_subparsers(dest="command", required=True)
@@ -141,6 +150,14 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--target", required=True, help="target language code, e.g. en")
     p.add_argument("--out", required=True, help="folder for train/val (mixed) and <corpus>.<split> files")
     p.set_defaults(func=cmd_mix)
+
+    p = sub.add_parser(
+        "prepare", help="normalise, filter, de-duplicate, split and mix corpora by a recipe (model/prepare.py)"
+    )
+    p.add_argument("--recipe", required=True, help="recipe JSON, e.g. configs/data/general.json")
+    p.add_argument("--data", required=True, help="folder the recipe's corpus paths are relative to")
+    p.add_argument("--out", required=True, help="training folder to write (train/val, <corpus>.<split> files)")
+    p.set_defaults(func=cmd_prepare)
 
     args = parser.parse_args(argv)
     return args.func(args)

@@ -14,6 +14,8 @@ import json
 from dataclasses import dataclass
 from pathlib import Path
 
+from model.data import read_lines
+
 SPLITS = ("train", "val", "test")
 
 
@@ -27,7 +29,7 @@ class Pair:
 def read_tatoeba(path: str | Path) -> list[Pair]:
     """Pairs of a Tatoeba file; a byte-order mark and lines without a translation are skipped."""
     pairs = []
-    for line in Path(path).read_text(encoding="utf-8-sig").splitlines():
+    for line in read_lines(path, encoding="utf-8-sig"):
         fields = line.split("\t")
         if len(fields) < 2 or not fields[0].strip() or not fields[1].strip():
             continue

@@ -12,6 +12,14 @@ from torch import Tensor
 from model.tokenizer import BOS_ID, EOS_ID, PAD_ID, Tokenizer
 
 
+def read_lines(path: str | Path, encoding: str = "utf-8") -> list[str]:
+    """The lines of a text file, split at "\\n" only. ``str.splitlines`` also splits at U+2028, U+0085 and
+    the \\x1c-\\x1e separators, which occur inside news sentences: newstest2009 de-en has eight, and split that
+    way its German side ran eight lines ahead of the English from line ~1,400 on."""
+    text = Path(path).read_text(encoding=encoding)
+    return text[:-1].split("\n") if text.endswith("\n") else (text.split("\n") if text else [])
+
+
 def read_parallel(data_dir: str | Path, prefix: str, src_lang: str, tgt_lang: str) -> tuple[list[str], list[str]]:
     """Line N of ``prefix.src_lang`` is the translation of line N of ``prefix.tgt_lang``."""
     data_dir = Path(data_dir)
@@ -19,8 +27,7 @@ def read_parallel(data_dir: str | Path, prefix: str, src_lang: str, tgt_lang: st
     for path in (src_path, tgt_path):
         if not path.is_file():
             raise FileNotFoundError(f"corpus file not found: {path}")
-    src = src_path.read_text(encoding="utf-8").splitlines()
-    tgt = tgt_path.read_text(encoding="utf-8").splitlines()
+    src, tgt = read_lines(src_path), read_lines(tgt_path)
     if len(src) != len(tgt):
         raise ValueError(f"{src_path} has {len(src)} lines but {tgt_path} has {len(tgt)}")
     return src, tgt

@@ -1,0 +1,311 @@
+"""Data preparation: corpora in, one training folder out, every count recorded (``python -m model.cli prepare``).
+
+A recipe (JSON, e.g. ``configs/data/general.json``) names the corpora, how to read each, which of its files
+are validation or test, and its weight in the training mix. The steps, in order, each counted per corpus:
+
+1. read: ``parallel`` (``<file>.<src>`` / ``<file>.en`` line pairs), ``tatoeba`` (``English TAB other``) or
+   ``cedict`` (CC-CEDICT entries as headword -> first plain English gloss);
+2. split: the recipe's val / test files, or a hash band of the English side (``held_out`` pairs each, as
+   ``model.cli split`` does), the rest train;
+3. normalise (model/normalize.py): NFC, ASCII quotes, whitespace, Chinese in Simplified script;
+4. filter (training pairs only; validation and test sets stay whole): an empty side, a side over
+   ``max_chars``, a target/source length ratio outside the source language's band, a target that copies a
+   long source (files are split at "\\n" only: model/data.py ``read_lines``);
+5. de-duplicate: a training pair seen before (in any corpus) is dropped, and so is every training pair whose
+   source, or whose long target, is a validation or test sentence of any corpus (no leak into evaluation);
+6. mix: each corpus's training pairs repeated ``weight`` times (a fraction takes a deterministic sample),
+   shuffled; a validation sample of ``valid_sample`` pairs per corpus for the checks during training.
+
+Output: ``train.<s>`` / ``train.en`` and ``val.<s>`` / ``val.en`` (``<s>`` is the source language, or
+``src`` when the corpora have several), ``<corpus>.<split>.<lang>`` for every split of every corpus (what
+``evaluate --split <corpus>.<split>`` scores), and ``prepare.json`` with the recipe and every count.
+The same recipe and inputs give byte-identical output.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import random
+import re
+from collections import Counter
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from model.corpus_split import read_tatoeba, split_of
+from model.data import read_lines, read_parallel
+from model.normalize import normalize_for
+
+TARGET = "en"
+SPLITS = ("train", "val", "test")
+# target chars / source chars, 0.1% - 99.9% of the clean corpora (Multi30k, Tatoeba, TICO-19) widened a little
+RATIO_BANDS = {"de": (0.4, 2.5), "zh": (0.9, 12.0)}
+RATIO_MIN_CHARS = 16  # shorter pairs ("Hi." / "Hallo!") are not ratio-checked
+COPY_MIN_CHARS = 16
+
+
+@dataclass
+class CorpusSpec:
+    name: str
+    source: str
+    reader: str  # parallel | tatoeba | cedict
+    path: str
+    weight: float = 1.0
+    files: list[str] | str = "*"  # parallel: file stems of the training split ("*": every stem not val/test)
+    val: list[str] = field(default_factory=list)  # parallel: stems that are the validation split
+    test: list[str] = field(default_factory=list)
+    held_out: int = 0  # pairs each in val and test by a hash band of the English side (when no stems say)
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> CorpusSpec:
+        spec = cls(**data)
+        if spec.reader not in ("parallel", "tatoeba", "cedict"):
+            raise ValueError(f"corpus {spec.name}: unknown reader {spec.reader!r}")
+        if spec.weight < 0:
+            raise ValueError(f"corpus {spec.name}: weight must be >= 0")
+        return spec
+
+
+@dataclass
+class Recipe:
+    name: str
+    corpora: list[CorpusSpec]
+    valid_sample: int = 400
+    max_chars: int = 500
+    seed: int = 1
+    simplify_chinese: bool = True
+
+    @classmethod
+    def load(cls, path: str | Path) -> Recipe:
+        data = json.loads(Path(path).read_text())
+        corpora = [CorpusSpec.from_dict(c) for c in data.pop("corpora")]
+        names = [c.name for c in corpora]
+        if len(set(names)) != len(names):
+            raise ValueError(f"corpus names repeat: {names}")
+        return cls(corpora=corpora, **data)
+
+    @property
+    def sources(self) -> list[str]:
+        return sorted({c.source for c in self.corpora})
+
+    @property
+    def mixed_suffix(self) -> str:
+        return self.sources[0] if len(self.sources) == 1 else "src"
+
+
+Pairs = list[tuple[str, str]]
+
+
+# --- 1-2: reading and splitting ------------------------------------------------------------------------
+
+
+def read_corpus(spec: CorpusSpec, root: Path) -> dict[str, Pairs]:
+    """The corpus's pairs by split, as read (not yet normalised)."""
+    path = root / spec.path
+    if spec.reader == "tatoeba":
+        return _hash_split([(p.other, p.english) for p in read_tatoeba(path)], spec.held_out)
+    if spec.reader == "cedict":
+        return {"train": read_cedict(path)}
+    if not any(path.glob(f"*.{spec.source}")):
+        raise FileNotFoundError(f"corpus {spec.name}: no *.{spec.source} files in {path}")
+    out = {
+        "train": _read_stems(path, _train_stems(spec, root), spec.source),
+        "val": _read_stems(path, spec.val, spec.source),
+        "test": _read_stems(path, spec.test, spec.source),
+    }
+    if spec.held_out and not spec.val and not spec.test:
+        out = _hash_split(out["train"], spec.held_out)
+    return out
+
+
+def _read_stems(folder: Path, stems: list[str], source: str) -> Pairs:
+    pairs: Pairs = []
+    for stem in stems:
+        src, tgt = read_parallel(folder, stem, source, TARGET)
+        pairs.extend(zip(src, tgt, strict=True))
+    return pairs
+
+
+def _hash_split(pairs: Pairs, held_out: int) -> dict[str, Pairs]:
+    fraction = held_out / max(len(pairs), 1)
+    out: dict[str, Pairs] = {s: [] for s in SPLITS}
+    for src, tgt in pairs:
+        out[split_of(tgt.strip(), fraction, fraction)].append((src, tgt))
+    return out
+
+
+_PAREN = re.compile(r"\s*\([^)]*\)")
+_SKIP_GLOSS = re.compile(
+    r"^(variant of|old variant|archaic variant|japanese variant|erhua variant|see |surname |cl:|used in |"
+    r"abbr\. |also written|also pr\.|pr\. |radical |classifier|\(old\)|\(archaic\)|sb |sth )",
+    re.IGNORECASE,
+)
+
+
+def read_cedict(path: Path) -> Pairs:
+    """CC-CEDICT as pairs: the Simplified headword and its first plain gloss (no variant, surname, classifier
+    or cross-reference notes; parenthetical remarks dropped; glosses over 60 characters skipped)."""
+    pairs: Pairs = []
+    for line in read_lines(path):
+        if line.startswith("#") or "/" not in line:
+            continue
+        head, _, glosses = line.partition("/")
+        words = head.split(" ")
+        if len(words) < 2 or not any("\u4e00" <= ch <= "\u9fff" for ch in words[1]):
+            continue
+        for gloss in glosses.split("/"):
+            gloss = _PAREN.sub("", gloss).strip()
+            if gloss and not _SKIP_GLOSS.match(gloss) and len(gloss) <= 60 and "|" not in gloss:
+                pairs.append((words[1], gloss))
+                break
+    return pairs
+
+
+# --- 3-4: normalising and filtering --------------------------------------------------------------------
+
+
+def _outside_band(src: str, tgt: str, source: str) -> bool:
+    if max(len(src), len(tgt)) < RATIO_MIN_CHARS:
+        return False
+    low, high = RATIO_BANDS.get(source, (0.4, 2.5))
+    return not low <= len(tgt) / max(len(src), 1) <= high
+
+
+def clean(pairs: Pairs, source: str, recipe: Recipe, counts: Counter) -> Pairs:
+    """Normalised pairs that pass the filters; ``counts`` gets one entry per reason a pair was dropped."""
+    kept: Pairs = []
+    for raw_src, raw_tgt in pairs:
+        src = normalize_for(raw_src, source, recipe.simplify_chinese)
+        tgt = normalize_for(raw_tgt, TARGET)
+        if not src or not tgt:
+            counts["empty"] += 1
+        elif len(src) > recipe.max_chars or len(tgt) > recipe.max_chars:
+            counts["too_long"] += 1
+        elif src == tgt and len(src) >= COPY_MIN_CHARS:
+            counts["copy"] += 1
+        elif _outside_band(src, tgt, source):
+            counts["ratio"] += 1
+        else:
+            kept.append((src, tgt))
+    return kept
+
+
+def normalized(pairs: Pairs, source: str, recipe: Recipe) -> Pairs:
+    """Validation and test pairs: normalised, never filtered (an evaluation set stays whole)."""
+    return [(normalize_for(s, source, recipe.simplify_chinese), normalize_for(t, TARGET)) for s, t in pairs]
+
+
+# --- 5-6: de-duplication and the mix -------------------------------------------------------------------
+
+
+def _weighted(pairs: Pairs, weight: float, seed: str) -> Pairs:
+    whole, fraction = int(weight), weight - int(weight)
+    extra = [p for p in pairs if _unit(seed + p[0] + "\t" + p[1]) < fraction]
+    return pairs * whole + extra
+
+
+def _unit(text: str) -> float:
+    return int.from_bytes(hashlib.sha256(text.encode("utf-8")).digest()[:8], "big") / 2**64
+
+
+def _spread_sample(pairs: Pairs, n: int) -> Pairs:
+    """``n`` pairs evenly spread over the list (documents stay represented), all when there are fewer."""
+    if len(pairs) <= n:
+        return list(pairs)
+    return [pairs[i * len(pairs) // n] for i in range(n)]
+
+
+def prepare(recipe: Recipe, root: str | Path, out: str | Path) -> dict[str, Any]:
+    root, out = Path(root), Path(out)
+    out.mkdir(parents=True, exist_ok=True)
+    cleaned: dict[str, dict[str, Pairs]] = {}
+    report: dict[str, Any] = {}
+    for spec in recipe.corpora:
+        dropped: Counter = Counter()
+        splits = read_corpus(spec, root)
+        read_counts = {s: len(p) for s, p in splits.items()}
+        cleaned[spec.name] = {
+            split: clean(pairs, spec.source, recipe, dropped)
+            if split == "train"
+            else normalized(pairs, spec.source, recipe)
+            for split, pairs in splits.items()
+        }
+        report[spec.name] = {"source": spec.source, "weight": spec.weight, "read": read_counts, "dropped": dropped}
+
+    held_src = {s for c in cleaned.values() for split in ("val", "test") for s, _ in c.get(split, [])}
+    held_tgt = {t for c in cleaned.values() for split in ("val", "test") for _, t in c.get(split, []) if len(t) >= 20}
+    seen: set[tuple[str, str]] = set()
+    mixed: Pairs = []
+    valid: Pairs = []
+    for spec in recipe.corpora:
+        counts = report[spec.name]
+        train: Pairs = []
+        for pair in cleaned[spec.name]["train"]:
+            if pair[0] in held_src or pair[1] in held_tgt:
+                counts["dropped"]["in_val_or_test"] += 1
+            elif pair in seen:
+                counts["dropped"]["duplicate"] += 1
+            else:
+                seen.add(pair)
+                train.append(pair)
+        cleaned[spec.name]["train"] = train
+        for split, pairs in cleaned[spec.name].items():
+            if pairs:
+                _write(out, f"{spec.name}.{split}", spec.source, pairs)
+        counts["kept"] = {s: len(p) for s, p in cleaned[spec.name].items() if p or s == "train"}
+        in_mix = _weighted(train, spec.weight, f"{recipe.seed}:{spec.name}:")
+        counts["in_mix"] = len(in_mix)
+        counts["target_words_in_mix"] = sum(len(t.split()) for _, t in in_mix)
+        counts["dropped"] = dict(sorted(counts["dropped"].items()))
+        mixed.extend(in_mix)
+        valid.extend(_spread_sample(cleaned[spec.name].get("val", []), recipe.valid_sample))
+    random.Random(recipe.seed).shuffle(mixed)
+    _write(out, "train", recipe.mixed_suffix, mixed)
+    _write(out, "val", recipe.mixed_suffix, valid)
+    manifest = {
+        "recipe": recipe.name,
+        "data_root": str(root),
+        "source_suffix": recipe.mixed_suffix,
+        "corpora": report,
+        "train": len(mixed),
+        "val": len(valid),
+        "rules": {
+            "ratio_bands": RATIO_BANDS,
+            "ratio_min_chars": RATIO_MIN_CHARS,
+            "max_chars": recipe.max_chars,
+            "simplify_chinese": recipe.simplify_chinese,
+        },
+    }
+    (out / "prepare.json").write_text(json.dumps(manifest, indent=2, ensure_ascii=False) + "\n")
+    return manifest
+
+
+def _train_stems(spec: CorpusSpec, root: Path) -> list[str]:
+    path = root / spec.path
+    stems = sorted(p.name[: -len(spec.source) - 1] for p in path.glob(f"*.{spec.source}"))
+    return [s for s in stems if s not in spec.val + spec.test] if spec.files == "*" else list(spec.files)
+
+
+def _write(out: Path, prefix: str, source: str, pairs: Pairs) -> None:
+    (out / f"{prefix}.{source}").write_text("".join(s + "\n" for s, _ in pairs), encoding="utf-8")
+    (out / f"{prefix}.{TARGET}").write_text("".join(t + "\n" for _, t in pairs), encoding="utf-8")
+
+
+def table(manifest: dict[str, Any]) -> str:
+    """The counts as a Markdown table (the model card's data table)."""
+    rows = [
+        "| corpus | source | read (train/val/test) | dropped | kept (train/val/test) | weight | pairs in mix |"
+        " target words in mix |",
+        "|---|---|---|---|---|---:|---:|---:|",
+    ]
+    for name, c in manifest["corpora"].items():
+        read = "/".join(str(c["read"].get(s, 0)) for s in SPLITS)
+        kept = "/".join(str(c["kept"].get(s, 0)) for s in SPLITS)
+        dropped = ", ".join(f"{k} {v}" for k, v in c["dropped"].items() if v) or "-"
+        rows.append(
+            f"| {name} | {c['source']} | {read} | {dropped} | {kept} | {c['weight']} | {c['in_mix']:,} |"
+            f" {c['target_words_in_mix']:,} |"
+        )
+    rows.append(f"| **mix** | | | | | | **{manifest['train']:,}** | |")
+    return "\n".join(rows)
