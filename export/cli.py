@@ -32,6 +32,14 @@ def cmd_export(args: argparse.Namespace) -> int:
         return 2
     commit = git_commit()  # before anything is written: the bundle may live inside the repository
     model, meta = load_release(args.model)
+    run = meta.get("run", {})
+    source_language = args.source_language or run.get("source_lang", "de")
+    if source_language == "src":
+        print(
+            f"{args.model} was trained on several source languages: name the bundle's with --source-language",
+            file=sys.stderr,
+        )
+        return 2
     out = Path(args.out)
     if out.exists():
         if not args.force:
@@ -41,7 +49,6 @@ def cmd_export(args: argparse.Namespace) -> int:
     started = time.time()
     paths = export_graphs(model, out / "fp32", decoder_step=True)
     shutil.copy(Path(args.model) / TOKENIZER_FILE, out / TOKENIZER_FILE)
-    run = meta.get("run", {})
     training = {"run": run, "summary": meta.get("training", {}), "source_checkpoint": str(args.model)}
     evaluation = Path(args.model) / "evaluation.json"
     if evaluation.exists():
@@ -52,8 +59,8 @@ def cmd_export(args: argparse.Namespace) -> int:
             out,
             name=args.name,
             version=args.version,
-            source_language=run.get("source_lang", args.source_language),
-            target_language=run.get("target_lang", args.target_language),
+            source_language=source_language,
+            target_language=args.target_language or run.get("target_lang", "en"),
             model_config=model.cfg.to_dict(),
             parameters=model.num_parameters(),
             variants=variants,
@@ -204,8 +211,11 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--name", required=True)
     p.add_argument("--version", type=int, default=1)
     p.add_argument("--variants", nargs="+", default=["fp32", "int8"], choices=VARIANTS)
-    p.add_argument("--source-language", default="de")
-    p.add_argument("--target-language", default="en")
+    p.add_argument(
+        "--source-language",
+        help="the bundle's source language (default: the model's; required for a model of several sources)",
+    )
+    p.add_argument("--target-language", help="the bundle's target language (default: the model's)")
     p.add_argument(
         "--calibration-data",
         help="source-language sentences, one per line, that fix the int8 activation scales (needed for int8)",

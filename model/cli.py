@@ -11,7 +11,7 @@ import torch
 
 from model.checkpoint import TOKENIZER_FILE, load_release
 from model.config import RunConfig
-from model.data import read_parallel
+from model.data import read_parallel, split_language
 from model.evaluate import evaluate, translate
 from model.tokenizer import Tokenizer
 
@@ -45,7 +45,8 @@ def cmd_evaluate(args: argparse.Namespace) -> int:
     model, meta = load_release(args.model)
     tokenizer = Tokenizer(Path(args.model) / TOKENIZER_FILE)
     run = meta.get("run", {})
-    src_lang, tgt_lang = run.get("source_lang", "de"), run.get("target_lang", "en")
+    tgt_lang = run.get("target_lang", "en")
+    src_lang = split_language(args.data, args.split, args.source_lang or run.get("source_lang", "de"), tgt_lang)
     sources, references = read_parallel(args.data, args.split, src_lang, tgt_lang)
     if args.limit:
         sources, references = sources[: args.limit], references[: args.limit]
@@ -112,9 +113,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--out", required=True, help="run folder (checkpoints, log, curve, release/)")
     p.add_argument("--epochs", type=int, help="override the config's epochs")
     p.add_argument("--max-steps", type=int, help="override the config's max_steps")
-    p.add_argument(
-        "--val-limit", type=int, help="validation BLEU on the first N sentences only (a smoke run: 1-10)"
-    )
+    p.add_argument("--val-limit", type=int, help="validation BLEU on the first N sentences only (a smoke run: 1-10)")
     p.add_argument("--no-progress", action="store_true")
     p.set_defaults(func=cmd_train)
 
@@ -128,6 +127,9 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--hypotheses", help="write translations to <this>.beamN")
     p.add_argument("--limit", type=int, default=0, help="only the first N sentences of the split (0 = all)")
     p.add_argument("--threads", type=int, default=0)
+    p.add_argument(
+        "--source-lang", help="suffix of the split's source file (default: the model's, or the split's only one)"
+    )
     p.set_defaults(func=cmd_evaluate)
 
     p = sub.add_parser("translate", help="translate text arguments or stdin lines")

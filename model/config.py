@@ -98,6 +98,9 @@ class TrainConfig:
     epochs: int = 20
     max_steps: int = 0  # 0 = no step limit
     eval_every: int = 500  # steps between validation runs
+    # also write checkpoints/last.pt this often between validations (0: only at validations), so a run killed
+    # at the end of a session loses at most these minutes; such saves add nothing to the averaged checkpoints
+    save_minutes: float = 0.0
     keep_checkpoints: int = 5  # last N kept for averaging
     bleu_beam_size: int = 1  # beam used for validation BLEU (greedy is fast)
     bleu_max_sentences: int = 0  # 0 = the whole validation set

@@ -33,6 +33,22 @@ def read_parallel(data_dir: str | Path, prefix: str, src_lang: str, tgt_lang: st
     return src, tgt
 
 
+def split_language(data_dir: str | Path, prefix: str, preferred: str, target: str) -> str:
+    """The source-language suffix of a split: ``preferred`` when ``<prefix>.<preferred>`` exists, else the one
+    suffix beside the target's (a run of several source languages, ``src``, scores ``news-zh.val.zh``)."""
+    data_dir = Path(data_dir)
+    if (data_dir / f"{prefix}.{preferred}").is_file():
+        return preferred
+    suffixes = sorted(
+        p.name[len(prefix) + 1 :]
+        for p in data_dir.glob(f"{prefix}.*")
+        if "." not in p.name[len(prefix) + 1 :] and p.name[len(prefix) + 1 :] not in (target, "attribution")
+    )
+    if len(suffixes) != 1:
+        raise FileNotFoundError(f"no single source file for split {prefix!r} in {data_dir} (found {suffixes})")
+    return suffixes[0]
+
+
 @dataclass
 class Example:
     src: list[int]  # source ids + eos

@@ -228,13 +228,16 @@ class Trainer:
         self.train_seconds = float(state.get("train_seconds", _validation_span(self.history) or 0.0))
         _set_rng_state(state["rng"])
 
-    def save(self) -> None:
+    def save(self, last_only: bool = False) -> None:
+        """``last.pt`` (what resume reads) and, unless ``last_only``, ``step<N>.pt`` for the averaging."""
         if self.rank != 0:
             return
         self.ckpt_dir.mkdir(parents=True, exist_ok=True)
         state = self.state()
-        save_training_state(self.ckpt_dir / f"step{self.step:07d}.pt", state)
         save_training_state(self.ckpt_dir / "last.pt", state)
+        if last_only:
+            return
+        save_training_state(self.ckpt_dir / f"step{self.step:07d}.pt", state)
         kept = sorted(self.ckpt_dir.glob("step*.pt"))
         for old in kept[: -self.cfg.keep_checkpoints]:
             old.unlink()
@@ -314,6 +317,7 @@ class Trainer:
         total = self.total_steps()
         bar = tqdm(total=total, initial=self.step, disable=not self.progress, unit="step", mininterval=5)
         running, tokens, started = 0.0, 0, time.time()
+        last_save = started
         while self.epoch < self.cfg.epochs and self.step < total:
             batches = self.epoch_batches(self.epoch)
             for position in range(self.batch_in_epoch, len(batches)):
@@ -335,6 +339,14 @@ class Trainer:
                 bar.update(1)
                 if self.step % self.cfg.eval_every == 0:
                     self._checkpoint(running)
+                    last_save = time.time()
+                elif (
+                    self.step < total
+                    and self.cfg.save_minutes
+                    and time.time() - last_save >= 60 * self.cfg.save_minutes
+                ):
+                    self.save(last_only=True)
+                    last_save = time.time()
             else:
                 self.epoch, self.batch_in_epoch = self.epoch + 1, 0
         if not self.history or self.history[-1]["step"] != self.step:

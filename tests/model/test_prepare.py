@@ -140,3 +140,28 @@ def test_recipe_rejects_unknown_reader_repeated_names_and_unequal_files(tmp_path
     with pytest.raises(ValueError, match="lines"):
         cli_main(["prepare", "--recipe", str(_recipe(tmp_path / "ok.json")), "--data", str(tmp_path / "data"),
                   "--out", str(tmp_path / "out")])  # fmt: skip
+
+
+def test_split_language_finds_the_source_file_of_a_split(tmp_path: Path) -> None:
+    from model.data import split_language
+
+    for name in ("news-zh.val.zh", "news-zh.val.en", "val.src", "val.en", "t.val.de", "t.val.en", "t.val.attribution"):
+        (tmp_path / name).write_text("x\n")
+    assert split_language(tmp_path, "val", "src", "en") == "src"
+    assert split_language(tmp_path, "news-zh.val", "src", "en") == "zh"
+    assert split_language(tmp_path, "t.val", "src", "en") == "de"
+    with pytest.raises(FileNotFoundError, match="no single source file"):
+        split_language(tmp_path, "missing", "src", "en")
+
+
+def test_export_refuses_a_model_of_several_sources_without_a_bundle_language(tmp_path: Path, capsys) -> None:
+    from model_toys import tiny_config
+
+    from export.cli import main as export_main
+    from model.checkpoint import save_release
+    from model.transformer import Transformer
+
+    save_release(tmp_path / "m", Transformer(tiny_config()), {"run": {"source_lang": "src", "target_lang": "en"}})
+    code = export_main(["export", "--model", str(tmp_path / "m"), "--out", str(tmp_path / "b"), "--name", "x",
+                        "--variants", "fp32"])  # fmt: skip
+    assert code == 2 and "--source-language" in capsys.readouterr().err and not (tmp_path / "b").exists()

@@ -76,3 +76,48 @@ def test_a_vocab_size_that_does_not_match_the_tokenizer_is_rejected(corpus_dir, 
     run.model.vocab_size += 1
     with pytest.raises(ValueError, match="vocab_size"):
         Trainer.from_run(run, corpus_dir, tmp_path / "out", progress=False)
+
+
+def test_save_minutes_writes_last_between_validations_and_a_killed_run_resumes_from_it(
+    corpus_dir, tmp_path, monkeypatch
+):
+    import model.train as train_module
+
+    clock = [1000.0]
+    real_time = train_module.time.time
+
+    def fake_time() -> float:  # every call is a minute later: each step passes the one-minute mark
+        clock[0] += 60.0
+        return clock[0]
+
+    saves = []
+    trainer = Trainer.from_run(tiny_run(max_steps=4, save_minutes=1.0), corpus_dir, tmp_path / "a", progress=False)
+    original_save = trainer.save
+    trainer.save = lambda last_only=False: (saves.append((trainer.step, last_only)), original_save(last_only))[1]
+    monkeypatch.setattr(train_module.time, "time", fake_time)
+    trainer.train()
+    monkeypatch.setattr(train_module.time, "time", real_time)
+    # steps 1-3 save last.pt only; step 4 is the end of the run: validation, last.pt and step0000004.pt
+    assert saves == [(1, True), (2, True), (3, True), (4, False)]
+    assert sorted(p.name for p in (tmp_path / "a" / "checkpoints").glob("step*.pt")) == ["step0000004.pt"]
+
+    # a run killed after a minute-save resumes from that step, not from the last validation
+    killed = Trainer.from_run(tiny_run(max_steps=2, save_minutes=1.0), corpus_dir, tmp_path / "b", progress=False)
+    monkeypatch.setattr(train_module.time, "time", fake_time)
+    killed._train_started = real_time()
+    killed.cfg.max_steps = 100
+    steps = iter(range(3))
+    step = killed.train_step
+
+    def stop_after_two(batch):
+        if next(steps) == 2:
+            raise KeyboardInterrupt  # the session's end, between a save and the next validation
+        return step(batch)
+
+    killed.train_step = stop_after_two
+    with pytest.raises(KeyboardInterrupt):
+        killed._train()
+    monkeypatch.setattr(train_module.time, "time", real_time)
+    resumed = Trainer.from_run(tiny_run(max_steps=100), corpus_dir, tmp_path / "b", progress=False)
+    assert resumed.step == 2 and not list((tmp_path / "b" / "checkpoints").glob("step*.pt"))
+    _assert_identical(_weights(resumed), _weights(killed))
