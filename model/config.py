@@ -14,6 +14,7 @@ POSITIONAL_ENCODINGS = ("sinusoidal", "learned", "relative", "xl_relative")
 ATTENTIONS = ("vanilla", "sparse", "linear")
 NORM_PLACEMENTS = ("post", "pre")
 ACTIVATIONS = ("relu", "gelu", "swiglu", "geglu")
+AUTOCASTS = ("", "bf16")
 
 
 @dataclass
@@ -106,6 +107,9 @@ class TrainConfig:
     bleu_max_sentences: int = 0  # 0 = the whole validation set
     seed: int = 1234
     threads: int = 0  # torch intra-op threads; 0 = leave torch's default
+    # "bf16": forward pass under CPU autocast to bfloat16 (weights, optimizer and loss stay float32); pays off
+    # only where the CPU has bfloat16 instructions (AVX512_BF16 / AMX): bench/train_speed.py measures it
+    autocast: str = ""
     init_from: str = ""  # a released model folder whose weights (and tokenizer) a fresh run starts from
 
 
@@ -147,4 +151,7 @@ class RunConfig:
 def _train_config(data: dict[str, Any]) -> TrainConfig:
     if "adam_betas" in data:
         data = {**data, "adam_betas": tuple(data["adam_betas"])}
-    return TrainConfig(**data)
+    cfg = TrainConfig(**data)
+    if cfg.autocast not in AUTOCASTS:
+        raise ValueError(f"autocast must be one of {AUTOCASTS}, got {cfg.autocast!r}")
+    return cfg

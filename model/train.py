@@ -251,7 +251,8 @@ class Trainer:
     def train_step(self, batch: Batch) -> float:
         self.model.train()
         net = self.ddp or self.model
-        logits = net(batch.src, batch.tgt_in)
+        with torch.autocast("cpu", dtype=torch.bfloat16, enabled=self.cfg.autocast == "bf16"):
+            logits = net(batch.src, batch.tgt_in)
         loss_sum, _ = label_smoothed_nll(logits, batch.tgt_out, self.cfg.label_smoothing, self.run.model.pad_id)
         loss = loss_sum / max(batch.n_tokens, 1)
         self.optimizer.zero_grad(set_to_none=True)

@@ -1,0 +1,48 @@
+"""bench/train_speed.py drives the Trainer's own step for every thread count and autocast, and bf16 autocast
+trains: the forward pass runs in bfloat16 while the weights stay float32."""
+
+from __future__ import annotations
+
+import json
+
+import torch
+from model_toys import tiny_run
+
+from bench.train_speed import main as train_speed
+from model.data import Batch
+from model.train import Trainer
+
+
+def test_train_speed_prints_a_row_per_variant(corpus_dir, tmp_path, capsys):
+    trainer = Trainer.from_run(tiny_run(), corpus_dir, tmp_path / "run", progress=False)  # trains the tokenizer
+    config = tmp_path / "run.json"
+    config.write_text(json.dumps(trainer.run.to_dict()))
+    code = train_speed(
+        ["--config", str(config), "--data", str(corpus_dir), "--tokenizer", str(tmp_path / "run" / "tokenizer.model"),
+         "--threads", "1", "--autocast", "none", "bf16", "--warmup", "1", "--steps", "2", "--repeats", "1"]
+    )  # fmt: skip
+    out = capsys.readouterr().out
+    rows = [line for line in out.splitlines() if line.startswith("| 1 |")]
+    assert code == 0 and len(rows) == 2 and "| fp32 |" in rows[0] and "| bf16 |" in rows[1]
+    assert rows[0].endswith("| 1.00x |")
+
+
+def test_bf16_autocast_steps_change_float32_weights(corpus_dir, tmp_path):
+    trainer = Trainer.from_run(tiny_run(autocast="bf16"), corpus_dir, tmp_path / "run", progress=False)
+    before = {k: v.clone() for k, v in trainer.model.state_dict().items()}
+    batch = Batch.from_examples(trainer.train_examples[:8])
+    losses = [trainer.train_step(batch) for _ in range(3)]
+    after = trainer.model.state_dict()
+    assert all(v.dtype == torch.float32 for v in after.values())
+    assert any(not torch.equal(before[k], after[k]) for k in before)
+    assert all(loss == loss and loss < 20 for loss in losses)  # finite
+
+
+def test_an_unknown_autocast_is_refused(tmp_path):
+    import pytest
+
+    from model.config import RunConfig
+
+    (tmp_path / "run.json").write_text(json.dumps({"train": {"autocast": "fp16"}}))
+    with pytest.raises(ValueError, match="autocast"):
+        RunConfig.load(tmp_path / "run.json")
