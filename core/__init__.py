@@ -2,6 +2,8 @@
 
 - ``core.tokenizer``: the SentencePiece tokenizer and the special token ids.
 - ``core.search``: what greedy and beam search share in PyTorch and numpy (hypothesis, length limits, penalty).
+- ``core.normalize``: the text normalisation of training data (NFC, ASCII quotes, whitespace, Simplified
+  Chinese through OpenCC, imported only when Chinese is normalised).
 - ``core.graphs``: the ONNX graph interface (input / output names, metadata keys, the integer interface version).
 
 Nothing here imports torch, onnx, FastAPI or any other package of this repository.

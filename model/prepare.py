@@ -7,7 +7,7 @@ are validation or test, and its weight in the training mix. The steps, in order,
    ``cedict`` (CC-CEDICT entries as headword -> first plain English gloss);
 2. split: the recipe's val / test files, or a hash band of the English side (``held_out`` pairs each, as
    ``model.cli split`` does), the rest train;
-3. normalise (model/normalize.py): NFC, ASCII quotes, whitespace, Chinese in Simplified script;
+3. normalise (core/normalize.py): NFC, ASCII quotes, whitespace, Chinese in Simplified script;
 4. filter (training pairs only; validation and test sets stay whole): an empty side, a side over
    ``max_chars``, a target/source length ratio outside the source language's band, a target that copies a
    long source (files are split at "\\n" only: model/data.py ``read_lines``);
@@ -35,7 +35,7 @@ from typing import Any
 
 from model.corpus_split import read_tatoeba, split_of
 from model.data import read_lines, read_parallel
-from model.normalize import normalize_for
+from core.normalize import normalize_for
 
 TARGET = "en"
 SPLITS = ("train", "val", "test")

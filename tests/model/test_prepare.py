@@ -10,7 +10,7 @@ import pytest
 
 from model.cli import main as cli_main
 from model.data import read_lines, read_parallel
-from model.normalize import normalize, normalize_for
+from core.normalize import normalize, normalize_for
 from model.prepare import Recipe, read_cedict
 
 
