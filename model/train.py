@@ -112,7 +112,8 @@ def load_data(run: RunConfig, data_dir: str | Path, tokenizer: Tokenizer) -> Tra
         train_examples=encode_pairs(tokenizer, src, tgt, run.train.max_length),
         valid_src=valid_src,
         valid_tgt=valid_tgt,
-        valid_examples=encode_pairs(tokenizer, valid_src, valid_tgt),
+        # the loss needs every pair inside the position table; BLEU translates them all (sources truncated)
+        valid_examples=encode_pairs(tokenizer, valid_src, valid_tgt, run.model.max_positions - 1),
     )
 
 

@@ -116,7 +116,13 @@ def test_load_data_encodes_both_splits_and_drops_long_training_pairs(tokenizer, 
 
     short = load_data(tiny_run(max_length=6), corpus_dir, tokenizer)
     assert 0 < len(short.train_examples) < 240
-    assert len(short.valid_examples) == 12  # validation is never filtered
+    assert len(short.valid_examples) == 12  # validation is filtered only by the position table
+
+    run = tiny_run()  # pairs longer than the position table would crash the validation loss
+    run.model.max_positions = sorted(max(len(e.src), len(e.tgt) - 1) for e in data.valid_examples)[6]
+    tight = load_data(run, corpus_dir, tokenizer)
+    assert 0 < len(tight.valid_examples) < 12 and len(tight.valid_src) == 12
+    assert max(max(len(e.src), len(e.tgt) - 1) for e in tight.valid_examples) <= run.model.max_positions
 
 
 def test_build_optimizer_starts_on_the_noam_schedule():
