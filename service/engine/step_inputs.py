@@ -1,6 +1,6 @@
-"""The extra inputs of an interface-3 decoder step (core/graphs.py RAGGED_INPUTS) for the two layouts the engine
-feeds: a whole batch whose rows all sit at one position, grouped by source (``uniform_inputs``), and a live batch
-whose rows have positions and sources of their own (``ragged_inputs``, service/engine/live.py).
+"""The extra inputs of an interface-3 or 4 decoder step (core/graphs.py RAGGED_INPUTS) for the two layouts the
+engine feeds: a whole batch whose rows all sit at one position, grouped by source (``uniform_inputs``), and a live
+batch whose rows have positions and sources of their own (``ragged_inputs``, service/engine/live.py).
 
 Query groups are at least ``MIN_GROUP`` wide, in both layouts. The fused cross-attention multiplies a source's group
 of queries with its keys and values; for a group of one query, onnxruntime's CPU GEMM takes a kernel of its own
@@ -35,9 +35,12 @@ def uniform_inputs(rows: int, sources: int, past_len: int) -> dict[str, np.ndarr
     }
 
 
-def ragged_inputs(positions: np.ndarray, row_sources: np.ndarray, n_sources: int, width: int) -> dict[str, np.ndarray]:
-    """Rows at their own ``positions`` (= real cache entries, the last ones of a cache ``width`` wide) reading
-    source ``row_sources[r]`` of ``n_sources``; a source without rows (a hole) reads row 0 and is ignored."""
+def ragged_inputs(
+    positions: np.ndarray, row_sources: np.ndarray, n_sources: int, width: int, right: bool = True
+) -> dict[str, np.ndarray]:
+    """Rows at their own ``positions`` (= real cache entries of a cache ``width`` wide: the first ones, or with
+    ``right`` False the last ones) reading source ``row_sources[r]`` of ``n_sources``; a source without rows (a
+    hole) reads row 0 and is ignored."""
     positions = np.asarray(positions, dtype=np.int64)
     row_sources = np.asarray(row_sources, dtype=np.int64)
     rows = len(row_sources)
@@ -53,14 +56,16 @@ def ragged_inputs(positions: np.ndarray, row_sources: np.ndarray, n_sources: int
     first[used] = order[starts[used]]  # the first row of each source
     query_rows[:] = first[:, None]  # padding slots repeat a row of the same source
     query_rows[row_sources, rank] = np.arange(rows)
-    return {**position_inputs(positions, width), "query_rows": query_rows, "row_slots": row_sources * group + rank}
+    feeds = position_inputs(positions, width, right)
+    return {**feeds, "query_rows": query_rows, "row_slots": row_sources * group + rank}
 
 
-def position_inputs(positions: np.ndarray, width: int) -> dict[str, np.ndarray]:
-    """The per-row part of ``ragged_inputs``: each row's position and its self mask over a cache ``width`` wide
-    (its real entries are the last ``positions[r]`` columns, plus the new token's)."""
+def position_inputs(positions: np.ndarray, width: int, right: bool = True) -> dict[str, np.ndarray]:
+    """The per-row part of ``ragged_inputs``: each row's position and its self mask over the present (the cache
+    ``width`` wide and the new column): a right-padded cache's first ``positions[r]`` columns and the new key/value's
+    column ``positions[r]`` (step interface 4), or a left-padded cache's last ``positions[r]`` columns and the
+    appended last column (``right`` False, interface 3)."""
     positions = np.asarray(positions, dtype=np.int64).reshape(-1)
-    return {
-        "positions": positions.reshape(-1, 1),
-        "self_mask": np.arange(width + 1)[None, :] >= (width - positions)[:, None],
-    }
+    columns = np.arange(width + 1)[None, :]
+    mask = columns <= positions[:, None] if right else columns >= (width - positions)[:, None]
+    return {"positions": positions.reshape(-1, 1), "self_mask": mask}
