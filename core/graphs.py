@@ -9,14 +9,16 @@ decoder.onnx:      tokens, src_mask, cross_keys, cross_values, past_keys, past_v
                    or, for linear attention (a running state instead of a key/value cache, see below):
                    tokens, src_mask, cross_keys, cross_values, past_kv_sums, past_k_sums, past_length
                    -> log_probs, present_kv_sums, present_k_sums, self_attention, cross_attention
-decoder_step.onnx: tokens, src_mask, top_k, [positions, self_mask, query_rows, row_slots (interface 3)],
+decoder_step.onnx: tokens, src_mask, top_k, [positions, self_mask, query_rows, row_slots (interface 3+)],
                    cross_keys_<i>, cross_values_<i>, past_keys_<i>, past_values_<i>
                    -> log_probs, top_log_probs, top_ids, present_keys_<i>, present_values_<i>
 
-Interface 3 lets rows at different positions share a step (continuous batching, service/engine/live.py):
+Interfaces 3 and 4 let rows at different positions share a step (continuous batching, service/engine/live.py):
 - ``positions`` (rows, 1) int64: each row's own position (its number of real cache entries);
-- ``self_mask`` (rows, past_len + 1) bool: which cache columns (and the new one, always true) a row attends to;
-  a row's real entries are the last ones of the padded cache (left padding);
+- ``self_mask`` (rows, past_len + 1) bool: which cache columns (and the new one, always true) a row attends to.
+  Interface 4: a row's real entries are the first ``positions[r]`` columns (right padding) and the step writes its
+  new key/value at column ``positions[r]`` of the present; interface 3: they are the last ones (left padding) and
+  the new key/value is appended after them (``right_padded``);
 - ``query_rows`` (sources, group) int64: the rows whose queries read each source's cross keys/values (padded to
   the widest group by repeating a row of the same source); ``row_slots`` (rows,) int64: the flat slot
   (source * group + j) of each row in that layout. Sources may have different numbers of rows (greedy and beam
@@ -66,8 +68,15 @@ MAX_TOP_K_KEY = "mtserve.max_top_k"
 # 2: cross keys/values per source, rows grouped by source; TopK runs only when top_k > 0
 # 3: per-row positions and self-attention mask over a left-padded cache; rows find their source through
 #    query_rows / row_slots (any number of rows per source)
-STEP_INTERFACE = 3
+# 4: the cache right padded: a row's real entries first, its new key/value written at its own column, so that a
+#    row's attention reads its entries where it reads them alone, whatever the rows beside it (issue 36)
+STEP_INTERFACE = 4
 RAGGED_INPUTS = ["positions", "self_mask", "query_rows", "row_slots"]  # interface 3 and later
+
+
+def right_padded(interface: int) -> bool:
+    """Whether a decoder_step graph of this interface keeps each row's cache entries first (right padding)."""
+    return interface >= 4
 
 
 def step_interface(metadata: Mapping[str, str]) -> int:

@@ -17,9 +17,16 @@ graph for attention and teacher forcing. What makes a step cheaper than with ``d
   ``top_k`` (an input, at most metadata ``mtserve.max_top_k``) best tokens, best first, ties to the lower id,
   found in two stages over chunks of the vocabulary (``add_top_k``): beam search reads only these; greedy
   asks for top_k 0 (empty, free) and takes numpy's argmax of log_probs, cheaper than TopK.
-Rows at different positions share a step (interface 3, continuous batching): each row has its own ``positions``
-entry and attends only to the cache columns ``self_mask`` marks (its real entries are the last ones of the
-left-padded cache; the fused self-attention appends the new key/value after them and the mask's last column).
+Rows at different positions share a step (interface 3 and later, continuous batching): each row has its own
+``positions`` entry and attends only to the cache columns ``self_mask`` marks. Interface 4 (``write_column``) keeps
+a row's real entries first in a right-padded cache and writes its new key/value at its own column (its position),
+so a row's self-attention reads its entries at the columns it reads them alone and the padding only adds masked
+columns after them; it attends with two copies of its query, as onnxruntime's CPU GEMM serves a single query with
+its M = 1 kernel, whose sums still change with the masked columns after a row's entries, and two or more with one
+whose sums do not (measured). A row's result is then bit-identical beside any rows, which the int8 graph needs: it
+rounds the result to uint8 next, where a last-bit difference can become a whole step (docs/reliability.md, issue
+36). Interface 3 kept the entries last in a left-padded cache (the fused self-attention appended the new key/value
+after the padding), where the shift of a row's entries changes the kernels' float rounding with the rows beside it.
 Names and interface version: ``core/graphs.py``; the version is stored in the model's metadata (version 1
 graphs, cross keys per row, have no such entry).
 Parity with PyTorch (max abs diff <= 1e-4): ``export.parity.step_max_diff``.
@@ -73,6 +80,28 @@ def add_top_k(b: GraphBuilder, log_probs: str, vocab_size: int) -> dict[str, str
     return {MAX_TOP_K_KEY: str(vocab_size // chunk)}
 
 
+def write_columns(b: GraphBuilder) -> str:
+    """Each row's cache column for its new key/value (interface 4): ``positions`` as (rows, heads, 1, d_head) indices
+    for ScatterElements along the cache axis; also the constants ``write_column`` reads (built once per graph)."""
+    cfg = b.cfg
+    b.ints("shape_rows_1_heads_dhead", [0, 1, cfg.n_heads, cfg.d_head])
+    b.ints("pads_one_column", [0, 0, 0, 0, 0, 0, 1, 0])  # a zero column after the cache
+    for name, value in (("slice_first", 0), ("slice_second", 1), ("slice_axis_1", 1)):
+        b.ints(name, [value])
+    at = b.one("Reshape", ["positions", b.ints("shape_rows_1_1_1", [-1, 1, 1, 1])])
+    return b.one("Expand", [at, b.ints("shape_heads_1_dhead", [1, cfg.n_heads, 1, cfg.d_head])])
+
+
+def write_column(b: GraphBuilder, past: str, new: str, columns: str, present: str) -> str:
+    """``present`` (rows, heads, past_len + 1, d_head): ``past`` with a zero column appended and each row's ``new``
+    (rows, 1, d) key or value written at its column (``write_columns``: its position) of the right-padded cache. A
+    row whose position is past_len fills the appended column, as an append would; a shorter row leaves it zero."""
+    by_head = b.one("Transpose", [b.one("Reshape", [new, "shape_rows_1_heads_dhead"])], perm=[0, 2, 1, 3])
+    padded = b.one("Pad", [past, "pads_one_column"])
+    b.nodes.append(helper.make_node("ScatterElements", [padded, columns, by_head], [present], axis=2))
+    return present
+
+
 def supports_decoder_step(model: Transformer) -> bool:
     return supports_lean_graphs(model)
 
@@ -80,8 +109,9 @@ def supports_decoder_step(model: Transformer) -> bool:
 def build_decoder_step(model: Transformer, interface: int = STEP_INTERFACE) -> onnx.ModelProto:
     """The decoder-step graph of ``model`` (post- or pre-norm, sinusoidal or learned positions, any FFN).
 
-    ``interface`` 2 builds the previous interface (one position for every row, rows grouped by source, the same
-    number each), kept so that tests and benchmarks can serve and measure bundles exported before version 3.
+    ``interface`` 2 and 3 build previous interfaces (2: one position for every row, rows grouped by source, the
+    same number each; 3: the left-padded cache), kept so that tests and benchmarks can serve and measure bundles
+    exported before the current version.
     """
     cfg = model.cfg
     if not supports_decoder_step(model):
@@ -89,9 +119,9 @@ def build_decoder_step(model: Transformer, interface: int = STEP_INTERFACE) -> o
             "the lean decoder step implements vanilla attention with absolute positions only (not relative "
             "positions, sparse or linear attention); use decoder.onnx"
         )
-    if interface not in (2, 3):
-        raise ValueError(f"decoder_step interfaces 2 and 3 can be built, not {interface}")
-    ragged = interface >= 3
+    if interface not in (2, 3, 4):
+        raise ValueError(f"decoder_step interfaces 2 to 4 can be built, not {interface}")
+    ragged, right_padded = interface >= 3, interface >= 4
     n_layers, d = cfg.n_decoder_layers, cfg.d_model
     b = GraphBuilder(model)
     b.ints("shape_rows_d", [-1, d])
@@ -102,8 +132,9 @@ def build_decoder_step(model: Transformer, interface: int = STEP_INTERFACE) -> o
         # (rows, past_len + 1) 1 = attend: the row's real cache entries and the new token
         self_mask = b.one("Cast", ["self_mask"], to=TensorProto.INT32)
         x = b.embed("tokens", model.tgt_embed, "positions")  # (rows, 1, d): each row at its own position
+        columns = write_columns(b) if right_padded else ""
     else:
-        self_mask = ""
+        self_mask = columns = ""
         # queries grouped by source for cross-attention: (sources, rows_per_source, d)
         n_sources = b.one("Shape", ["src_mask"], start=0, end=1)
         by_source = b.one("Concat", [n_sources, b.ints("shape_any_d", [-1, d])], axis=0)
@@ -117,8 +148,17 @@ def build_decoder_step(model: Transformer, interface: int = STEP_INTERFACE) -> o
         def self_attention(h: str, i=i, p=p, sa=sa) -> str:
             w_qkv = np.concatenate([weights(sa.q_proj.weight), weights(sa.k_proj.weight), weights(sa.v_proj.weight)])
             b_qkv = np.concatenate([weights(sa.q_proj.bias), weights(sa.k_proj.bias), weights(sa.v_proj.bias)])
-            qkv = b.one("MatMul", [h, b.const(f"{p}.self.qkv.weight", w_qkv.T)])  # (rows, 1, 3d), bias in MHA
-            q, k, v = b.op("Split", [qkv], 3, axis=2, num_outputs=3)  # each (rows, 1, d)
+            qkv = b.one("MatMul", [h, b.const(f"{p}.self.qkv.weight", w_qkv.T)])  # (rows, 1, 3d)
+            if right_padded:  # each row's new key/value written at its own column, then attention over the cache
+                qkv = b.one("Add", [qkv, b.const(f"{p}.self.qkv.bias", b_qkv)])
+                q, k, v = b.op("Split", [qkv], 3, axis=2, num_outputs=3)  # each (rows, 1, d)
+                present_k = write_column(b, f"past_keys_{i}", k, columns, f"present_keys_{i}")
+                present_v = write_column(b, f"past_values_{i}", v, columns, f"present_values_{i}")
+                twice = b.one("Concat", [q, q], axis=1)  # two queries: the CPU kernel of two or more (docstring)
+                both = b.attention(twice, present_k, present_v, ["", self_mask])[0]
+                out = b.one("Slice", [both, "slice_first", "slice_second", "slice_axis_1"])  # (rows, 1, d)
+                return b.linear(out, sa.out_proj, f"{p}.self.out")
+            q, k, v = b.op("Split", [qkv], 3, axis=2, num_outputs=3)  # each (rows, 1, d), bias in MHA
             extra = [b.const(f"{p}.self.qkv.bias", b_qkv), self_mask, "", f"past_keys_{i}", f"past_values_{i}"]
             out, present_k, present_v = b.attention(q, k, v, extra, n_out=3)  # appends k, v to the cache
             b.rename_output(present_k, f"present_keys_{i}")

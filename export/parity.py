@@ -14,6 +14,7 @@ from core.graphs import (
     decoder_cache,
     decoder_inputs,
     decoder_outputs,
+    right_padded,
     step_input_names,
     step_interface,
     step_output_names,
@@ -111,13 +112,14 @@ def step_max_diff(model: Transformer, session, shapes: Sequence[tuple[int, int, 
 
 @torch.no_grad()
 def ragged_step_max_diff(model: Transformer, session, seed: int = 0, max_past: int = 12) -> dict[str, float]:
-    """Max |ORT - PyTorch| of an interface-3 step whose rows sit at different positions and read sources with
-    different numbers of rows (1, 3, 2 and a source without rows), in shuffled row order, over a left-padded
-    cache whose padding holds random keys and huge values (the mask must hide them; the fused kernel adds -10000
-    to masked scores, so padding keys must stay of the size of real ones: the engine pads with zeros). Each row
-    is compared with PyTorch decoding that row alone on its real cache."""
+    """Max |ORT - PyTorch| of an interface-3 or 4 step whose rows sit at different positions and read sources with
+    different numbers of rows (1, 3, 2 and a source without rows), in shuffled row order, over a padded cache
+    (right padded for interface 4, left padded for 3) whose padding holds random keys and huge values (the mask
+    must hide them; the fused kernel adds -10000 to masked scores, so padding keys must stay of the size of real
+    ones: the engine pads with zeros). Each row is compared with PyTorch decoding that row alone on its real cache."""
     model.eval()
     cfg, n_layers = model.cfg, model.cfg.n_decoder_layers
+    right = right_padded(step_interface(session.get_modelmeta().custom_metadata_map))
     gen = torch.Generator().manual_seed(seed)
     row_sources = np.array([1, 0, 1, 2, 1, 2])[np.random.default_rng(seed).permutation(6)]
     n_sources, rows = 4, len(row_sources)  # source 3 has no rows
@@ -130,13 +132,18 @@ def ragged_step_max_diff(model: Transformer, session, seed: int = 0, max_past: i
     shape = (rows, cfg.n_heads, width, cfg.d_head)
     caches = [(torch.randn(shape, generator=gen), torch.randn(shape, generator=gen)) for _ in range(n_layers)]
     feeds = {"tokens": tokens.numpy(), "src_mask": ex["src_mask"].numpy(), "top_k": np.array([4])}
-    feeds.update(ragged_inputs(lengths.numpy(), row_sources, n_sources, width))
+    feeds.update(ragged_inputs(lengths.numpy(), row_sources, n_sources, width, right))
+
+    def real(r: int) -> slice:  # row r's real cache columns
+        return slice(0, int(lengths[r])) if right else slice(width - int(lengths[r]), width)
+
     padded = []
     for i, (k, v) in enumerate(caches):
         k, v = k.clone(), v.clone()
-        for r in range(rows):  # the padding before each row's real entries: garbage the mask must hide
-            k[r, :, : width - lengths[r]] = 3 * torch.randn(k[r, :, : width - lengths[r]].shape, generator=gen)
-            v[r, :, : width - lengths[r]] = 1e4
+        for r in range(rows):  # the padding beside each row's real entries: garbage the mask must hide
+            pad = slice(int(lengths[r]), width) if right else slice(0, width - int(lengths[r]))
+            k[r, :, pad] = 3 * torch.randn(k[r, :, pad].shape, generator=gen)
+            v[r, :, pad] = 1e4
         padded.append((k, v))
         feeds[f"cross_keys_{i}"] = ex["cross_keys"][i].numpy()
         feeds[f"cross_values_{i}"] = ex["cross_values"][i].numpy()
@@ -145,16 +152,16 @@ def ragged_step_max_diff(model: Transformer, session, seed: int = 0, max_past: i
     got = dict(zip(step_output_names(n_layers), session.run(None, feeds), strict=True))
     worst = {"ragged.log_probs": 0.0, "ragged.present_keys": 0.0}
     for r, s in enumerate(row_sources.tolist()):
-        real = width - int(lengths[r])
         cross = [(ex["cross_keys"][i][s : s + 1], ex["cross_values"][i][s : s + 1]) for i in range(n_layers)]
-        cache = [(k[r : r + 1, :, real:], v[r : r + 1, :, real:]) for k, v in padded]
+        cache = [(k[r : r + 1, :, real(r)], v[r : r + 1, :, real(r)]) for k, v in padded]
         out = model.decode(tokens[r : r + 1], cross, ex["src_mask"][s : s + 1], cache)
         ref = torch.log_softmax(out.logits[0, -1].float(), dim=-1).numpy()
         keep = ref > -30
         diff = float(np.abs(got["log_probs"][r][keep] - ref[keep]).max())
         worst["ragged.log_probs"] = max(worst["ragged.log_probs"], diff)
+        present = slice(0, int(lengths[r]) + 1) if right else slice(width - int(lengths[r]), width + 1)
         for i, (k, _) in enumerate(out.cache):
-            diff = float(np.abs(got[f"present_keys_{i}"][r, :, real:] - k[0].numpy()).max())
+            diff = float(np.abs(got[f"present_keys_{i}"][r, :, present] - k[0].numpy()).max())
             worst["ragged.present_keys"] = max(worst["ragged.present_keys"], diff)
     return worst
 

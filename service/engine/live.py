@@ -3,19 +3,24 @@ leave at any step, like TGI's ``generate_token(batch)`` but for an encoder-decod
 
 ``LiveBatch.add`` runs the encoder for the newcomers only and keeps their cross-attention keys/values in slots
 of a per-source store; they join at the next ``step``. ``step`` runs one decoder step (decoder_step.onnx,
-interface 3) for every live row, whatever its sentence's position, search (greedy or beam of any size), length
+interface 3 or 4) for every live row, whatever its sentence's position, search (greedy or beam of any size), length
 penalty or length limit, and hands back each sentence the step it finishes (EOS, beams done, or its limit);
 ``remove`` takes a sentence out at any step (its rows leave at the next one). A sentence gives the answer it gets
-alone (same search code as service/engine/search.py, per sentence: same choices, ties and sums; the decoder's
-float rounding may differ in the last bit as the padded cache's width changes).
+alone (same search code as service/engine/search.py, per sentence: same choices, ties and sums, and with an
+interface-4 graph the same step outputs to the bit; an interface-3 graph's float rounding may differ in the last
+bit as the padded cache's width changes).
 
 Layout between steps. Rows are grouped by beam size (greedy = 1 row per sentence, then beam sizes ascending), a
-sentence's rows next to each other. The self-attention cache (per layer (rows, heads, width, d_head)) is left
-padded: a row's real entries are its last ``positions[r]`` columns, padding columns are zeros (the fused kernel
-adds -10000 to masked scores, so padding must stay small and finite). Every step appends one column for every
-row; when the widest row leaves, the columns no row uses any more are cut. ``history`` (rows, width) holds each
-row's generated tokens in the same layout. A step's reordering (beams trading places, finished rows leaving,
-newcomers joining with an all-padding cache) is applied once, at the start of the next step, in one gather.
+sentence's rows next to each other. The self-attention cache (per layer (rows, heads, width, d_head)) is right
+padded (step interface 4): a row's real entries are its first ``positions[r]`` columns and the step writes its new
+key/value at column ``positions[r]``, so a row's attention reads its entries at the columns it reads them alone
+and its result is bit-identical beside any rows (what the int8 graph needs: docs/reliability.md, issue 36).
+Padding columns are zeros (the fused kernel adds -10000 to masked scores, so padding must stay small and finite).
+Bundles of interface 3 keep the left-padded cache their graph appends to (a row's entries last). Every step adds
+one column; when the widest row leaves, the columns no row uses any more are cut. ``history`` (rows, width) holds
+each row's generated tokens, left padded (its last ``positions[r]`` columns) whatever the cache's layout. A step's
+reordering (beams trading places, finished rows leaving, newcomers joining with an all-padding cache) is applied
+once, at the start of the next step, in one gather.
 """
 
 from __future__ import annotations
@@ -26,7 +31,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from core.graphs import MAX_TOP_K_KEY, step_interface, step_present_names
+from core.graphs import MAX_TOP_K_KEY, right_padded, step_interface, step_present_names
 from core.search import Hypothesis, length_limits
 from core.tokenizer import BOS_ID, EOS_ID
 from service.engine.engine import Engine, TranslateOptions, Translation
@@ -125,7 +130,9 @@ class LiveBatch:
         cfg = engine.config
         self.n_layers, self.heads = int(cfg["n_decoder_layers"]), int(cfg["n_heads"])
         self.d_head = int(cfg["d_model"]) // self.heads
-        self.max_top_k = int(self.session.get_modelmeta().custom_metadata_map.get(MAX_TOP_K_KEY, 1 << 30))
+        metadata = self.session.get_modelmeta().custom_metadata_map
+        self.max_top_k = int(metadata.get(MAX_TOP_K_KEY, 1 << 30))
+        self.right = right_padded(step_interface(metadata))  # the cache's layout (module docstring)
         self._presents = step_present_names(self.n_layers)
         self.groups: dict[int, _Group] = {}
         self.sentences: dict[Hashable, _Sentence] = {}
@@ -338,9 +345,10 @@ class LiveBatch:
         layout = self._layout
         if layout is not None and layout[0] == self._used and np.array_equal(layout[1], row_sources):
             # the rows read the same sources as last step: only positions and the mask change
-            feeds = {**position_inputs(positions, self.width), "query_rows": layout[2], "row_slots": layout[3]}
+            feeds = position_inputs(positions, self.width, self.right)
+            feeds.update(query_rows=layout[2], row_slots=layout[3])
         else:
-            feeds = ragged_inputs(positions, row_sources, self._used, self.width)
+            feeds = ragged_inputs(positions, row_sources, self._used, self.width, self.right)
             self._layout = (self._used, row_sources, feeds["query_rows"], feeds["row_slots"])
         last = np.concatenate([g.token.reshape(-1) for g in groups])
         feeds["tokens"] = last.reshape(-1, 1)
@@ -399,10 +407,14 @@ class LiveBatch:
     def _gather(
         self, array: np.ndarray, rows: np.ndarray, new: np.ndarray | None, cut: int, slot: tuple[str, int]
     ) -> np.ndarray:
-        """``array[rows, :, cut:]``, in the buffer kept for this cache tensor when no column is cut; a newcomer's rows
+        """``array[rows]`` without the ``cut`` columns no row uses (the last ones of a right-padded cache, the first
+        ones of a left-padded one), in the buffer kept for this cache tensor when no column is cut; a newcomer's rows
         are zeros (padding). With columns cut, numpy's fancy indexing copies the strided view directly, where
         ``np.take`` would first copy the whole view to contiguous memory (2.5x the time: docs/engine-speed-log.md)."""
-        out = array[rows, :, cut:] if cut else self._reorder.take(array, rows, slot)
+        if not cut:
+            out = self._reorder.take(array, rows, slot)
+        else:
+            out = array[rows, :, : array.shape[2] - cut] if self.right else array[rows, :, cut:]
         if new is not None:
             out[new] = 0.0
         return out

@@ -173,20 +173,27 @@ def test_server_profile_sorts_py_spy_stacks_by_part():
     assert categorize("thread (1): MainThread;Server.run (uvicorn/server.py:1)") == ["event loop"]
 
 
-def test_inplace_step_graph_computes_what_the_engine_step_computes(tiny_bundle_dir, tmp_path):
+def test_inplace_step_graph_computes_what_the_engine_step_computes(tiny_model_dir, tiny_bundle_dir, tmp_path):
     """bench/inplace_cache.py's rewritten step graph (GroupQueryAttention, shared buffers) gives the engine step's
-    log-probabilities, over several steps and a reordering of the rows (as beam search makes)."""
+    log-probabilities, over several steps and a reordering of the rows (as beam search makes). The tool rewrites
+    the interface-3 graphs it was measured on (those of the committed bundles), so one is built here."""
     import numpy as np
+    import onnx
 
     from bench.inplace_cache import inplace_step_graph, make_state_class
     from core.tokenizer import BOS_ID
+    from export.decoder_step import build_decoder_step
+    from model.checkpoint import load_release
     from service.engine import Engine, load_bundle
     from service.engine.engine import _DecoderState
     from service.engine.runtime import create_session
 
     bundle = load_bundle(tiny_bundle_dir)
     engine = Engine(bundle, "fp32", "cpu")
-    session = create_session(inplace_step_graph(bundle.graph("fp32", "decoder_step"), tmp_path), "cpu")
+    legacy = tmp_path / "v3" / "decoder_step.onnx"
+    legacy.parent.mkdir()
+    onnx.save(build_decoder_step(load_release(tiny_model_dir / "release")[0], interface=3), str(legacy))
+    session = create_session(inplace_step_graph(legacy, tmp_path / "inplace"), "cpu")
     enc = engine.run_encoder(engine.source_ids(SAMPLE_SENTENCES[:3]))
     keys, values, mask = enc["cross_keys"], enc["cross_values"], enc["src_mask"]
     layers = int(engine.config["n_decoder_layers"])

@@ -6,11 +6,14 @@ from __future__ import annotations
 import random
 
 import numpy as np
+import onnx
 import pytest
 from tiny_bundle import SAMPLE_SENTENCES, WORD_MAP
 
 from service.engine import Engine, TranslateOptions, load_bundle
 from service.engine.live import LiveBatch, supports_live
+from service.engine.runtime import create_session
+from service.engine.step_inputs import uniform_inputs
 
 RUNNING = [  # a running batch mixing searches, beam sizes, length penalties and limits
     ("ein kind rennt im park und spielt", TranslateOptions()),
@@ -206,3 +209,91 @@ def test_attention_is_attached_to_finished_sentences(engine, alone):
         results.update(live.step().finished)
     want = alone("der hund spielt", options)
     assert np.allclose(results["a"].attention, want.attention, atol=1e-5)
+
+
+class _Recorder:
+    """Wraps the live decode's step session; keeps a copy of every step's feeds."""
+
+    def __init__(self, session) -> None:
+        self.session, self.feeds = session, []
+
+    def run(self, fetch, feeds):
+        self.feeds.append({name: np.array(value, copy=True) for name, value in feeds.items()})
+        return self.session.run(fetch, feeds)
+
+    def __getattr__(self, name: str):
+        return getattr(self.session, name)
+
+
+def _step_graph_showing_what_it_rounds(engine, folder):
+    """A session of a copy of the engine's step graph that also returns the input of every QuantizeLinear (the
+    activations the int8 graph rounds to uint8; none in fp32); returns it and those names."""
+    model = onnx.load(str(engine.bundle.graph(engine.variant, "decoder_step")))
+    rounded = sorted({n.input[0] for n in model.graph.node if n.op_type == "QuantizeLinear"})
+    model.graph.output.extend(onnx.helper.make_empty_tensor_value_info(name) for name in rounded)
+    path = folder / "decoder_step_rounded.onnx"
+    onnx.save(model, str(path))
+    return create_session(path, "cpu"), rounded
+
+
+def _alone_feeds(feeds: dict, rows: np.ndarray, slot: int) -> dict:
+    """The feeds of one sentence's ``rows`` of a live step as the whole-batch search gives them alone: its real
+    cache columns only (the first ``positions`` of the columns its self mask marks, whatever the padding's side),
+    its source without padding, its rows as the only group."""
+    past = int(feeds["positions"][rows[0], 0])
+    columns = np.flatnonzero(feeds["self_mask"][rows[0]])[:past]
+    length = int(feeds["src_mask"][slot].sum())
+    alone = {"tokens": feeds["tokens"][rows], "top_k": feeds["top_k"], **uniform_inputs(len(rows), 1, past)}
+    alone["src_mask"] = feeds["src_mask"][slot : slot + 1, :length]
+    for name, value in feeds.items():
+        if name.startswith("cross_"):
+            alone[name] = np.ascontiguousarray(value[slot : slot + 1, :, :length])
+        elif name.startswith("past_"):
+            alone[name] = np.ascontiguousarray(value[rows][:, :, columns])
+    return alone
+
+
+def test_a_row_of_a_mixed_live_step_computes_what_it_computes_alone(engine, tmp_path):
+    """Issue 36. Every row of every step of a mixed live decode (greedy and beam 2 to 4 sharing steps, sentences
+    joining while others finish, sources of different lengths in the cross-attention slots) computes bit for bit
+    what the same sentence's rows compute alone: the step's outputs, and in int8 every activation the graph rounds to
+    uint8. A last-bit difference there is not float noise: at a rounding boundary it becomes a whole uint8 step (a
+    score 0.015 off). The old live layout (left-padded cache, greedy query groups of one) failed this in most rows."""
+    session, rounded = _step_graph_showing_what_it_rounds(engine, tmp_path)
+    outputs = [o.name for o in session.get_outputs()]
+    rng = random.Random(36)
+    words = sorted(WORD_MAP)
+    extra = [" ".join(rng.choice(words) for _ in range(rng.randint(1, 14))) for _ in range(14)]
+    texts = [t for t, _ in RUNNING + JOINERS] + extra
+    kinds = [o for _, o in RUNNING + JOINERS] + [TranslateOptions(beam_size=4, max_length=3)]
+    schedule: dict[int, list] = {}
+    for i, text in enumerate(texts):
+        schedule.setdefault((0, 0, 1, 2, 4, 5, 7, 9)[i % 8] + i // 8, []).append(
+            (i, engine.source_ids([text])[0], kinds[i % len(kinds)], False)
+        )
+    live = LiveBatch(engine)
+    live.session = recorder = _Recorder(live.session)
+    results: dict = {}
+    run(live, schedule, results)
+    assert len(results) == len(texts)
+    checked, differing = 0, []
+    for step, feeds in enumerate(recorder.feeds):
+        got = dict(zip(outputs, session.run(outputs, feeds), strict=True))
+        group = feeds["query_rows"].shape[1]
+        sources = feeds["row_slots"] // group
+        for slot in np.unique(sources).tolist():
+            rows = np.flatnonzero(sources == slot)
+            alone = dict(zip(outputs, session.run(outputs, _alone_feeds(feeds, rows, slot)), strict=True))
+            present = np.flatnonzero(feeds["self_mask"][rows[0]])  # its real columns and the new one
+            diffs = {}
+            for name in outputs:
+                mine = got[name][rows]
+                if name.startswith("present_"):
+                    mine = mine[:, :, present]
+                if not np.array_equal(mine, alone[name]):
+                    diffs[name] = float(np.abs(mine.astype(np.float64) - alone[name]).max())
+            if diffs:
+                differing.append((step, slot, diffs))
+            checked += 1
+    assert checked > 100 and (rounded or engine.variant == "fp32")
+    assert not differing, f"{len(differing)} of {checked} sentence steps differ from alone, e.g. {differing[:3]}"

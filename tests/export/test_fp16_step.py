@@ -11,7 +11,7 @@ import onnx
 import pytest
 
 from bench.gpu_check import fp16_step_bundle
-from core.graphs import STEP_INTERFACE, step_interface
+from core.graphs import step_interface
 from service.engine import Engine, TranslateOptions, load_bundle
 
 COMMITTED = Path(__file__).resolve().parents[2] / "model_repository" / "de-en" / "1"
@@ -39,7 +39,7 @@ def engines(tmp_path_factory):
 
 
 def test_converted_graph_is_fp16_inside_with_fp32_inputs_and_outputs(engines):
-    _, engine, bundle = engines
+    fp32, engine, bundle = engines
     path = bundle.graph("fp16", "decoder_step")
     assert path.is_file() and not str(path).startswith(str(COMMITTED))
     model = onnx.load(str(path))
@@ -50,7 +50,8 @@ def test_converted_graph_is_fp16_inside_with_fp32_inputs_and_outputs(engines):
     to_float = {n.output[0] for n in model.graph.node if n.op_type == "Cast" and n.attribute[0].i == 1}
     attention = [n for n in model.graph.node if n.op_type == "MultiHeadAttention"]
     assert attention and not any(n.input[0] in to_float for n in attention)
-    assert step_interface(engine.step_decoder.get_modelmeta().custom_metadata_map) == STEP_INTERFACE
+    interface = step_interface(engine.step_decoder.get_modelmeta().custom_metadata_map)
+    assert interface == step_interface(fp32.step_decoder.get_modelmeta().custom_metadata_map)  # the committed one's
     assert engine.device_runner is not None
 
 
@@ -62,3 +63,32 @@ def test_fp16_step_translates_as_fp32(engines, beam_size):
     same = sum(x.token_ids == y.token_ids for x, y in zip(a, b, strict=True))
     assert same >= len(GERMAN) - 1, [(x.text, y.text) for x, y in zip(a, b, strict=True)]
     assert max(abs(x.score - y.score) for x, y in zip(a, b, strict=True) if x.token_ids == y.token_ids) < 0.05
+
+
+def test_a_step_graph_of_the_current_interface_converts_and_decodes_live_as_alone(tiny_bundle_dir, tmp_path):
+    """The tiny bundle's step graph (the current interface: each row's new key/value written at its own column)
+    converts to fp16 with its attention in fp16, translates as fp32 does, and decodes live as alone."""
+    from tiny_bundle import SAMPLE_SENTENCES
+
+    from core.graphs import STEP_INTERFACE
+    from service.engine.live import LiveBatch
+
+    bundle = load_bundle(tiny_bundle_dir)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        fp16 = fp16_step_bundle(bundle, tmp_path)
+    model = onnx.load(str(fp16.graph("fp16", "decoder_step")))
+    to_float = {n.output[0] for n in model.graph.node if n.op_type == "Cast" and n.attribute[0].i == 1}
+    attention = [n for n in model.graph.node if n.op_type == "MultiHeadAttention"]
+    assert attention and not any(n.input[0] in to_float for n in attention)
+    fp32, engine = Engine(bundle, "fp32", "cpu"), Engine(fp16, "fp16", "cpu")
+    assert step_interface(engine.step_decoder.get_modelmeta().custom_metadata_map) == STEP_INTERFACE
+    options = [TranslateOptions(beam_size=1 + i % 3) for i in range(len(SAMPLE_SENTENCES))]
+    alone = [engine.translate([t], o)[0] for t, o in zip(SAMPLE_SENTENCES, options, strict=True)]
+    pairs = list(zip(SAMPLE_SENTENCES, options, strict=True))
+    assert [a.token_ids for a in alone] == [fp32.translate([t], o)[0].token_ids for t, o in pairs]
+    live, results = LiveBatch(engine), {}
+    live.add([(i, engine.source_ids([t])[0], options[i], False) for i, t in enumerate(SAMPLE_SENTENCES)])
+    while len(live):
+        results.update(live.step().finished)
+    assert [results[i].token_ids for i in range(len(SAMPLE_SENTENCES))] == [a.token_ids for a in alone]
