@@ -82,8 +82,16 @@ class AttackResult:
     fd_limit: int = 0
 
 
-async def _hold(host: str, port: int, data: bytes, mode: str, trickle_s: float, stop: asyncio.Event,
-                result: AttackResult, sem: asyncio.Semaphore) -> None:
+async def _hold(
+    host: str,
+    port: int,
+    data: bytes,
+    mode: str,
+    trickle_s: float,
+    stop: asyncio.Event,
+    result: AttackResult,
+    sem: asyncio.Semaphore,
+) -> None:
     async with sem:
         try:
             reader, writer = await asyncio.wait_for(asyncio.open_connection(host, port), 10)
@@ -152,8 +160,10 @@ def probe_once(url: str, path: str, started: float, timeout: float = 10.0) -> Pr
     if path == "/healthz":
         data = f"GET {path} HTTP/1.1\r\nHost: {host}\r\nConnection: close\r\n\r\n".encode()
     else:
-        data = (f"POST {path} HTTP/1.1\r\nHost: {host}\r\nConnection: close\r\nContent-Type: application/json\r\n"
-                f"Content-Length: {len(PROBE_BODY)}\r\n\r\n").encode() + PROBE_BODY
+        data = (
+            f"POST {path} HTTP/1.1\r\nHost: {host}\r\nConnection: close\r\nContent-Type: application/json\r\n"
+            f"Content-Length: {len(PROBE_BODY)}\r\n\r\n"
+        ).encode() + PROBE_BODY
     t0 = time.monotonic()
     try:
         with socket.create_connection((host, int(port)), timeout=timeout) as sock:
@@ -193,10 +203,13 @@ def run_attack(args: argparse.Namespace, server: ServerProcess) -> tuple[list[At
     host, port = host_port.rsplit(":", 1)
     ctx = mp.get_context("spawn")
     ready, out, stop_flag = ctx.Queue(), ctx.Queue(), ctx.Event()
-    shares = [args.connections // args.processes + (i < args.connections % args.processes)
-              for i in range(args.processes)]
-    procs = [ctx.Process(target=attacker, args=(host, int(port), n, args.mode, args.trickle_s, ready, stop_flag, out))
-             for n in shares]
+    shares = [
+        args.connections // args.processes + (i < args.connections % args.processes) for i in range(args.processes)
+    ]
+    procs = [
+        ctx.Process(target=attacker, args=(host, int(port), n, args.mode, args.trickle_s, ready, stop_flag, out))
+        for n in shares
+    ]
     probes: list[Probe] = []
     fds_max = 0
     started = time.monotonic()
@@ -220,8 +233,10 @@ def run_attack(args: argparse.Namespace, server: ServerProcess) -> tuple[list[At
                 reported += 1
             if reported == len(procs) and hold_until is None:
                 hold_until = now + args.hold
-                print(f"all {args.connections} attempted after {now - started:.1f} s; holding {args.hold:.0f} s",
-                      flush=True)
+                print(
+                    f"all {args.connections} attempted after {now - started:.1f} s; holding {args.hold:.0f} s",
+                    flush=True,
+                )
             if hold_until is not None and now >= hold_until:
                 break
             if hold_until is None and now > deadline:
@@ -246,8 +261,10 @@ def run_attack(args: argparse.Namespace, server: ServerProcess) -> tuple[list[At
 def verdict(args: argparse.Namespace, results: list[AttackResult], probes: list[Probe], info: dict) -> list[str]:
     checks = []
     slow = [p for p in probes if p.status != 200 or p.latency_s > args.max_probe_s]
-    checks.append(f"{'ok' if not slow else 'FAIL'}: {len(probes) - len(slow)}/{len(probes)} probes answered 200 "
-                  f"within {args.max_probe_s} s")
+    checks.append(
+        f"{'ok' if not slow else 'FAIL'}: {len(probes) - len(slow)}/{len(probes)} probes answered 200 "
+        f"within {args.max_probe_s} s"
+    )
     checks.append(f"{'ok' if info['alive'] else 'FAIL'}: the server is {'alive' if info['alive'] else 'gone'}")
     if args.expect_close_s is not None:
         closes = [s for r in results for s in r.close_after_s]
@@ -255,8 +272,10 @@ def verdict(args: argparse.Namespace, results: list[AttackResult], probes: list[
         late = [s for s in closes if s > args.expect_close_s]
         open_left = sum(r.still_open for r in results)
         ok = not late and not open_left and len(closes) == opened
-        checks.append(f"{'ok' if ok else 'FAIL'}: {len(closes) - len(late)}/{opened} attacking connections closed "
-                      f"by the server within {args.expect_close_s} s ({open_left} still open at the end)")
+        checks.append(
+            f"{'ok' if ok else 'FAIL'}: {len(closes) - len(late)}/{opened} attacking connections closed "
+            f"by the server within {args.expect_close_s} s ({open_left} still open at the end)"
+        )
     return checks
 
 
@@ -278,16 +297,21 @@ def report(args, server, results: list[AttackResult], probes: list[Probe], info:
         "| probe | when | sent | 200 | other statuses or errors | p50 s | p99 s | max s |",
         "|---|---|---:|---:|---|---:|---:|---:|",
     ]
-    for path, when, group in [(path, when, group) for path in ("/healthz", "/v1/translate")
-                              for when, group in (("before", info.get("before", [])), ("attack", probes))]:
+    for path, when, group in [
+        (path, when, group)
+        for path in ("/healthz", "/v1/translate")
+        for when, group in (("before", info.get("before", [])), ("attack", probes))
+    ]:
         mine = [p for p in group if p.path == path]
         other: dict[str, int] = {}
         for p in mine:
             if p.status != 200:
                 other[str(p.status)] = other.get(str(p.status), 0) + 1
         lat = [p.latency_s for p in mine]
-        lines.append(f"| {path} | {when} | {len(mine)} | {sum(p.status == 200 for p in mine)} | {other or '-'} "
-                     f"| {percentile(lat, 50):.3f} | {percentile(lat, 99):.3f} | {max(lat, default=0):.3f} |")
+        lines.append(
+            f"| {path} | {when} | {len(mine)} | {sum(p.status == 200 for p in mine)} | {other or '-'} "
+            f"| {percentile(lat, 50):.3f} | {percentile(lat, 99):.3f} | {max(lat, default=0):.3f} |"
+        )
     lines += ["", "Verdict:", *[f"- {c}" for c in checks]]
     return "\n".join(lines)
 
@@ -297,8 +321,9 @@ def main(argv: list[str] | None = None) -> int:
     raise_fd_limit()
     env = dict(item.split("=", 1) for item in args.env) if not args.url else {}
     log_dir = Path(tempfile.mkdtemp(prefix="mt-slow-clients-"))
-    server = ServerProcess(None if args.url else args.repository, env, log_dir / "service.log", url=args.url,
-                           pid=args.pid).start()
+    server = ServerProcess(
+        None if args.url else args.repository, env, log_dir / "service.log", url=args.url, pid=args.pid
+    ).start()
     try:
         results, probes, info = run_attack(args, server)
     finally:

@@ -88,7 +88,7 @@ def main(argv: list[str] | None = None) -> int:
             trainer = _trainer(run, tokenizer, threads, autocast, initial)
             results[(threads, autocast)].append(measure(trainer, batches, args.warmup, args.steps))
     capability = torch.backends.cpu.get_cpu_capability()
-    parameters = sum(p.numel() for p in initial.values())
+    parameters = Transformer(run.model).num_parameters()
     print(f"# {run.name}: {parameters:,} parameters; {cpu_model()}, torch {torch.__version__} ({capability})")
     print(f"# {args.steps} timed steps of {run.train.max_tokens} padded tokens, median of {args.repeats} repeats\n")
     print("| threads | autocast | target tok/s | tok per CPU-s | vs first |")

@@ -14,7 +14,7 @@ POSITIONAL_ENCODINGS = ("sinusoidal", "learned", "relative", "xl_relative")
 ATTENTIONS = ("vanilla", "sparse", "linear")
 NORM_PLACEMENTS = ("post", "pre")
 ACTIVATIONS = ("relu", "gelu", "swiglu", "geglu")
-AUTOCASTS = ("", "bf16")
+AUTOCASTS = ("", "bf16", "auto")
 
 
 @dataclass
@@ -108,7 +108,8 @@ class TrainConfig:
     seed: int = 1234
     threads: int = 0  # torch intra-op threads; 0 = leave torch's default
     # "bf16": forward pass under CPU autocast to bfloat16 (weights, optimizer and loss stay float32); pays off
-    # only where the CPU has bfloat16 instructions (AVX512_BF16 / AMX): bench/train_speed.py measures it
+    # only where the CPU has bfloat16 instructions (AVX512_BF16 / AMX): bench/train_speed.py measures it.
+    # "auto": bf16 on such a CPU, float32 elsewhere (a run resumed on another machine keeps its speed)
     autocast: str = ""
     init_from: str = ""  # a released model folder whose weights (and tokenizer) a fresh run starts from
 

@@ -33,9 +33,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from core.normalize import normalize_for
 from model.corpus_split import read_tatoeba, split_of
 from model.data import read_lines, read_parallel
-from core.normalize import normalize_for
 
 TARGET = "en"
 SPLITS = ("train", "val", "test")

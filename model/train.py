@@ -33,6 +33,17 @@ from model.tokenizer import Tokenizer, train_tokenizer
 from model.transformer import Transformer
 
 
+def cpu_has_bf16(cpuinfo: str | None = None) -> bool:
+    """Whether the CPU has bfloat16 arithmetic (AVX512_BF16 or AMX-BF16 among /proc/cpuinfo's flags)."""
+    if cpuinfo is None:
+        try:
+            cpuinfo = Path("/proc/cpuinfo").read_text()
+        except OSError:
+            return False
+    flags = next((line.split(":", 1)[1].split() for line in cpuinfo.splitlines() if line.startswith("flags")), [])
+    return "avx512_bf16" in flags or "amx_bf16" in flags
+
+
 def seed_everything(seed: int) -> None:
     random.seed(seed)
     np.random.seed(seed)
@@ -156,6 +167,7 @@ class Trainer:
         self.ckpt_dir = self.out / "checkpoints"
         self.rank, self.world = rank, world
         self.progress = progress and rank == 0
+        self.bf16 = run.train.autocast == "bf16" or (run.train.autocast == "auto" and cpu_has_bf16())
         self.tokenizer = tokenizer
         self.train_examples = data.train_examples
         self.valid_src, self.valid_tgt = data.valid_src, data.valid_tgt
@@ -252,7 +264,7 @@ class Trainer:
     def train_step(self, batch: Batch) -> float:
         self.model.train()
         net = self.ddp or self.model
-        with torch.autocast("cpu", dtype=torch.bfloat16, enabled=self.cfg.autocast == "bf16"):
+        with torch.autocast("cpu", dtype=torch.bfloat16, enabled=self.bf16):
             logits = net(batch.src, batch.tgt_in)
         loss_sum, _ = label_smoothed_nll(logits, batch.tgt_out, self.cfg.label_smoothing, self.run.model.pad_id)
         loss = loss_sum / max(batch.n_tokens, 1)

@@ -39,8 +39,19 @@ def test_mix_oversamples_training_and_keeps_each_corpus_split(tmp_path, capsys):
     _write(tmp_path / "b", "test", ["bt"], ["BT"])
     out = tmp_path / "mix"
     code = main(
-        ["mix", "--out", str(out), "--source", "de", "--target", "en",
-         "--corpus", f"a={tmp_path / 'a'}:2", "--corpus", f"b={tmp_path / 'b'}"]
+        [
+            "mix",
+            "--out",
+            str(out),
+            "--source",
+            "de",
+            "--target",
+            "en",
+            "--corpus",
+            f"a={tmp_path / 'a'}:2",
+            "--corpus",
+            f"b={tmp_path / 'b'}",
+        ]
     )
     assert code == 0
     assert (out / "train.de").read_text().split() == ["a1", "a2", "a1", "a2", "b1"]

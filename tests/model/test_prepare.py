@@ -8,9 +8,9 @@ from pathlib import Path
 
 import pytest
 
+from core.normalize import normalize, normalize_for
 from model.cli import main as cli_main
 from model.data import read_lines, read_parallel
-from core.normalize import normalize, normalize_for
 from model.prepare import Recipe, read_cedict
 
 
