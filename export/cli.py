@@ -109,31 +109,47 @@ def cmd_export(args: argparse.Namespace) -> int:
 
 
 def cmd_evaluate(args: argparse.Namespace) -> int:
-    from model.data import read_parallel
+    from model.data import read_parallel, split_language
     from model.evaluate import bleu
 
     bundle = load_bundle(args.bundle)
     manifest = bundle.manifest
-    sources, references = read_parallel(args.data, args.split, manifest["source_language"], manifest["target_language"])
-    if args.limit:  # a smoke run: scores of part of a split are printed, never sealed into the manifest
-        sources, references = sources[: args.limit], references[: args.limit]
+    target = manifest["target_language"]
+    splits = {}
+    for split in args.split:
+        source = split_language(args.data, split, manifest["source_language"], target)
+        sources, references = read_parallel(args.data, split, source, target)
+        if args.limit:  # a smoke run: scores of part of a split are printed, never sealed into the manifest
+            sources, references = sources[: args.limit], references[: args.limit]
+        splits[split] = (sources, references)
+    report: dict[str, dict] = {}
     for variant in args.variants or bundle.variants:
         engine = Engine(bundle, variant=variant, providers=args.providers, intra_op_threads=args.threads)
-        scores = {}
-        for beam in args.beam:
-            started = time.time()
-            hyps = []
-            for start in range(0, len(sources), args.batch_size):
-                chunk = sources[start : start + args.batch_size]
-                hyps += [t.text for t in engine.translate(chunk, TranslateOptions(beam_size=beam))]
-            result = bleu(hyps, references)
-            result.update(beam_size=beam, seconds=round(time.time() - started, 1), providers=engine.providers)
-            scores[f"beam{beam}"] = result
-            print(
-                f"{variant} beam={beam}: BLEU {result['bleu']} ({result['seconds']}s)  {result['signature']}",
-                file=sys.stderr,
-            )
-        manifest["variants"][variant]["bleu"] = {"split": args.split, **scores}
+        for split, (sources, references) in splits.items():
+            scores = {}
+            for beam in args.beam:
+                started = time.time()
+                hyps = []
+                for start in range(0, len(sources), args.batch_size):
+                    chunk = sources[start : start + args.batch_size]
+                    hyps += [t.text for t in engine.translate(chunk, TranslateOptions(beam_size=beam))]
+                result = bleu(hyps, references)
+                result.update(beam_size=beam, seconds=round(time.time() - started, 1), providers=engine.providers)
+                scores[f"beam{beam}"] = result
+                print(
+                    f"{variant} {split} beam={beam}: BLEU {result['bleu']} chrF {result['chrf']} "
+                    f"loops {result['loops']} ({result['seconds']}s)  {result['signature']}",
+                    file=sys.stderr,
+                )
+                if args.hypotheses:
+                    Path(f"{args.hypotheses}.{variant}.{split}.beam{beam}").write_text("\n".join(hyps) + "\n")
+            report.setdefault(variant, {})[split] = {"split": split, **scores}
+        entry = manifest["variants"][variant]
+        entry["bleu"] = report[variant][args.split[0]]  # the first split is the bundle's headline score
+        if len(args.split) > 1:
+            entry["evaluations"] = report[variant]
+    if args.report:
+        Path(args.report).write_text(json.dumps(report, indent=2, ensure_ascii=False) + "\n")
     fp32 = manifest["variants"]["fp32"].get("bleu")
     if fp32:
         for variant in ("int8", "fp16"):
@@ -152,8 +168,9 @@ def cmd_evaluate(args: argparse.Namespace) -> int:
         "every measured beam size; otherwise fp32 (exact). GPUs serve fp16 when the bundle has it, else fp32. "
         "MT_VARIANT overrides."
     )
-    if args.limit:
-        print(f"--limit {args.limit}: scores of part of {args.split}, not written to the manifest", file=sys.stderr)
+    if args.limit or args.no_seal:
+        why = f"--limit {args.limit}: scores of part of each split" if args.limit else "--no-seal"
+        print(f"{why}: not written to the manifest", file=sys.stderr)
     else:
         seal(bundle.path, manifest)
     print(json.dumps({v: manifest["variants"][v].get("bleu") for v in manifest["variants"]}, indent=2))
@@ -236,13 +253,23 @@ def main(argv: list[str] | None = None) -> int:
         """Arguments evaluate and verify share: the bundle, the corpus split, beam sizes, providers."""
         p.add_argument("--bundle", required=True)
         p.add_argument("--data", required=data_required, help=data_help)
-        p.add_argument("--split", default="test_2016_flickr")
+        if p.prog.split()[-1] != "evaluate":  # evaluate takes several splits
+            p.add_argument("--split", default="test_2016_flickr")
         p.add_argument("--beam", type=int, nargs="+", default=[1, 4])
         p.add_argument("--providers", default="cpu")
         p.add_argument("--limit", type=int, default=0, help="only the first N sentences (0 = all); a smoke run")
 
     p = sub.add_parser("evaluate", help="BLEU of every variant with the engine; recorded in the manifest")
     bundle_and_corpus(p, "corpus folder with <split>.<src> and <split>.<tgt>", data_required=True)
+    p.add_argument(
+        "--split",
+        nargs="+",
+        default=["test_2016_flickr"],
+        help="one or more splits; the first is the bundle's headline BLEU, all go to the manifest's evaluations",
+    )
+    p.add_argument("--report", help="write every score (variant -> split -> beam) to this JSON file too")
+    p.add_argument("--hypotheses", help="write translations to <this>.<variant>.<split>.beam<N>")
+    p.add_argument("--no-seal", action="store_true", help="score only: leave the bundle's manifest as it is")
     p.add_argument("--variants", nargs="*")
     p.add_argument("--batch-size", type=int, default=32)
     p.add_argument("--threads", type=int, default=1)

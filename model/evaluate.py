@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 from collections.abc import Sequence
 
 import sacrebleu
@@ -42,6 +43,18 @@ def translate(
     return results
 
 
+# a unit of 1-6 letters five times in a row ("dilapidididididi"), or a phrase of 1-4 words five times in a row
+# ("the man the man the man the man the man"): the two shapes of a decoder stuck in a loop ("hahaha", "Hmmmm"
+# and "no, no, no, no" stay below both)
+_CHAR_LOOP = re.compile(r"([^\W\d_]{1,6}?)\1{4,}")
+_WORD_LOOP = re.compile(r"\b(\w+(?:\W+\w+){0,3}?)(?:\W+\1\b){4,}", re.IGNORECASE)
+
+
+def is_loop(text: str) -> bool:
+    """Whether a translation degenerated into a repeated syllable or phrase."""
+    return bool(_CHAR_LOOP.search(text) or _WORD_LOOP.search(text))
+
+
 def bleu(hypotheses: Sequence[str], references: Sequence[str]) -> dict[str, object]:
     cased = sacrebleu.BLEU()
     lower = sacrebleu.BLEU(lowercase=True)
@@ -58,6 +71,7 @@ def bleu(hypotheses: Sequence[str], references: Sequence[str]) -> dict[str, obje
         "signature_chrf": str(chrf.get_signature()),
         "detail": str(score),
         "n_sentences": len(hypotheses),
+        "loops": sum(is_loop(h) for h in hypotheses),
     }
 
 

@@ -135,3 +135,27 @@ def test_evaluate_records_bleu_of_every_variant_and_reseals(tiny_bundle_dir, cor
     assert manifest["variants"]["int8"]["quantization"]["batch_independent"] is True
     assert manifest["default_variant"] == ("int8" if within else "fp32")  # static int8 within budget is the default
     assert "default_variant_rule" in manifest
+
+
+def test_evaluate_scores_several_splits_into_a_report_and_no_seal_leaves_the_manifest(
+    tiny_bundle_dir, corpus, tmp_path
+):
+    bundle_dir = shutil.copytree(tiny_bundle_dir, tmp_path / "1")
+    for name in ("test", "other"):  # a second split under another name, its source file found by language
+        for lang in ("de", "en"):
+            shutil.copy(corpus / f"val.{lang}", tmp_path / f"{name}.{lang}")
+    before = (bundle_dir / "manifest.json").read_bytes()
+    report = tmp_path / "report.json"
+    args = ["evaluate", "--bundle", str(bundle_dir), "--data", str(tmp_path), "--split", "test", "other",
+            "--beam", "1", "--variants", "fp32", "--report", str(report), "--no-seal",
+            "--hypotheses", str(tmp_path / "hyp")]  # fmt: skip
+    assert main(args) == 0
+    assert (bundle_dir / "manifest.json").read_bytes() == before
+    scores = json.loads(report.read_text())["fp32"]
+    assert set(scores) == {"test", "other"} and scores["test"]["beam1"]["bleu"] == scores["other"]["beam1"]["bleu"]
+    assert scores["test"]["beam1"]["loops"] == 0 and scores["test"]["beam1"]["n_sentences"] == 20
+    assert len((tmp_path / "hyp.fp32.other.beam1").read_text().splitlines()) == 20
+
+    assert main([a for a in args if a != "--no-seal"]) == 0  # sealed: the first split is the headline
+    entry = load_bundle(bundle_dir).manifest["variants"]["fp32"]
+    assert entry["bleu"]["split"] == "test" and set(entry["evaluations"]) == {"test", "other"}

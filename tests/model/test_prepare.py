@@ -165,3 +165,13 @@ def test_export_refuses_a_model_of_several_sources_without_a_bundle_language(tmp
     code = export_main(["export", "--model", str(tmp_path / "m"), "--out", str(tmp_path / "b"), "--name", "x",
                         "--variants", "fp32"])  # fmt: skip
     assert code == 2 and "--source-language" in capsys.readouterr().err and not (tmp_path / "b").exists()
+
+
+def test_is_loop_catches_a_stuck_decoder_and_not_ordinary_repetition() -> None:
+    from model.evaluate import bleu, is_loop
+
+    for stuck in ("The house was dilapidididididi", "the man the man the man the man the man", "No no no no no no"):
+        assert is_loop(stuck), stuck
+    for fine in ("Mississippi", "In 1000000 cases", "hahaha", "He said no, no, no, no.", "Hmmmm.", "Tom is here."):
+        assert not is_loop(fine), fine
+    assert bleu(["dididididididi", "A man."], ["A dog.", "A man."])["loops"] == 1
