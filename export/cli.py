@@ -9,6 +9,7 @@ import sys
 import time
 from pathlib import Path
 
+from core.tokenizer import EOS_ID
 from export.calibration import read_sentences, record_feeds
 from export.manifest import build_manifest, git_commit, seal
 from export.onnx_export import export_graphs
@@ -108,6 +109,14 @@ def cmd_export(args: argparse.Namespace) -> int:
     return 0
 
 
+def _source_ids(engine: Engine, sources: list[str]) -> tuple[list[list[int]], int]:
+    """Subword ids + EOS of each source, cut at the model's limit (the service refuses such a text with 422;
+    a test set must still score every line), and how many were cut."""
+    limit = engine.max_source_tokens - 1
+    ids = engine.tokenizer.encode_batch(sources)
+    return [seq[:limit] + [EOS_ID] for seq in ids], sum(len(seq) > limit for seq in ids)
+
+
 def cmd_evaluate(args: argparse.Namespace) -> int:
     from model.data import read_parallel, split_language
     from model.evaluate import bleu
@@ -127,14 +136,16 @@ def cmd_evaluate(args: argparse.Namespace) -> int:
         engine = Engine(bundle, variant=variant, providers=args.providers, intra_op_threads=args.threads)
         for split, (sources, references) in splits.items():
             scores = {}
+            ids, truncated = _source_ids(engine, sources)
             for beam in args.beam:
                 started = time.time()
                 hyps = []
-                for start in range(0, len(sources), args.batch_size):
-                    chunk = sources[start : start + args.batch_size]
-                    hyps += [t.text for t in engine.translate(chunk, TranslateOptions(beam_size=beam))]
+                for start in range(0, len(ids), args.batch_size):
+                    chunk = ids[start : start + args.batch_size]
+                    hyps += [t.text for t in engine.translate_ids(chunk, TranslateOptions(beam_size=beam))]
                 result = bleu(hyps, references)
                 result.update(beam_size=beam, seconds=round(time.time() - started, 1), providers=engine.providers)
+                result["truncated_sources"] = truncated
                 scores[f"beam{beam}"] = result
                 print(
                     f"{variant} {split} beam={beam}: BLEU {result['bleu']} chrF {result['chrf']} "

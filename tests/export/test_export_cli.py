@@ -144,18 +144,23 @@ def test_evaluate_scores_several_splits_into_a_report_and_no_seal_leaves_the_man
     for name in ("test", "other"):  # a second split under another name, its source file found by language
         for lang in ("de", "en"):
             shutil.copy(corpus / f"val.{lang}", tmp_path / f"{name}.{lang}")
+    with open(tmp_path / "long.de", "w") as de, open(tmp_path / "long.en", "w") as en:  # over the model's limit
+        de.write("der mann spielt " * 200 + "\n")
+        en.write("the man plays " * 200 + "\n")
     before = (bundle_dir / "manifest.json").read_bytes()
     report = tmp_path / "report.json"
-    args = ["evaluate", "--bundle", str(bundle_dir), "--data", str(tmp_path), "--split", "test", "other",
+    args = ["evaluate", "--bundle", str(bundle_dir), "--data", str(tmp_path), "--split", "test", "other", "long",
             "--beam", "1", "--variants", "fp32", "--report", str(report), "--no-seal",
             "--hypotheses", str(tmp_path / "hyp")]  # fmt: skip
     assert main(args) == 0
     assert (bundle_dir / "manifest.json").read_bytes() == before
     scores = json.loads(report.read_text())["fp32"]
-    assert set(scores) == {"test", "other"} and scores["test"]["beam1"]["bleu"] == scores["other"]["beam1"]["bleu"]
+    assert set(scores) == {"test", "other", "long"}
+    assert scores["test"]["beam1"]["bleu"] == scores["other"]["beam1"]["bleu"]
     assert scores["test"]["beam1"]["loops"] == 0 and scores["test"]["beam1"]["n_sentences"] == 20
+    assert scores["long"]["beam1"]["truncated_sources"] == 1 and scores["test"]["beam1"]["truncated_sources"] == 0
     assert len((tmp_path / "hyp.fp32.other.beam1").read_text().splitlines()) == 20
 
     assert main([a for a in args if a != "--no-seal"]) == 0  # sealed: the first split is the headline
     entry = load_bundle(bundle_dir).manifest["variants"]["fp32"]
-    assert entry["bleu"]["split"] == "test" and set(entry["evaluations"]) == {"test", "other"}
+    assert entry["bleu"]["split"] == "test" and set(entry["evaluations"]) == {"test", "other", "long"}
