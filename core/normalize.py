@@ -13,7 +13,12 @@ from __future__ import annotations
 
 import re
 import unicodedata
-from functools import cache
+from collections.abc import Callable
+from functools import cache, partial
+
+# the rule set below; a bundle whose manifest says "source_normalization": "1" was trained on text normalised so,
+# and the engine normalises every source the same way before tokenizing (bundles without the field: as sent)
+NORMALIZATION_VERSION = "1"
 
 _QUOTES = str.maketrans(
     {
@@ -48,3 +53,13 @@ def normalize_for(text: str, lang: str, simplify_chinese: bool = True) -> str:
     """:func:`normalize`, and for ``zh`` the Simplified script (unless ``simplify_chinese`` is off)."""
     text = normalize(text)
     return to_simplified(text) if lang == "zh" and simplify_chinese else text
+
+
+def source_normalizer(version: str | None, language: str) -> Callable[[str], str]:
+    """What the engine applies to a source before tokenizing: :func:`normalize_for` for the bundle's rule set
+    version, the identity for a bundle that has none (trained on text as it came)."""
+    if not version:
+        return str
+    if version != NORMALIZATION_VERSION:
+        raise ValueError(f"source_normalization {version!r} is unknown here (this code has {NORMALIZATION_VERSION!r})")
+    return partial(normalize_for, lang=language)

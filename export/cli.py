@@ -41,6 +41,10 @@ def cmd_export(args: argparse.Namespace) -> int:
             file=sys.stderr,
         )
         return 2
+    normalization = args.source_normalization
+    prepared = Path(args.model) / "prepare.json"  # the data preparation of the run (model/prepare.py)
+    if normalization is None and prepared.exists():
+        normalization = json.loads(prepared.read_text()).get("rules", {}).get("normalization")
     out = Path(args.out)
     if out.exists():
         if not args.force:
@@ -66,6 +70,7 @@ def cmd_export(args: argparse.Namespace) -> int:
             parameters=model.num_parameters(),
             variants=variants,
             vocab_size=model.cfg.vocab_size,
+            source_normalization=normalization,
             training=training,
             commit=commit,
             bundle_format=bundle_format,
@@ -244,6 +249,11 @@ def main(argv: list[str] | None = None) -> int:
         help="the bundle's source language (default: the model's; required for a model of several sources)",
     )
     p.add_argument("--target-language", help="the bundle's target language (default: the model's)")
+    p.add_argument(
+        "--source-normalization",
+        help="core.normalize rule set the engine applies to sources (default: the one in the model's prepare.json, "
+        "none without it; '' for none)",
+    )
     p.add_argument(
         "--calibration-data",
         help="source-language sentences, one per line, that fix the int8 activation scales (needed for int8)",

@@ -43,11 +43,14 @@ def build_manifest(
     default_variant: str = "fp32",
     commit: str | None = None,
     bundle_format: str = FORMAT,
+    source_normalization: str | None = None,
 ) -> dict[str, Any]:
     """``commit``: the exporting code's git commit, taken before the export wrote anything (a bundle inside the
     repository would otherwise mark its own export "-dirty"); looked up now when not given.
 
-    ``files``: the tokenizer, every variant's graphs and the weights files they read (format 2), each once."""
+    ``files``: the tokenizer, every variant's graphs and the weights files they read (format 2), each once.
+    ``source_normalization``: the core.normalize rule set the training data went through (the engine applies
+    it to every source); the field is left out for a model trained on text as it came."""
     if bundle_format not in FORMATS:
         raise ValueError(f"bundle format {bundle_format!r} is none of {FORMATS}")
     files = ["tokenizer.model"]
@@ -57,7 +60,7 @@ def build_manifest(
                 files.append(rel)
     fp32 = variants["fp32"]
     graphs = {g: graph_signature(bundle_dir / fp32[g]) for g in ("encoder", "decoder", "decoder_step") if g in fp32}
-    return {
+    manifest = {
         "format": bundle_format,
         "name": name,
         "version": version,
@@ -80,6 +83,9 @@ def build_manifest(
         "git_commit": commit or git_commit(),
         "files": files,
     }
+    if source_normalization:
+        manifest["source_normalization"] = source_normalization
+    return manifest
 
 
 def seal(bundle_dir: Path, manifest: dict[str, Any]) -> Path:

@@ -33,7 +33,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from core.normalize import normalize_for
+from core.normalize import NORMALIZATION_VERSION, normalize_for
 from model.corpus_split import read_tatoeba, split_of
 from model.data import read_lines, read_parallel
 
@@ -274,6 +274,7 @@ def prepare(recipe: Recipe, root: str | Path, out: str | Path) -> dict[str, Any]
             "ratio_bands": RATIO_BANDS,
             "ratio_min_chars": RATIO_MIN_CHARS,
             "max_chars": recipe.max_chars,
+            "normalization": NORMALIZATION_VERSION,
             "simplify_chinese": recipe.simplify_chinese,
         },
     }

@@ -179,6 +179,7 @@ class Trainer:
         self.best_bleu = -1.0
         self.train_seconds = 0.0  # wall time of finished train() calls, summed across resumes
         self._train_started: float | None = None  # time.time() when the running train() call began
+        self.data_dir: Path | None = None  # the corpus folder (from_run): its prepare.json goes with the release
 
     @classmethod
     def from_run(cls, run: RunConfig, data_dir: str | Path, out_dir: str | Path, progress: bool = True) -> Trainer:
@@ -192,6 +193,7 @@ class Trainer:
         optimizer, scheduler = build_optimizer(run, model)
         parts = (run, tokenizer, data, model, optimizer, scheduler, out_dir)
         trainer = cls(*parts, ddp=ddp, rank=rank, world=world, progress=progress)
+        trainer.data_dir = Path(data_dir)
         if not trainer.resume_if_present() and run.train.init_from:
             trainer.init_weights(run.train.init_from)
         return trainer
@@ -406,6 +408,9 @@ class Trainer:
         release = self.out / "release"
         save_release(release, model, {"run": self.run.to_dict(), "training": summary})
         (release / TOKENIZER_FILE).write_bytes((self.out / TOKENIZER_FILE).read_bytes())
+        prepared = self.data_dir / "prepare.json" if self.data_dir else None
+        if prepared and prepared.exists():  # how the data was made, normalisation included: export reads it
+            (release / "prepare.json").write_bytes(prepared.read_bytes())
         return summary
 
 

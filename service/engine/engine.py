@@ -23,6 +23,7 @@ from core.graphs import (
     step_interface,
     step_present_names,
 )
+from core.normalize import source_normalizer
 from core.search import Hypothesis, length_limits
 from core.tokenizer import BOS_ID, EOS_ID, PAD_ID, Tokenizer
 from service.engine.bundle import Bundle
@@ -204,6 +205,9 @@ class Engine:
         self.variant = variant or bundle.default_variant
         self.config = bundle.model_config
         self.tokenizer = Tokenizer(bundle.tokenizer_file)
+        self.normalize_source = source_normalizer(
+            bundle.manifest.get("source_normalization"), bundle.manifest["source_language"]
+        )
         settings = {
             "intra_op_threads": intra_op_threads,
             "inter_op_threads": inter_op_threads,
@@ -255,7 +259,7 @@ class Engine:
         """Subword ids + EOS; raises SourceTooLongError naming the first text with more than ``max_subwords``
         subwords (EOS excluded; at most the model's limit, max_source_tokens - 1, which is also the default)."""
         limit = self.max_source_tokens - 1 if max_subwords is None else min(max_subwords, self.max_source_tokens - 1)
-        ids = self.tokenizer.encode_batch(texts)
+        ids = self.tokenizer.encode_batch([self.normalize_source(t) for t in texts])
         for i, seq in enumerate(ids):
             if len(seq) > limit:
                 raise SourceTooLongError(i, len(seq), limit)

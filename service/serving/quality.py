@@ -82,7 +82,7 @@ def unknown_characters(model: LoadedModel, text: str) -> list[str]:
     """Characters of ``text`` that the tokenizer spells out as UTF-8 bytes (it never saw them in training)."""
     tokenizer = model.engine.tokenizer
     seen: list[str] = []
-    for char in dict.fromkeys(text):
+    for char in dict.fromkeys(model.engine.normalize_source(text)):
         if char.isspace():
             continue
         pieces = tokenizer.pieces(tokenizer.encode(char))

@@ -38,6 +38,7 @@ def test_cli_train_then_translate(corpus_dir, tmp_path, capsys):
     release = out / "release"
     model, meta = load_release(release)
     assert (release / TOKENIZER_FILE).read_bytes() == (out / TOKENIZER_FILE).read_bytes()
+    assert not (release / "prepare.json").exists()  # the corpus was not made by model.cli prepare
     assert meta["training"] == summary
     assert summary["chosen"] in ("best", "averaged") and summary["steps"] == 6
     assert summary["parameters"] == model.num_parameters()
@@ -83,3 +84,16 @@ def test_bleu_report_has_chrf_with_its_signature():
     result = bleu(["a man rides a bike", "two dogs play"], ["a man rides a bicycle", "two dogs are playing"])
     assert 0 < result["chrf"] < 100 and result["signature_chrf"].startswith("nrefs:1")
     assert bleu(["same text here"], ["same text here"])["chrf"] == 100.0
+
+
+def test_the_release_carries_the_corpus_preparation_record(corpus_dir, tmp_path, capsys):
+    import shutil
+
+    data = shutil.copytree(corpus_dir, tmp_path / "data")
+    (data / "prepare.json").write_text(json.dumps({"rules": {"normalization": "1"}}))
+    config = tmp_path / "tiny.json"
+    config.write_text(json.dumps(tiny_run(eval_every=2).to_dict()))
+    out = tmp_path / "run"
+    argv = ["train", "--config", str(config), "--data", str(data), "--out", str(out), "--no-progress"]
+    assert main([*argv, "--max-steps", "2"]) == 0
+    assert json.loads((out / "release" / "prepare.json").read_text()) == {"rules": {"normalization": "1"}}
