@@ -288,11 +288,19 @@ class Trainer:
             total, tokens = total + float(nll), tokens + batch.n_tokens
         return total / tokens
 
+    def bleu_sample(self) -> tuple[list[str], list[str]]:
+        """The validation sentences BLEU is measured on: ``bleu_max_sentences`` of them spread evenly over the
+        split (a mixed split lists its corpora one after another: the first N would score only the first ones),
+        or all of them."""
+        n, total = self.cfg.bleu_max_sentences, len(self.valid_src)
+        if not n or n >= total:
+            return self.valid_src, self.valid_tgt
+        picked = [i * total // n for i in range(n)]
+        return [self.valid_src[i] for i in picked], [self.valid_tgt[i] for i in picked]
+
     def validate(self, train_loss: float) -> dict[str, Any]:
-        n = self.cfg.bleu_max_sentences or len(self.valid_src)
-        result, _ = evaluate(
-            self.model, self.tokenizer, self.valid_src[:n], self.valid_tgt[:n], self.cfg.bleu_beam_size
-        )
+        sources, references = self.bleu_sample()
+        result, _ = evaluate(self.model, self.tokenizer, sources, references, self.cfg.bleu_beam_size)
         record = {
             "step": self.step,
             "epoch": self.epoch,
@@ -393,8 +401,8 @@ class Trainer:
         scores = {}
         for name, path in candidates.items():
             model, _ = load_release(path)
-            n = self.cfg.bleu_max_sentences or len(self.valid_src)  # the same sentences as every validation
-            scores[name] = evaluate(model, self.tokenizer, self.valid_src[:n], self.valid_tgt[:n], 1)[0]["bleu"]
+            sources, references = self.bleu_sample()  # the same sentences as every validation
+            scores[name] = evaluate(model, self.tokenizer, sources, references, 1)[0]["bleu"]
         chosen = max(scores, key=scores.get)
         model, _ = load_release(candidates[chosen])
         summary = {

@@ -167,3 +167,12 @@ def test_a_checkpoint_without_train_seconds_still_resumes(corpus_dir, tmp_path):
     assert resumed.step == 2 and resumed.train_seconds == 0.0  # one validation: no span to go by
     resumed.train()
     assert resumed.step == 3 and resumed.train_seconds > 0
+
+
+def test_bleu_sample_spreads_over_the_validation_split(corpus_dir, tmp_path):
+    trainer = Trainer.from_run(tiny_run(bleu_max_sentences=4), corpus_dir, tmp_path / "run", progress=False)
+    sources, references = trainer.bleu_sample()
+    assert sources == [trainer.valid_src[i] for i in (0, 3, 6, 9)]  # 12 sentences: every third
+    assert references == [trainer.valid_tgt[i] for i in (0, 3, 6, 9)]
+    trainer.cfg.bleu_max_sentences = 0
+    assert trainer.bleu_sample() == (trainer.valid_src, trainer.valid_tgt)
