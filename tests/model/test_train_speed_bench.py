@@ -43,20 +43,21 @@ def test_an_unknown_autocast_is_refused(tmp_path):
 
     from model.config import RunConfig
 
-    (tmp_path / "run.json").write_text(json.dumps({"train": {"autocast": "fp16"}}))
+    (tmp_path / "run.json").write_text(json.dumps({"train": {"autocast": "fp8"}}))
     with pytest.raises(ValueError, match="autocast"):
         RunConfig.load(tmp_path / "run.json")
 
 
 def test_auto_autocast_follows_the_cpu_flags(corpus_dir, tmp_path, monkeypatch):
-    import model.train as train_module
+    import model.precision as precision
 
-    assert train_module.cpu_has_bf16("flags\t\t: fpu avx2 avx512f avx512_bf16\n")
-    assert train_module.cpu_has_bf16("flags\t\t: fpu avx2 amx_bf16 amx_tile\n")
-    assert not train_module.cpu_has_bf16("flags\t\t: fpu avx2 avx512f avx512_vnni\n")
-    assert not train_module.cpu_has_bf16("")
-    for has, expected in ((True, True), (False, False)):
-        monkeypatch.setattr(train_module, "cpu_has_bf16", lambda has=has: has)
+    assert precision.cpu_has_bf16("flags\t\t: fpu avx2 avx512f avx512_bf16\n")
+    assert precision.cpu_has_bf16("flags\t\t: fpu avx2 amx_bf16 amx_tile\n")
+    assert not precision.cpu_has_bf16("flags\t\t: fpu avx2 avx512f avx512_vnni\n")
+    assert not precision.cpu_has_bf16("")
+    for has, expected in ((True, torch.bfloat16), (False, None)):
+        monkeypatch.setattr(precision, "cpu_has_bf16", lambda has=has: has)
         trainer = Trainer.from_run(tiny_run(autocast="auto"), corpus_dir, tmp_path / f"r{has}", progress=False)
-        assert trainer.bf16 is expected
-    assert Trainer.from_run(tiny_run(autocast=""), corpus_dir, tmp_path / "plain", progress=False).bf16 is False
+        assert trainer.autocast_dtype is expected
+    plain = Trainer.from_run(tiny_run(autocast=""), corpus_dir, tmp_path / "plain", progress=False)
+    assert plain.autocast_dtype is None and not plain.scaler.is_enabled()
