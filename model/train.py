@@ -215,6 +215,8 @@ class Trainer:
         self.step = self.epoch = self.batch_in_epoch = 0
         self.update_tokens = 0  # target tokens of the last update, every rank's and every accumulated batch's
         self.history: list[dict[str, Any]] = []
+        # the step of the last validation and checkpoint, known to every rank (only rank 0 appends to history)
+        self.validated_step: int | None = None
         self.best_bleu = -1.0
         self.train_seconds = 0.0  # wall time of finished train() calls, summed across resumes
         self._train_started: float | None = None  # time.time() when the running train() call began
@@ -297,6 +299,7 @@ class Trainer:
         if "grad_scaler" in state and self.scaler.is_enabled():
             self.scaler.load_state_dict(state["grad_scaler"])
         self.history = json.loads(state["history"])
+        self.validated_step = self.history[-1]["step"] if self.history else None
         self.best_bleu = state["best_bleu"]
         # Checkpoints written before "train_seconds" existed: the span between their validations, a lower bound.
         self.train_seconds = float(state.get("train_seconds", _validation_span(self.history) or 0.0))
@@ -477,7 +480,7 @@ class Trainer:
                     last_save = time.time()
             else:
                 self.epoch, self.batch_in_epoch = self.epoch + 1, 0
-        if not self.history or self.history[-1]["step"] != self.step:
+        if self.validated_step != self.step:  # the same answer on every rank: all of them reach the barrier
             self._checkpoint(running)
         bar.close()
 
@@ -487,6 +490,7 @@ class Trainer:
             record = self.validate(train_loss)
             tqdm.write(json.dumps(record))
         self.save()
+        self.validated_step = self.step
         if self.world > 1:
             dist.barrier()
 
