@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 from pathlib import Path
 from typing import Any
 
@@ -18,9 +19,14 @@ TOKENIZER_FILE = "tokenizer.model"
 
 
 def save_training_state(path: Path, state: dict[str, Any]) -> None:
+    """Write a temporary file, flush it to the disk, rename it over ``path``: a process killed at any moment (a
+    lost worker of an elastic run, the end of a session) leaves the previous checkpoint or the new one, whole."""
     tmp = path.with_suffix(".tmp")
-    torch.save(state, tmp)
-    tmp.replace(path)  # atomic: a crash never leaves half a checkpoint
+    with open(tmp, "wb") as f:
+        torch.save(state, f)
+        f.flush()
+        os.fsync(f.fileno())
+    tmp.replace(path)  # rename: atomic on a POSIX file system
 
 
 def load_training_state(path: Path) -> dict[str, Any]:

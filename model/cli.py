@@ -26,11 +26,18 @@ def cmd_train(args: argparse.Namespace) -> int:
         run.train.max_steps = args.max_steps
     if args.val_limit is not None:
         run.train.bleu_max_sentences = args.val_limit
+    if args.accumulate is not None:
+        run.train.accumulate = args.accumulate
+    if args.shards is not None:
+        run.train.shards = args.shards
     trainer = Trainer.from_run(run, args.data, args.out, progress=not args.no_progress)
     if trainer.rank == 0:
+        precision = str(trainer.autocast_dtype).removeprefix("torch.") if trainer.autocast_dtype else "float32"
         print(
-            f"model: {trainer.model.num_parameters():,} parameters; {len(trainer.train_examples):,} training pairs; "
-            f"{trainer.total_steps():,} steps; resuming at step {trainer.step}",
+            f"model: {trainer.model.num_parameters():,} parameters; {trainer.source.pairs:,} training pairs "
+            f"({trainer.source.identity}); {trainer.total_steps():,} steps; resuming at step {trainer.step}; "
+            f"{trainer.world} process(es) on {trainer.device}, {precision}, "
+            f"{trainer.cfg.accumulate} batch(es) per update",
             file=sys.stderr,
         )
     trainer.train()
@@ -103,6 +110,31 @@ def cmd_prepare(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_shard(args: argparse.Namespace) -> int:
+    from model.shards import ShardReader, write_shards
+
+    if args.verify:
+        bad = ShardReader(args.out).verify()
+        print(json.dumps({"folder": args.out, "bad_files": bad}))
+        return 1 if bad else 0
+    missing = [name for name in ("config", "data", "tokenizer") if getattr(args, name) is None]
+    if missing:
+        raise SystemExit(f"shard: --{', --'.join(missing)} required (or --verify)")
+    run = RunConfig.load(args.config)
+    data = Path(args.data)
+    manifest = write_shards(
+        Tokenizer(args.tokenizer),
+        data / f"{run.train_prefix}.{run.source_lang}",
+        data / f"{run.train_prefix}.{run.target_lang}",
+        args.out,
+        run.train.max_length,
+        args.shard_pairs,
+        run.train.seed,
+    )
+    print(json.dumps({k: manifest[k] for k in ("read", "pairs", "dropped")} | {"shards": len(manifest["shards"])}))
+    return 0
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m model.cli", description=__doc__)
     sub = parser.add_subparsers(dest="command", required=True)
@@ -114,6 +146,8 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--epochs", type=int, help="override the config's epochs")
     p.add_argument("--max-steps", type=int, help="override the config's max_steps")
     p.add_argument("--val-limit", type=int, help="validation BLEU on the first N sentences only (a smoke run: 1-10)")
+    p.add_argument("--accumulate", type=int, help="override the config's accumulate (batches per update)")
+    p.add_argument("--shards", help="stream the training pairs from this `shard` folder, not --data's train split")
     p.add_argument("--no-progress", action="store_true")
     p.set_defaults(func=cmd_train)
 
@@ -160,6 +194,15 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--data", required=True, help="folder the recipe's corpus paths are relative to")
     p.add_argument("--out", required=True, help="training folder to write (train/val, <corpus>.<split> files)")
     p.set_defaults(func=cmd_prepare)
+
+    p = sub.add_parser("shard", help="tokenize a training split into memory-mapped, length-sorted shards a run streams")
+    p.add_argument("--config", help="run config: its train split, languages, max_length and seed")
+    p.add_argument("--data", help="corpus folder with the config's <train_prefix>.<lang> files")
+    p.add_argument("--tokenizer", help="the run's tokenizer.model (copied into --out; a run on the shards uses it)")
+    p.add_argument("--out", required=True, help="new folder for the shards and manifest.json")
+    p.add_argument("--shard-pairs", type=int, default=100_000, help="lines per shard (the writer's memory)")
+    p.add_argument("--verify", action="store_true", help="only check --out's files against the manifest's sha256")
+    p.set_defaults(func=cmd_shard)
 
     args = parser.parse_args(argv)
     return args.func(args)

@@ -14,7 +14,8 @@ POSITIONAL_ENCODINGS = ("sinusoidal", "learned", "relative", "xl_relative")
 ATTENTIONS = ("vanilla", "sparse", "linear")
 NORM_PLACEMENTS = ("post", "pre")
 ACTIVATIONS = ("relu", "gelu", "swiglu", "geglu")
-AUTOCASTS = ("", "bf16", "auto")
+AUTOCASTS = ("", "bf16", "fp16", "auto")
+DEVICES = ("", "cpu", "cuda")
 
 
 @dataclass
@@ -107,10 +108,18 @@ class TrainConfig:
     bleu_max_sentences: int = 0  # 0 = the whole validation set
     seed: int = 1234
     threads: int = 0  # torch intra-op threads; 0 = leave torch's default
-    # "bf16": forward pass under CPU autocast to bfloat16 (weights, optimizer and loss stay float32); pays off
-    # only where the CPU has bfloat16 instructions (AVX512_BF16 / AMX): bench/train_speed.py measures it.
-    # "auto": bf16 on such a CPU, float32 elsewhere (a run resumed on another machine keeps its speed)
+    # "bf16": forward pass under autocast to bfloat16 (weights, optimizer and loss stay float32); on a CPU it pays
+    # off only with bfloat16 instructions (AVX512_BF16 / AMX): bench/train_speed.py measures it. "fp16": float16
+    # with a gradient scaler, CUDA only. "auto": bf16 on such a CPU, float32 on other CPUs; on CUDA bf16 where
+    # the GPU has it, else fp16 (a run resumed on another machine keeps its speed). model/precision.py
     autocast: str = ""
+    # batches per update: their gradients are summed and the loss is divided by the target tokens of all of them
+    # (on every rank), so N batches of B tokens make the update one batch of N x B tokens would
+    accumulate: int = 1
+    device: str = ""  # "" = cuda (cuda:LOCAL_RANK under torchrun) where a GPU is visible, else cpu | cpu | cuda
+    # a folder written by ``python -m model.cli shard``: training pairs streamed from its memory-mapped shards
+    # (model/shards.py) instead of read and encoded into memory; "" = the corpus folder's train split in memory
+    shards: str = ""
     init_from: str = ""  # a released model folder whose weights (and tokenizer) a fresh run starts from
 
 
@@ -155,4 +164,8 @@ def _train_config(data: dict[str, Any]) -> TrainConfig:
     cfg = TrainConfig(**data)
     if cfg.autocast not in AUTOCASTS:
         raise ValueError(f"autocast must be one of {AUTOCASTS}, got {cfg.autocast!r}")
+    if cfg.device not in DEVICES:
+        raise ValueError(f"device must be one of {DEVICES}, got {cfg.device!r}")
+    if cfg.accumulate < 1:
+        raise ValueError(f"accumulate must be >= 1, got {cfg.accumulate}")
     return cfg

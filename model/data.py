@@ -3,8 +3,10 @@
 from __future__ import annotations
 
 import random
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any, Protocol
 
 import torch
 from torch import Tensor
@@ -18,6 +20,14 @@ def read_lines(path: str | Path, encoding: str = "utf-8") -> list[str]:
     way its German side ran eight lines ahead of the English from line ~1,400 on."""
     text = Path(path).read_text(encoding=encoding)
     return text[:-1].split("\n") if text.endswith("\n") else (text.split("\n") if text else [])
+
+
+def iter_lines(path: str | Path, encoding: str = "utf-8") -> Iterator[str]:
+    """The lines :func:`read_lines` returns, read one at a time (a corpus larger than memory): text mode splits
+    at "\\n" (and "\\r"), never at the separators ``str.splitlines`` knows."""
+    with open(path, encoding=encoding) as f:
+        for line in f:
+            yield line[:-1] if line.endswith("\n") else line
 
 
 def read_parallel(data_dir: str | Path, prefix: str, src_lang: str, tgt_lang: str) -> tuple[list[str], list[str]]:
@@ -79,11 +89,35 @@ class Batch:
     tgt_out: Tensor  # (batch, tgt) tokens + eos
     n_tokens: int  # non-pad target tokens
 
+    def to(self, device: torch.device) -> Batch:
+        """The same batch on ``device`` (itself when it is there already)."""
+        return Batch(self.src.to(device), self.tgt_in.to(device), self.tgt_out.to(device), self.n_tokens)
+
     @classmethod
     def from_examples(cls, examples: list[Example]) -> Batch:
         tgt = pad([e.tgt for e in examples])
         tgt_out = tgt[:, 1:]
         return cls(pad([e.src for e in examples]), tgt[:, :-1], tgt_out, int((tgt_out != PAD_ID).sum()))
+
+
+def token_budget_ends(widths: Sequence[int], max_tokens: int) -> list[int]:
+    """End indices of consecutive batches over examples in this order, each at most ``max_tokens`` padded tokens.
+
+    ``widths[i]`` is example i's longer side (source or target); a batch is cut before the example that would
+    take (its widest example) x (its count) over the budget. The one packing rule of the in-memory batches
+    (:func:`make_batches`) and of the streamed shards (model/shards.py), so both batch a corpus alike.
+    """
+    ends: list[int] = []
+    width = count = 0
+    for i, own in enumerate(widths):
+        w = max(width, own)
+        if count and w * (count + 1) > max_tokens:
+            ends.append(i)
+            w, count = own, 0
+        width, count = w, count + 1
+    if count:
+        ends.append(len(widths))
+    return ends
 
 
 def make_batches(examples: list[Example], max_tokens: int, seed: int | None = None) -> list[list[int]]:
@@ -97,18 +131,53 @@ def make_batches(examples: list[Example], max_tokens: int, seed: int | None = No
     if seed is not None:
         rng.shuffle(order)
     order.sort(key=lambda i: (len(examples[i].src), len(examples[i].tgt)))
-    batches: list[list[int]] = []
-    current: list[int] = []
-    width = 0
-    for i in order:
-        w = max(width, len(examples[i].src), len(examples[i].tgt))
-        if current and w * (len(current) + 1) > max_tokens:
-            batches.append(current)
-            current, w = [], max(len(examples[i].src), len(examples[i].tgt))
-        current.append(i)
-        width = w
-    if current:
-        batches.append(current)
+    widths = [max(len(examples[i].src), len(examples[i].tgt)) for i in order]
+    starts = [0, *token_budget_ends(widths, max_tokens)]
+    batches = [order[a:b] for a, b in zip(starts, starts[1:], strict=False)]
     if seed is not None:
         rng.shuffle(batches)
     return batches
+
+
+class BatchSource(Protocol):
+    """Where the trainer's batches come from: each epoch, one order of batch keys that every rank computes alike
+    (ranks take it in turn, model/train.py), and the batch a key stands for."""
+
+    pairs: int  # training pairs
+    identity: str  # what a checkpoint records, so a run is not resumed mid-epoch on other data
+
+    def epoch_size(self, epoch: int) -> int:
+        """Batches in the epoch's order."""
+        ...
+
+    def epoch_order(self, epoch: int, start: int = 0) -> Iterator[Any]:
+        """The epoch's batch keys from position ``start`` on, without building the ones before it."""
+        ...
+
+    def batch(self, key: Any) -> Batch: ...
+
+
+class ExampleBatches:
+    """The training pairs held in memory (the default): epoch e's order is ``make_batches`` of all of them with
+    seed ``seed + e``, as it always was, so runs and checkpoints from before streamed shards resume alike."""
+
+    identity = "in-memory"
+
+    def __init__(self, examples: list[Example], max_tokens: int, seed: int) -> None:
+        self.examples, self.max_tokens, self.seed = examples, max_tokens, seed
+        self.pairs = len(examples)
+        self._cached: tuple[int, list[list[int]]] | None = None  # the last epoch's order
+
+    def _order(self, epoch: int) -> list[list[int]]:
+        if self._cached is None or self._cached[0] != epoch:
+            self._cached = (epoch, make_batches(self.examples, self.max_tokens, seed=self.seed + epoch))
+        return self._cached[1]
+
+    def epoch_size(self, epoch: int) -> int:
+        return len(self._order(epoch))
+
+    def epoch_order(self, epoch: int, start: int = 0) -> Iterator[list[int]]:
+        return iter(self._order(epoch)[start:])
+
+    def batch(self, key: list[int]) -> Batch:
+        return Batch.from_examples([self.examples[i] for i in key])

@@ -1,12 +1,22 @@
-"""Training loop: label smoothing, Adam + Noam, clipping, validation BLEU, checkpoint averaging, resume, DDP."""
+"""Training loop: label smoothing, Adam + Noam, clipping, validation BLEU, checkpoint averaging, resume, DDP.
+
+Every epoch has one order of batches (the in-memory pairs or the streamed shards, model/data.py
+``BatchSource``) that every rank computes alike; the ranks take it in turn, rank r the r-th batch of each
+round of ``world`` batches, and an update sums the gradients of ``accumulate`` rounds. A checkpoint records
+the position in that order (batches taken by all ranks together), so it resumes on any number of ranks.
+"""
 
 from __future__ import annotations
 
+import contextlib
 import json
+import math
 import os
 import random
 import time
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
+from itertools import islice
 from pathlib import Path
 from typing import Any
 
@@ -24,24 +34,15 @@ from model.checkpoint import (
     save_training_state,
 )
 from model.config import RunConfig, TrainConfig
-from model.data import Batch, Example, encode_pairs, make_batches, read_parallel
+from model.data import Batch, BatchSource, Example, ExampleBatches, encode_pairs, make_batches, read_parallel
 from model.evaluate import evaluate
 from model.losses import label_smoothed_nll
 from model.plots import plot_training_curve
+from model.precision import autocast_dtype, needs_grad_scaler
 from model.schedule import noam_lr
+from model.shards import ShardReader
 from model.tokenizer import Tokenizer, train_tokenizer
 from model.transformer import Transformer
-
-
-def cpu_has_bf16(cpuinfo: str | None = None) -> bool:
-    """Whether the CPU has bfloat16 arithmetic (AVX512_BF16 or AMX-BF16 among /proc/cpuinfo's flags)."""
-    if cpuinfo is None:
-        try:
-            cpuinfo = Path("/proc/cpuinfo").read_text()
-        except OSError:
-            return False
-    flags = next((line.split(":", 1)[1].split() for line in cpuinfo.splitlines() if line.startswith("flags")), [])
-    return "avx512_bf16" in flags or "amx_bf16" in flags
 
 
 def seed_everything(seed: int) -> None:
@@ -50,41 +51,62 @@ def seed_everything(seed: int) -> None:
     torch.manual_seed(seed)
 
 
-def _rng_state() -> dict[str, Any]:
+def _rng_state(cuda: bool = False) -> dict[str, Any]:
     _, keys, pos, *_ = np.random.get_state()
-    return {
+    state = {
         "torch": torch.get_rng_state(),
         "python": list(random.getstate()[1]),
         "numpy": torch.from_numpy(keys.astype(np.int64)),
         "numpy_pos": int(pos),
     }
+    if cuda:  # dropout on the GPU draws from the device's generator
+        state["cuda"] = torch.cuda.get_rng_state()
+    return state
 
 
-def _set_rng_state(state: dict[str, Any]) -> None:
+def _set_rng_state(state: dict[str, Any], cuda: bool = False) -> None:
     torch.set_rng_state(state["torch"])
     random.setstate((3, tuple(state["python"]), None))
     np.random.set_state(("MT19937", state["numpy"].numpy().astype(np.uint32), state["numpy_pos"], 0, 0.0))
+    if cuda and "cuda" in state:
+        torch.cuda.set_rng_state(state["cuda"])
 
 
 @dataclass(frozen=True)
 class TrainingData:
-    """The encoded training pairs and the validation split (raw text for BLEU, encoded for the loss)."""
+    """The training pairs (encoded in memory, or streamed from shards) and the validation split (raw text for
+    BLEU, encoded for the loss)."""
 
     train_examples: list[Example]
     valid_src: list[str]
     valid_tgt: list[str]
     valid_examples: list[Example]
+    train_shards: ShardReader | None = None  # set: the training pairs come from here, train_examples is empty
 
 
 # --- the named set-up steps Trainer.from_run runs, in this order ------------------------------------
 
 
-def init_distributed() -> tuple[int, int]:
-    """``(rank, world)`` from torchrun's environment; joins the process group when ``world > 1``."""
+def resolve_device(cfg: TrainConfig) -> torch.device:
+    """The device TrainConfig.device names ("" = cuda where a GPU is visible, else the CPU); under torchrun each
+    process takes the GPU of its LOCAL_RANK."""
+    wanted = cfg.device or ("cuda" if torch.cuda.is_available() else "cpu")
+    if wanted == "cpu":
+        return torch.device("cpu")
+    if not torch.cuda.is_available():
+        raise ValueError("device cuda: torch sees no GPU")
+    device = torch.device("cuda", int(os.environ.get("LOCAL_RANK", "0")))
+    torch.cuda.set_device(device)
+    return device
+
+
+def init_distributed(backend: str = "gloo") -> tuple[int, int]:
+    """``(rank, world)`` from torchrun's environment; joins the process group when ``world > 1`` (nccl for
+    CUDA tensors, gloo for CPU ones). Under an elastic torchrun the world may differ between restarts."""
     world = int(os.environ.get("WORLD_SIZE", "1"))
     rank = int(os.environ.get("RANK", "0"))
     if world > 1 and not dist.is_initialized():
-        dist.init_process_group("nccl" if torch.cuda.is_available() else "gloo")
+        dist.init_process_group(backend)
     return rank, world
 
 
@@ -103,6 +125,9 @@ def prepare_tokenizer(
     if not path.exists() and rank == 0 and run.train.init_from:
         path.parent.mkdir(parents=True, exist_ok=True)
         path.write_bytes((Path(run.train.init_from) / TOKENIZER_FILE).read_bytes())  # its weights need its ids
+    elif not path.exists() and rank == 0 and run.train.shards:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_bytes((Path(run.train.shards) / TOKENIZER_FILE).read_bytes())  # the shards hold its ids
     elif not path.exists() and rank == 0:
         src, tgt = read_parallel(data_dir, run.train_prefix, run.source_lang, run.target_lang)
         tc = run.tokenizer
@@ -116,11 +141,15 @@ def prepare_tokenizer(
 
 
 def load_data(run: RunConfig, data_dir: str | Path, tokenizer: Tokenizer) -> TrainingData:
-    """Read and encode the training split (pairs longer than ``max_length`` dropped) and the validation split."""
-    src, tgt = read_parallel(data_dir, run.train_prefix, run.source_lang, run.target_lang)
+    """Read and encode the training split (pairs longer than ``max_length`` dropped), or open its shards when the
+    run names them (they must be the tokenizer's), and the validation split."""
+    shards = ShardReader(run.train.shards, tokenizer) if run.train.shards else None
+    if shards is None:
+        src, tgt = read_parallel(data_dir, run.train_prefix, run.source_lang, run.target_lang)
     valid_src, valid_tgt = read_parallel(data_dir, run.valid_prefix, run.source_lang, run.target_lang)
     return TrainingData(
-        train_examples=encode_pairs(tokenizer, src, tgt, run.train.max_length),
+        train_examples=[] if shards else encode_pairs(tokenizer, src, tgt, run.train.max_length),
+        train_shards=shards,
         valid_src=valid_src,
         valid_tgt=valid_tgt,
         # the loss needs every pair inside the position table; BLEU translates them all (sources truncated)
@@ -161,21 +190,33 @@ class Trainer:
         rank: int = 0,
         world: int = 1,
         progress: bool = True,
+        device: torch.device | None = None,
     ) -> None:
         self.run, self.cfg = run, run.train
         self.out = Path(out_dir)
         self.ckpt_dir = self.out / "checkpoints"
         self.rank, self.world = rank, world
         self.progress = progress and rank == 0
-        self.bf16 = run.train.autocast == "bf16" or (run.train.autocast == "auto" and cpu_has_bf16())
+        self.device = device or torch.device("cpu")
+        self.autocast_dtype = autocast_dtype(run.train.autocast, self.device.type)
+        self.scaler = torch.amp.GradScaler(self.device.type, enabled=needs_grad_scaler(self.autocast_dtype))
         self.tokenizer = tokenizer
         self.train_examples = data.train_examples
+        self.source: BatchSource = (
+            data.train_shards.batches(self.cfg.max_tokens, self.cfg.seed)
+            if data.train_shards is not None
+            else ExampleBatches(data.train_examples, self.cfg.max_tokens, self.cfg.seed)
+        )
         self.valid_src, self.valid_tgt = data.valid_src, data.valid_tgt
         self.valid_examples = data.valid_examples
         self.model, self.ddp = model, ddp
         self.optimizer, self.scheduler = optimizer, scheduler
+        # batch_in_epoch: batches of the epoch's order taken so far, by all ranks together
         self.step = self.epoch = self.batch_in_epoch = 0
+        self.update_tokens = 0  # target tokens of the last update, every rank's and every accumulated batch's
         self.history: list[dict[str, Any]] = []
+        # the step of the last validation and checkpoint, known to every rank (only rank 0 appends to history)
+        self.validated_step: int | None = None
         self.best_bleu = -1.0
         self.train_seconds = 0.0  # wall time of finished train() calls, summed across resumes
         self._train_started: float | None = None  # time.time() when the running train() call began
@@ -183,16 +224,19 @@ class Trainer:
 
     @classmethod
     def from_run(cls, run: RunConfig, data_dir: str | Path, out_dir: str | Path, progress: bool = True) -> Trainer:
-        """Set up a run (process group, seeds, tokenizer, data, model, optimizer) and resume from last.pt if there."""
-        rank, world = init_distributed()
+        """Set up a run (device, process group, seeds, tokenizer, data, model, optimizer) and resume from last.pt."""
+        device = resolve_device(run.train)
+        rank, world = init_distributed("nccl" if device.type == "cuda" else "gloo")
         seed_process(run.train)
         tokenizer = prepare_tokenizer(run, data_dir, out_dir, rank, world)
         data = load_data(run, data_dir, tokenizer)
-        model = Transformer(run.model)  # after seed_process: the initial weights follow the seed
-        ddp = DistributedDataParallel(model) if world > 1 else None
+        model = Transformer(run.model).to(device)  # after seed_process: the initial weights follow the seed
+        ddp = None
+        if world > 1:
+            ddp = DistributedDataParallel(model, device_ids=[device.index] if device.type == "cuda" else None)
         optimizer, scheduler = build_optimizer(run, model)
         parts = (run, tokenizer, data, model, optimizer, scheduler, out_dir)
-        trainer = cls(*parts, ddp=ddp, rank=rank, world=world, progress=progress)
+        trainer = cls(*parts, ddp=ddp, rank=rank, world=world, progress=progress, device=device)
         trainer.data_dir = Path(data_dir)
         if not trainer.resume_if_present() and run.train.init_from:
             trainer.init_weights(run.train.init_from)
@@ -217,34 +261,55 @@ class Trainer:
 
     # --- state -------------------------------------------------------------------------------
     def state(self) -> dict[str, Any]:
-        return {
+        state = {
             "model": self.model.state_dict(),
             "optimizer": self.optimizer.state_dict(),
             "scheduler": self.scheduler.state_dict(),
             "step": self.step,
             "epoch": self.epoch,
             "batch_in_epoch": self.batch_in_epoch,
-            "rng": _rng_state(),
+            "world": self.world,  # batch_in_epoch counts every rank's batches (checkpoints without it: one rank's)
+            "train_data": self.source.identity,
+            "rng": _rng_state(self.device.type == "cuda"),
             "history": json.dumps(self.history),
             "best_bleu": self.best_bleu,
             "run_config": json.dumps(self.run.to_dict()),
             "train_seconds": self.elapsed_train_seconds(),
         }
+        if self.scaler.is_enabled():
+            state["grad_scaler"] = self.scaler.state_dict()
+        return state
 
     def load(self, path: Path) -> None:
+        """Resume from a checkpoint this trainer wrote, or one written before streamed data, accumulation and
+        elastic runs existed (without "world", "train_data", "grad_scaler"): its position counted one rank's
+        batches, as many ranks as resume it now (a run could resume only on as many then)."""
         state = load_training_state(path)
         self.model.load_state_dict(state["model"])
         self.optimizer.load_state_dict(state["optimizer"])
         self.scheduler.load_state_dict(state["scheduler"])
-        self.step, self.epoch, self.batch_in_epoch = state["step"], state["epoch"], state["batch_in_epoch"]
+        self.step, self.epoch = state["step"], state["epoch"]
+        self.batch_in_epoch = state["batch_in_epoch"] * (1 if "world" in state else self.world)
+        data = state.get("train_data", ExampleBatches.identity)
+        if self.batch_in_epoch and data != self.source.identity:
+            raise ValueError(
+                f"{path} stopped mid-epoch on other training data ({data}; now {self.source.identity}): "
+                "its position means nothing here"
+            )
+        if "grad_scaler" in state and self.scaler.is_enabled():
+            self.scaler.load_state_dict(state["grad_scaler"])
         self.history = json.loads(state["history"])
+        self.validated_step = self.history[-1]["step"] if self.history else None
         self.best_bleu = state["best_bleu"]
         # Checkpoints written before "train_seconds" existed: the span between their validations, a lower bound.
         self.train_seconds = float(state.get("train_seconds", _validation_span(self.history) or 0.0))
-        _set_rng_state(state["rng"])
+        _set_rng_state(state["rng"], self.device.type == "cuda")
 
     def save(self, last_only: bool = False) -> None:
-        """``last.pt`` (what resume reads) and, unless ``last_only``, ``step<N>.pt`` for the averaging."""
+        """``last.pt`` (what resume reads) and, unless ``last_only``, ``step<N>.pt`` for the averaging.
+
+        Rank 0 writes (each file whole: a temporary file renamed over it), the others do not: a run restarted
+        at any moment resumes from the last complete checkpoint, on every rank."""
         if self.rank != 0:
             return
         self.ckpt_dir.mkdir(parents=True, exist_ok=True)
@@ -258,33 +323,83 @@ class Trainer:
             old.unlink()
 
     # --- steps -------------------------------------------------------------------------------
-    def epoch_batches(self, epoch: int) -> list[list[int]]:
-        batches = make_batches(self.train_examples, self.cfg.max_tokens, seed=self.cfg.seed + epoch)
-        usable = len(batches) - len(batches) % self.world  # every rank takes the same number of steps
-        return batches[self.rank : usable : self.world]
+    def rounds(self, epoch: int, start: int = 0) -> Iterator[tuple[int, Any]]:
+        """``(position after the round, this rank's batch key)`` for each round of ``world`` batches of the
+        epoch's order from ``start``; a last round of fewer than ``world`` is left out (every rank takes the
+        same number of steps). From 0 rank r takes batches r, r + world, ...: what DDP runs always took."""
+        size = self.source.epoch_size(epoch)
+        order = self.source.epoch_order(epoch, start)
+        for n in range(1, (size - start) // self.world + 1):
+            keys = list(islice(order, self.world))
+            yield start + n * self.world, keys[self.rank]
 
-    def train_step(self, batch: Batch) -> float:
+    def updates(self, epoch: int, start: int = 0) -> Iterator[tuple[int, list[Any]]]:
+        """``(position after the update, its batch keys)``: ``accumulate`` rounds per update (the epoch's last
+        update may have fewer)."""
+        rounds = self.rounds(epoch, start)
+        while group := list(islice(rounds, self.cfg.accumulate)):
+            yield group[-1][0], [key for _, key in group]
+
+    def epoch_batches(self, epoch: int) -> list[Any]:
+        """This rank's batch keys of a whole epoch, in order."""
+        return [key for _, key in self.rounds(epoch)]
+
+    def _on_device(self) -> contextlib.AbstractContextManager:
+        """Tensors made without a device argument (the model's masks and positions, decoding) go to the run's
+        device; on the CPU nothing changes."""
+        return torch.device(self.device) if self.device.type != "cpu" else contextlib.nullcontext()
+
+    def _update_tokens(self, batches: Sequence[Batch]) -> int:
+        """Target tokens of one update: these batches' on every rank."""
+        tokens = sum(b.n_tokens for b in batches)
+        if self.world > 1 and dist.is_initialized():
+            total = torch.tensor([tokens], dtype=torch.int64, device=self.device)
+            dist.all_reduce(total)
+            tokens = int(total.item())
+        return tokens
+
+    def train_step(self, batches: Batch | Sequence[Batch]) -> float:
+        """One update from one batch or several (accumulated): returns the loss per target token.
+
+        Each batch's loss sum is divided by the target tokens of the whole update, all ranks' together, and
+        multiplied by ``world`` because DDP averages the ranks' gradients: the summed gradient is that of one
+        batch holding every token of the update. Ranks exchange gradients once, after the last batch."""
+        batches = [batches] if isinstance(batches, Batch) else list(batches)
         self.model.train()
         net = self.ddp or self.model
-        with torch.autocast("cpu", dtype=torch.bfloat16, enabled=self.bf16):
-            logits = net(batch.src, batch.tgt_in)
-        loss_sum, _ = label_smoothed_nll(logits, batch.tgt_out, self.cfg.label_smoothing, self.run.model.pad_id)
-        loss = loss_sum / max(batch.n_tokens, 1)
+        tokens = self._update_tokens(batches)
         self.optimizer.zero_grad(set_to_none=True)
-        loss.backward()
+        reported = 0.0
+        for i, batch in enumerate(batches):
+            last = i == len(batches) - 1
+            sync = self.ddp.no_sync() if self.ddp is not None and not last else contextlib.nullcontext()
+            batch = batch.to(self.device)
+            with sync, self._on_device():
+                dtype = self.autocast_dtype or torch.bfloat16
+                with torch.autocast(self.device.type, dtype=dtype, enabled=self.autocast_dtype is not None):
+                    logits = net(batch.src, batch.tgt_in)
+                loss_sum, _ = label_smoothed_nll(logits, batch.tgt_out, self.cfg.label_smoothing, self.run.model.pad_id)
+                loss = loss_sum / max(tokens, 1) * self.world
+                self.scaler.scale(loss).backward()
+            reported += loss.detach()
+        self.scaler.unscale_(self.optimizer)  # clip the true gradients (fp16: scaled until here)
         torch.nn.utils.clip_grad_norm_(self.model.parameters(), self.cfg.clip_norm)
-        self.optimizer.step()
+        self.scaler.step(self.optimizer)  # fp16: skipped when a gradient overflowed
+        self.scaler.update()
         self.scheduler.step()
         self.step += 1
-        return loss.item()
+        self.update_tokens = tokens
+        return float(reported)
 
     @torch.no_grad()
     def validation_loss(self, examples: list[Example]) -> float:
         self.model.eval()
         total = tokens = 0.0
         for idx in make_batches(examples, self.cfg.max_tokens):
-            batch = Batch.from_examples([examples[i] for i in idx])
-            _, nll = label_smoothed_nll(self.model(batch.src, batch.tgt_in), batch.tgt_out, 0.0, self.run.model.pad_id)
+            batch = Batch.from_examples([examples[i] for i in idx]).to(self.device)
+            with self._on_device():
+                logits = self.model(batch.src, batch.tgt_in)
+                _, nll = label_smoothed_nll(logits, batch.tgt_out, 0.0, self.run.model.pad_id)
             total, tokens = total + float(nll), tokens + batch.n_tokens
         return total / tokens
 
@@ -300,7 +415,8 @@ class Trainer:
 
     def validate(self, train_loss: float) -> dict[str, Any]:
         sources, references = self.bleu_sample()
-        result, _ = evaluate(self.model, self.tokenizer, sources, references, self.cfg.bleu_beam_size)
+        with self._on_device():
+            result, _ = evaluate(self.model, self.tokenizer, sources, references, self.cfg.bleu_beam_size)
         record = {
             "step": self.step,
             "epoch": self.epoch,
@@ -321,7 +437,8 @@ class Trainer:
         return record
 
     def total_steps(self) -> int:
-        per_epoch = len(self.epoch_batches(0))
+        """Updates of the whole run: ``epochs`` x (rounds of an epoch / accumulate), capped by ``max_steps``."""
+        per_epoch = math.ceil(self.source.epoch_size(0) // self.world / self.cfg.accumulate)
         total = per_epoch * self.cfg.epochs
         return min(total, self.cfg.max_steps) if self.cfg.max_steps else total
 
@@ -343,15 +460,13 @@ class Trainer:
         running, tokens, started = 0.0, 0, time.time()
         last_save = started
         while self.epoch < self.cfg.epochs and self.step < total:
-            batches = self.epoch_batches(self.epoch)
-            for position in range(self.batch_in_epoch, len(batches)):
+            for position, keys in self.updates(self.epoch, self.batch_in_epoch):
                 if self.step >= total:
                     break
-                batch = Batch.from_examples([self.train_examples[i] for i in batches[position]])
-                loss = self.train_step(batch)
-                self.batch_in_epoch = position + 1
+                loss = self.train_step([self.source.batch(key) for key in keys])
+                self.batch_in_epoch = position
                 running = loss if running == 0 else 0.98 * running + 0.02 * loss
-                tokens += batch.n_tokens
+                tokens += self.update_tokens  # every rank's: the run's throughput
                 lr = self.scheduler.get_last_lr()[0]
                 bar.set_postfix(
                     epoch=self.epoch,
@@ -373,15 +488,17 @@ class Trainer:
                     last_save = time.time()
             else:
                 self.epoch, self.batch_in_epoch = self.epoch + 1, 0
-        if not self.history or self.history[-1]["step"] != self.step:
+        if self.validated_step != self.step:  # the same answer on every rank: all of them reach the barrier
             self._checkpoint(running)
         bar.close()
 
     def _checkpoint(self, train_loss: float) -> None:
+        """Validation and checkpoint by rank 0; the other ranks wait at the barrier until the files are whole."""
         if self.rank == 0:
             record = self.validate(train_loss)
             tqdm.write(json.dumps(record))
         self.save()
+        self.validated_step = self.step
         if self.world > 1:
             dist.barrier()
 

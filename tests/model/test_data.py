@@ -79,3 +79,24 @@ def test_read_and_encode_a_parallel_corpus(corpus_dir, tmp_path):
         read_parallel(tmp_path, "bad", "de", "en")
     with pytest.raises(FileNotFoundError):
         read_parallel(tmp_path, "missing", "de", "en")
+
+
+def test_iter_lines_reads_the_lines_read_lines_does(tmp_path):
+    from model.data import iter_lines, read_lines
+
+    for i, text in enumerate(["", "a", "a\n", "a\n\n", "x\u2028y\nz\x1cw\x85v\r\nq\rr\n", "tail\nno newline"]):
+        path = tmp_path / f"{i}.txt"
+        path.write_bytes(text.encode("utf-8"))
+        assert list(iter_lines(path)) == read_lines(path), repr(text)
+
+
+def test_in_memory_batches_are_make_batches_of_the_epoch_seed():
+    from model.data import ExampleBatches
+
+    examples = _examples()
+    source = ExampleBatches(examples, 60, seed=5)
+    for epoch in (0, 1):
+        order = make_batches(examples, 60, seed=5 + epoch)
+        assert source.epoch_size(epoch) == len(order) and list(source.epoch_order(epoch)) == order
+        assert list(source.epoch_order(epoch, 3)) == order[3:]
+    assert source.batch(order[0]).src.shape[0] == len(order[0])

@@ -121,3 +121,54 @@ def test_save_minutes_writes_last_between_validations_and_a_killed_run_resumes_f
     resumed = Trainer.from_run(tiny_run(max_steps=100), corpus_dir, tmp_path / "b", progress=False)
     assert resumed.step == 2 and not list((tmp_path / "b" / "checkpoints").glob("step*.pt"))
     _assert_identical(_weights(resumed), _weights(killed))
+
+
+# The keys Trainer.state() wrote before accumulation, streamed shards and elastic runs (checkpoints of runs
+# started then, e.g. a long run resumed by this code), and the keys of its "rng" entry.
+OLD_STATE_KEYS = {
+    "model",
+    "optimizer",
+    "scheduler",
+    "step",
+    "epoch",
+    "batch_in_epoch",
+    "rng",
+    "history",
+    "best_bleu",
+    "run_config",
+    "train_seconds",
+}
+OLD_RNG_KEYS = {"torch", "python", "numpy", "numpy_pos"}
+
+
+@pytest.mark.parametrize("autocast", ["", "bf16"])
+def test_a_checkpoint_in_the_old_state_layout_resumes_exactly(corpus_dir, tmp_path, autocast):
+    """Same step, epoch, batch position, RNG, optimizer and schedule: the next step is the uninterrupted one."""
+    from model.checkpoint import load_training_state, save_training_state
+
+    n = 3
+    first = Trainer.from_run(tiny_run(max_steps=n, autocast=autocast), corpus_dir, tmp_path / "a", progress=False)
+    first.train()
+    shutil.copytree(tmp_path / "a", tmp_path / "b")
+    last = tmp_path / "b" / "checkpoints" / "last.pt"
+    state = load_training_state(last)
+    old = {key: state[key] for key in OLD_STATE_KEYS}
+    old["rng"] = {key: state["rng"][key] for key in OLD_RNG_KEYS}
+    save_training_state(last, old)
+    assert set(load_training_state(last)) == OLD_STATE_KEYS
+
+    first.cfg.max_steps = n + 2
+    first.train()
+
+    resumed = Trainer.from_run(tiny_run(max_steps=n + 2, autocast=autocast), corpus_dir, tmp_path / "b", progress=False)
+    assert (resumed.step, resumed.epoch, resumed.batch_in_epoch) == (n, 0, n)
+    assert resumed.source.identity == "in-memory"  # no shards given: the data path the checkpoint was made on
+    assert torch.equal(torch.get_rng_state(), old["rng"]["torch"])  # dropout goes on with the saved stream
+    resumed.train()
+    assert (resumed.step, resumed.epoch, resumed.batch_in_epoch) == (first.step, first.epoch, first.batch_in_epoch)
+    _assert_identical(_weights(resumed), _weights(first))
+    for sa, sb in zip(first.optimizer.state.values(), resumed.optimizer.state.values(), strict=True):
+        assert torch.equal(sa["exp_avg"], sb["exp_avg"]) and torch.equal(sa["exp_avg_sq"], sb["exp_avg_sq"])
+    assert resumed.scheduler.get_last_lr() == first.scheduler.get_last_lr()
+    # the checkpoint it writes now says how many ranks counted the position
+    assert load_training_state(tmp_path / "b" / "checkpoints" / "last.pt")["world"] == 1

@@ -43,20 +43,51 @@ def test_an_unknown_autocast_is_refused(tmp_path):
 
     from model.config import RunConfig
 
-    (tmp_path / "run.json").write_text(json.dumps({"train": {"autocast": "fp16"}}))
+    (tmp_path / "run.json").write_text(json.dumps({"train": {"autocast": "fp8"}}))
     with pytest.raises(ValueError, match="autocast"):
         RunConfig.load(tmp_path / "run.json")
 
 
 def test_auto_autocast_follows_the_cpu_flags(corpus_dir, tmp_path, monkeypatch):
-    import model.train as train_module
+    import model.precision as precision
 
-    assert train_module.cpu_has_bf16("flags\t\t: fpu avx2 avx512f avx512_bf16\n")
-    assert train_module.cpu_has_bf16("flags\t\t: fpu avx2 amx_bf16 amx_tile\n")
-    assert not train_module.cpu_has_bf16("flags\t\t: fpu avx2 avx512f avx512_vnni\n")
-    assert not train_module.cpu_has_bf16("")
-    for has, expected in ((True, True), (False, False)):
-        monkeypatch.setattr(train_module, "cpu_has_bf16", lambda has=has: has)
+    assert precision.cpu_has_bf16("flags\t\t: fpu avx2 avx512f avx512_bf16\n")
+    assert precision.cpu_has_bf16("flags\t\t: fpu avx2 amx_bf16 amx_tile\n")
+    assert not precision.cpu_has_bf16("flags\t\t: fpu avx2 avx512f avx512_vnni\n")
+    assert not precision.cpu_has_bf16("")
+    for has, expected in ((True, torch.bfloat16), (False, None)):
+        monkeypatch.setattr(precision, "cpu_has_bf16", lambda has=has: has)
         trainer = Trainer.from_run(tiny_run(autocast="auto"), corpus_dir, tmp_path / f"r{has}", progress=False)
-        assert trainer.bf16 is expected
-    assert Trainer.from_run(tiny_run(autocast=""), corpus_dir, tmp_path / "plain", progress=False).bf16 is False
+        assert trainer.autocast_dtype is expected
+    plain = Trainer.from_run(tiny_run(autocast=""), corpus_dir, tmp_path / "plain", progress=False)
+    assert plain.autocast_dtype is None and not plain.scaler.is_enabled()
+
+
+def test_train_memory_measures_in_memory_and_streamed_data(corpus_dir, tmp_path, capsys, monkeypatch):
+    import subprocess
+    import types
+
+    import bench.train_memory as train_memory
+
+    trainer = Trainer.from_run(tiny_run(), corpus_dir, tmp_path / "run", progress=False)  # trains the tokenizer
+    config = tmp_path / "run.json"
+    config.write_text(json.dumps(trainer.run.to_dict()))
+    tokenizer, shards = tmp_path / "run" / "tokenizer.model", tmp_path / "shards"
+    args = ["--config", str(config), "--data", str(corpus_dir), "--tokenizer", str(tokenizer), "--shards", str(shards)]
+
+    def in_process(cmd, **kwargs):  # each way in this process, not a fresh one: the figures are not the point here
+        way = cmd[cmd.index("--way") + 1]
+        result = train_memory.measure(way, str(config), str(corpus_dir), str(tokenizer), str(shards), 100)
+        return types.SimpleNamespace(stdout=json.dumps(result) + "\n")
+
+    monkeypatch.setattr(subprocess, "run", in_process)
+    assert train_memory.main(args) == 0
+    rows = [line for line in capsys.readouterr().out.splitlines() if line.startswith("| ") and "pairs" not in line]
+    assert [row.split(" | ")[0] for row in rows] == [
+        "| shard writer",
+        "| in memory (load_data)",
+        "| streamed shards, one epoch",
+    ]
+    assert all(" | 240 | " in row for row in rows)
+    batches = [int(row.split(" | ")[2].replace(",", "")) for row in rows[1:]]
+    assert batches[0] > 0 and batches[1] > 0  # an epoch's batches either way (shards batch within a shard: more)
