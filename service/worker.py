@@ -30,7 +30,7 @@ from typing import Any
 
 from service.engine.engine import Engine, TranslateOptions
 from service.metrics import Metrics
-from service.scheduler import EngineRestarted
+from service.scheduling.errors import EngineRestarted
 from service.work import BatchRunner, LiveRunner, Stats, engine_runner, live_runner
 
 log = logging.getLogger(__name__)

@@ -17,7 +17,7 @@ from starlette.exceptions import HTTPException
 from service.api.middleware import BodyTooLarge
 from service.engine.engine import SourceTooLongError
 from service.registry import UnknownModel
-from service.scheduler import (
+from service.scheduling.errors import (
     BatchFailed,
     DeadlineExceeded,
     EngineRestarted,

@@ -12,7 +12,7 @@ from starlette.exceptions import HTTPException
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from service.keys import match_key
-from service.scheduler import KeyQueueFull
+from service.scheduling.errors import KeyQueueFull
 
 log = logging.getLogger("service.access")
 _SAFE_ID = re.compile(r"^[A-Za-z0-9._:-]{1,128}$")

@@ -23,7 +23,7 @@ from service.api.middleware import BodyTooLarge
 from service.api.requests import request_context
 from service.engine.engine import SourceTooLongError
 from service.registry import UnknownModel
-from service.scheduler import BatchFailed, EngineRestarted, QueueFull, SchedulerError
+from service.scheduling.errors import BatchFailed, EngineRestarted, QueueFull, SchedulerError
 from service.serving.context import RequestContext
 from service.serving.routing import UnservedPair
 

@@ -7,7 +7,7 @@ from fastapi import Request
 
 from service.api.errors import NotReady
 from service.registry import Registry
-from service.scheduler import ShuttingDown
+from service.scheduling.errors import ShuttingDown
 from service.serving.context import RequestContext
 
 

@@ -8,7 +8,7 @@ from typing import Any
 
 from service.engine.engine import SourceTooLongError
 from service.registry import LoadedModel
-from service.scheduler import ShuttingDown
+from service.scheduling.errors import ShuttingDown
 from service.serving.context import RequestContext
 from service.work import Source, WorkOptions
 

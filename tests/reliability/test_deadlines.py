@@ -18,7 +18,8 @@ import pytest
 from reliability_helpers import metric, start_server
 
 from service.metrics import Metrics
-from service.scheduler import BatchLimits, DeadlineExceeded, Scheduler
+from service.scheduler import BatchLimits, Scheduler
+from service.scheduling.errors import DeadlineExceeded
 
 MAX_WAIT_S = 8.0
 CAP_S = 1.0

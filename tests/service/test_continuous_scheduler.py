@@ -11,7 +11,8 @@ import pytest
 
 from service.batch_policy import BatchLimits, LiveLimits
 from service.metrics import Metrics
-from service.scheduler import BatchFailed, ContinuousScheduler, DeadlineExceeded, EngineRestarted, ShuttingDown
+from service.scheduler import ContinuousScheduler
+from service.scheduling.errors import BatchFailed, DeadlineExceeded, EngineRestarted, ShuttingDown
 
 MODEL = "m"
 

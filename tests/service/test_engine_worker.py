@@ -11,7 +11,7 @@ import pytest
 
 import service.worker as worker_module
 from service.metrics import Metrics
-from service.scheduler import EngineRestarted
+from service.scheduling.errors import EngineRestarted
 from service.worker import EngineWorker
 
 MODEL = "m"

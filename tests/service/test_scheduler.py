@@ -13,14 +13,13 @@ import threading
 import pytest
 
 from service.metrics import Metrics
-from service.scheduler import (
+from service.scheduler import BatchLimits, Scheduler
+from service.scheduling.errors import (
     BatchFailed,
-    BatchLimits,
     DeadlineExceeded,
     EngineRestarted,
     QueueFull,
     RequestTooLarge,
-    Scheduler,
     ShuttingDown,
 )
 

@@ -8,7 +8,8 @@ import pytest
 
 from service.metrics import Metrics
 from service.registry import LoadedModel
-from service.scheduler import BatchLimits, Scheduler, ShuttingDown
+from service.scheduler import BatchLimits, Scheduler
+from service.scheduling.errors import ShuttingDown
 from service.serving.common import run_work
 from service.serving.context import RequestContext
 from service.work import EmbedOptions, Source

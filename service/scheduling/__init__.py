@@ -1,0 +1,1 @@
+"""Batching between the serving layer and the engine."""
