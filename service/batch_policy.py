@@ -4,7 +4,7 @@ The queue is a list of ``Queued`` sentences, oldest first. A batch holds sentenc
 options) only, at most ``max_sentences`` of them and at most ``max_tokens`` padded tokens (sentences x the
 longest). It is built around the oldest sentence from the sentences closest to it in length (less padding;
 the oldest always goes, so nothing starves). It is dispatched when a full batch of the oldest sentence's key
-is waiting or the oldest sentence has waited ``max_wait_s``. The asyncio plumbing is ``service/scheduler.py``.
+is waiting or the oldest sentence has waited ``max_wait_s``. The plumbing around it is ``service/scheduling/``.
 
 Fairness between clients (API keys, ``Queued.client``): ``fair_order`` takes the waiting sentences from the clients
 in turn, each client's oldest first, starting after the client served last. A batch is built around the first

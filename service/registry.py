@@ -9,12 +9,14 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from service.batch_policy import LiveLimits
+from service.batch_policy import BatchLimits, LiveLimits
 from service.engine import Bundle, Engine, load_bundle
 from service.engine.bundle import MANIFEST, BundleError, discover
 from service.keys import key_queue_cap
 from service.metrics import Metrics
-from service.scheduler import BatchLimits, ContinuousScheduler, Scheduler
+from service.scheduling.continuous import continuous_scheduler
+from service.scheduling.dynamic import dynamic_scheduler
+from service.scheduling.scheduler import Scheduler
 from service.settings import Settings
 from service.worker import EngineWorker, RunnerWrapper
 
@@ -68,15 +70,8 @@ class LoadedModel:
             "layers": {"encoder": m["model"]["n_encoder_layers"], "decoder": m["model"]["n_decoder_layers"]},
             "heads": m["model"]["n_heads"],
             "dimension": m["model"]["d_model"],
-            "scheduler": self.scheduler_mode,
+            "scheduler": self.scheduler.mode,  # continuous falls back to dynamic for older bundles
         }
-
-    @property
-    def scheduler_mode(self) -> str:
-        """continuous, dynamic or off: what serves this model (continuous falls back for older bundles)."""
-        if isinstance(self.scheduler, ContinuousScheduler):
-            return "continuous"
-        return "off" if self.scheduler.limits.max_sentences == 1 else "dynamic"
 
 
 def choose_variant(bundle: Bundle, setting: str, providers: list[str]) -> str:
@@ -184,14 +179,14 @@ class Registry:
         if s.effective_scheduler == "continuous":
             if worker.live is not None:
                 limits = LiveLimits(s.max_live_rows, int(s.max_cache_mb * (1 << 20)))
-                return ContinuousScheduler(name, worker.run_batch, self._limits(), self.metrics, worker.live, limits)
+                return continuous_scheduler(name, worker.run_batch, self._limits(), self.metrics, worker.live, limits)
             log.warning(
                 "model %s v%s: MT_SCHEDULER=continuous needs a decoder_step graph of interface 3, which this bundle "
                 "lacks; it is served with dynamic batching until it is re-exported (python -m export.cli export)",
                 name,
                 bundle.version,
             )
-        return Scheduler(name, worker.run_batch, self._limits(), self.metrics)
+        return dynamic_scheduler(name, worker.run_batch, self._limits(), self.metrics)
 
     def _fatal(self, reason: str) -> None:
         """A model's engine could not be restarted: the process exits non-zero (service/__main__.py)."""

@@ -41,7 +41,7 @@ def offenders(package: str, forbidden: tuple[str, ...]) -> list[str]:
     [
         ("core", ("model", "export", "service", "bench", "torch", "onnx", "fastapi")),
         ("model", ("service", "export", "bench")),
-        ("export", ("service.api", "service.serving", "service.scheduler", "bench")),
+        ("export", ("service.api", "service.serving", "service.scheduling", "bench")),
         ("service", ("torch", "model", "export", "bench", "onnx")),
     ],
 )

@@ -69,7 +69,7 @@ class _Text:
 
 
 class _Listener:
-    """Hears one model's sentences (service/scheduler.py Listener) and turns them into events of their texts."""
+    """Hears one model's sentences (service/scheduling/tickets.py Listener), turned into events of their texts."""
 
     def __init__(self, texts: list[_Text], owner: list[tuple[_Text, int]], stream: _Stream) -> None:
         self.texts, self.owner, self.stream = texts, owner, stream

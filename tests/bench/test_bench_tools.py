@@ -169,7 +169,7 @@ def test_server_profile_sorts_py_spy_stacks_by_part():
     assert categorize(step) == ["step graph"]
     assert categorize(gather) == ["search (Python)", "cache gather"]
     assert categorize(encoder) == ["encoder"]
-    assert categorize(f"{engine};ContinuousScheduler._next (service/scheduler.py:1)") == ["scheduler"]
+    assert categorize(f"{engine};ContinuousDriver._next (service/scheduling/continuous.py:1)") == ["scheduler"]
     assert categorize("thread (1): MainThread;Server.run (uvicorn/server.py:1)") == ["event loop"]
 
 

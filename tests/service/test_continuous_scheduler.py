@@ -11,7 +11,7 @@ import pytest
 
 from service.batch_policy import BatchLimits, LiveLimits
 from service.metrics import Metrics
-from service.scheduler import ContinuousScheduler
+from service.scheduling.continuous import continuous_scheduler
 from service.scheduling.errors import BatchFailed, DeadlineExceeded, EngineRestarted, ShuttingDown
 
 MODEL = "m"
@@ -101,7 +101,7 @@ class FakeLive:
 def make(live: FakeLive, max_rows: int = 64, max_cache_bytes: int = 1 << 30, **limits):
     metrics = Metrics()
     limits.setdefault("max_wait_s", 0.0)
-    scheduler = ContinuousScheduler(
+    scheduler = continuous_scheduler(
         MODEL, live.run_batch, BatchLimits(**limits), metrics, live, LiveLimits(max_rows, max_cache_bytes)
     )
     scheduler.start()
@@ -346,7 +346,7 @@ def test_the_real_engine_under_concurrent_mixed_requests_gives_every_sentence_it
         live = live_runner(engine)
         assert live is not None
         metrics = Metrics()
-        scheduler = ContinuousScheduler(
+        scheduler = continuous_scheduler(
             MODEL, engine_runner(engine), BatchLimits(max_sentences=8), metrics, live, LiveLimits(max_rows=16)
         )
         scheduler.start()

@@ -12,8 +12,9 @@ import threading
 
 import pytest
 
+from service.batch_policy import BatchLimits
 from service.metrics import Metrics
-from service.scheduler import BatchLimits, Scheduler
+from service.scheduling.dynamic import dynamic_scheduler
 from service.scheduling.errors import (
     BatchFailed,
     DeadlineExceeded,
@@ -22,6 +23,7 @@ from service.scheduling.errors import (
     RequestTooLarge,
     ShuttingDown,
 )
+from service.scheduling.scheduler import Scheduler
 
 MODEL = "m"
 KEY_A = ("translate", 4)
@@ -63,7 +65,7 @@ class FakeRunner:
 def make(runner: FakeRunner, **limits) -> tuple[Scheduler, Metrics]:
     metrics = Metrics()
     limits.setdefault("max_wait_s", 0.001)
-    scheduler = Scheduler(MODEL, runner, BatchLimits(**limits), metrics)
+    scheduler = dynamic_scheduler(MODEL, runner, BatchLimits(**limits), metrics)
     scheduler.start()
     return scheduler, metrics
 
