@@ -104,12 +104,14 @@ def select_batch(queue: Sequence[Queued], limits: BatchLimits, anchor: Queued | 
     return sorted(chosen, key=lambda q: q.length)
 
 
-def retry_after(depth: int, n_items: int, limits: BatchLimits, seconds_per_sentence: float) -> int | None:
+def retry_after(
+    depth: int, n_items: int, limits: BatchLimits, seconds_per_sentence: float, workers: int
+) -> int | None:
     """None when ``n_items`` more sentences fit the queue; else the seconds a client should wait (the queue's
-    depth at the measured seconds per sentence, at least 1)."""
+    depth at the measured seconds per sentence, shared by ``workers`` running at once; at least 1)."""
     if depth + n_items <= limits.max_queue:
         return None
-    return max(1, round(depth * seconds_per_sentence / limits.workers))
+    return max(1, round(depth * seconds_per_sentence / workers))
 
 
 @dataclass

@@ -30,7 +30,7 @@ from service.scheduling.tickets import Ticket, deadline_exceeded
 def continuous_scheduler(
     model: str, runner: BatchRunner, limits: BatchLimits, metrics: Metrics, live: LiveRunner, live_limits: LiveLimits
 ) -> Scheduler:
-    queue = RequestQueue(model, limits, metrics)
+    queue = RequestQueue(model, limits, metrics, workers=1)  # one engine thread, whatever MT_ENGINE_WORKERS says
     return Scheduler(queue, ContinuousDriver(queue, runner, live, live_limits))
 
 

@@ -22,7 +22,7 @@ from service.scheduling.tickets import Ticket, deadline_exceeded
 
 
 def dynamic_scheduler(model: str, runner: BatchRunner, limits: BatchLimits, metrics: Metrics) -> Scheduler:
-    queue = RequestQueue(model, limits, metrics)
+    queue = RequestQueue(model, limits, metrics, limits.workers)
     return Scheduler(queue, DynamicDriver(queue, runner))
 
 

@@ -34,8 +34,9 @@ log = logging.getLogger(__name__)
 
 
 class RequestQueue:
-    def __init__(self, model: str, limits: BatchLimits, metrics: Metrics) -> None:
-        self.model, self.limits, self.metrics = model, limits, metrics
+    def __init__(self, model: str, limits: BatchLimits, metrics: Metrics, workers: int) -> None:
+        """``workers``: the batches or decodes that run at once (a full queue's Retry-After divides by it)."""
+        self.model, self.limits, self.metrics, self.workers = model, limits, metrics, workers
         self.items: list[Queued] = []  # oldest first; replaced or extended under ``cond``, never edited in place
         self.cond = threading.Condition()  # guards ``items`` and ``closing``; the continuous engine thread waits on it
         self.closing = False
@@ -92,11 +93,11 @@ class RequestQueue:
             items = self.items  # one snapshot: the engine thread replaces the list, never edits it in place
             mine = sum(1 for q in items if q.client == client)
             active = len({q.client for q in items} | {client})
-            wait = key_retry_after(mine, n_items, cap, active, self.seconds_per_sentence, self.limits.workers)
+            wait = key_retry_after(mine, n_items, cap, active, self.seconds_per_sentence, self.workers)
             if wait is not None:
                 return KeyQueueFull(wait, client, mine, cap)
         depth = len(self.items)
-        retry = retry_after(depth, n_items, self.limits, self.seconds_per_sentence)
+        retry = retry_after(depth, n_items, self.limits, self.seconds_per_sentence, self.workers)
         return None if retry is None else QueueFull(retry, depth, self.limits.max_queue)
 
     def close(self) -> None:

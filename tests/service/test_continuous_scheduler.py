@@ -9,9 +9,10 @@ from dataclasses import dataclass, field
 
 import pytest
 
-from service.batch_policy import BatchLimits, LiveLimits
+from service.batch_policy import BatchLimits, LiveLimits, Queued
 from service.metrics import Metrics
 from service.scheduling.continuous import continuous_scheduler
+from service.scheduling.dynamic import dynamic_scheduler
 from service.scheduling.errors import BatchFailed, DeadlineExceeded, EngineRestarted, ShuttingDown
 
 MODEL = "m"
@@ -375,3 +376,16 @@ def test_the_real_engine_under_concurrent_mixed_requests_gives_every_sentence_it
     assert metrics.registry.get_sample_value("mt_decoder_step_rows_bucket", {"model": MODEL, "le": "16.0"}) == (
         sample(metrics, "mt_decoder_step_rows_count")
     )  # the row budget held at every step
+
+
+def test_a_full_queue_retry_after_counts_one_engine_thread_whatever_the_engine_workers():
+    """MT_ENGINE_WORKERS batches run at once with dynamic batching and share the queue's wait; the continuous
+    scheduler's one engine thread does not (nothing is started: the queue stays as filled)."""
+    live, limits = FakeLive(), BatchLimits(max_queue=4, workers=4)
+    continuous = continuous_scheduler(MODEL, live.run_batch, limits, Metrics(), live, LiveLimits())
+    dynamic = dynamic_scheduler(MODEL, live.run_batch, limits, Metrics())
+    for scheduler in (continuous, dynamic):
+        scheduler.queue.put([Queued(Decode(), 5, 0.0) for _ in range(4)])
+        scheduler.queue.seconds_per_sentence = 1.0
+    assert continuous.refusal(1).retry_after == 4
+    assert dynamic.refusal(1).retry_after == 1
