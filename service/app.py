@@ -16,7 +16,7 @@ from fastapi_offline import FastAPIOffline
 from service.api import errors, viewer
 from service.api.admin import build_admin_router
 from service.api.libretranslate import build_libretranslate_router
-from service.api.middleware import ServiceMiddleware
+from service.api.middleware import install as install_middleware
 from service.api.routes import build_router
 from service.api.v2 import build_v2_router
 from service.engine.bundle import BundleError
@@ -95,7 +95,7 @@ def create_app(settings: Settings | None = None, wrap_runner: RunnerWrapper | No
             allow_headers=["Authorization", "X-API-Key", "Content-Type", "X-Request-ID", "X-Request-Timeout"],
             expose_headers=["X-Request-ID", "Retry-After"],
         )
-    app.add_middleware(ServiceMiddleware, state=state)
+    install_middleware(app, state)
     return app
 
 

@@ -16,6 +16,7 @@ from service.keys import key_queue_cap
 from service.metrics import Metrics
 from service.scheduling.continuous import continuous_scheduler
 from service.scheduling.dynamic import dynamic_scheduler
+from service.scheduling.errors import QueueFull
 from service.scheduling.scheduler import Scheduler
 from service.settings import Settings
 from service.worker import EngineWorker, RunnerWrapper
@@ -191,6 +192,14 @@ class Registry:
     def _fatal(self, reason: str) -> None:
         """A model's engine could not be restarted: the process exits non-zero (service/__main__.py)."""
         self.failed = reason
+
+    def refusal(self, client: str = "") -> tuple[str, QueueFull] | None:
+        """(model, its QueueFull) when no model's queue would take one more sentence from ``client`` (an API key's
+        label: its share of each queue), the one with the shortest Retry-After; None when some queue would."""
+        refusals = [(name, m.scheduler.refusal(1, client)) for name, m in self.models.items()]
+        if not refusals or any(refusal is None for _, refusal in refusals):
+            return None
+        return min(refusals, key=lambda r: r[1].retry_after)  # type: ignore[union-attr]
 
     def restarting(self) -> list[str]:
         """The models whose engine is being restarted after a fault (not ready meanwhile)."""

@@ -19,7 +19,7 @@ from pydantic import ValidationError
 from starlette.exceptions import HTTPException
 
 from service.api.errors import NotReady, scheduler_status
-from service.api.middleware import BodyTooLarge
+from service.api.middleware.body import BodyTooLarge, too_large
 from service.api.requests import request_context
 from service.engine.engine import SourceTooLongError
 from service.registry import UnknownModel
@@ -68,8 +68,7 @@ def status_of(exc: Exception, request: Request) -> tuple[int, str, dict[str, str
     if isinstance(exc, RequestValidationError | ValidationError):
         return 400, validation_message(exc), {}
     if isinstance(exc, BodyTooLarge):
-        limit = request.app.state.mt.settings.max_body_bytes
-        return 413, f"request body exceeds the limit of {limit} bytes; send fewer or shorter texts", {}
+        return 413, too_large(request.app.state.mt.settings.max_body_bytes), {}
     if isinstance(exc, HTTPException):  # raised by Starlette itself, e.g. a malformed multipart form: 400
         return exc.status_code, str(exc.detail), dict(exc.headers or {})
     if isinstance(exc, SourceTooLongError):
