@@ -20,7 +20,7 @@ from starlette.exceptions import HTTPException
 
 from service.api.errors import NotReady, scheduler_status
 from service.api.middleware.body import BodyTooLarge, too_large
-from service.api.requests import request_context
+from service.api.requests import InvalidDeadline, deadline_s, request_context
 from service.engine.engine import SourceTooLongError
 from service.registry import UnknownModel
 from service.scheduling.errors import BatchFailed, EngineRestarted, QueueFull, SchedulerError
@@ -112,22 +112,13 @@ class ProtocolRoute(APIRoute):
         return protocol_handler
 
 
-def timeout_of(request: Request, asked_s: float | None = None) -> float:
-    """The deadline: ``asked_s`` (a protocol's own parameter), else X-Request-Timeout, else the default; capped."""
-    s = request.app.state.mt.settings
-    header = request.headers.get("x-request-timeout")
-    if asked_s is None and header is not None:
-        try:
-            asked_s = float(header)
-        except ValueError:
-            raise ProtocolError(400, "header X-Request-Timeout must be seconds") from None
-        if not 0 < asked_s <= 3600:
-            raise ProtocolError(400, "header X-Request-Timeout must be in (0, 3600]")
-    return min(asked_s if asked_s is not None else s.request_timeout_s, s.max_request_timeout_s)
-
-
 def context_of(request: Request, timeout_s: float | None = None) -> RequestContext:
-    return request_context(request, timeout_of(request, timeout_s))
+    """The serving layer's context; ``timeout_s`` is the protocol's own deadline parameter, when it has one. A bad
+    X-Request-Timeout is a 400."""
+    try:
+        return request_context(request, deadline_s(request, timeout_s))
+    except InvalidDeadline as exc:
+        raise ProtocolError(400, str(exc)) from None
 
 
 def error_schema(description: str) -> dict[str, Any]:
