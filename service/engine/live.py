@@ -167,11 +167,6 @@ class LiveBatch:
     def __contains__(self, key: Hashable) -> bool:
         return key in self.sentences
 
-    @property
-    def cache_bytes(self) -> int:
-        """Bytes of the self-attention cache and the cross keys/values held now."""
-        return sum(a.nbytes for a in (*self.keys, *self.values, *self.cross_keys, *self.cross_values))
-
     def bytes_per_position(self) -> int:
         """Cache bytes of one row and one position (keys and values of every layer, float32)."""
         return 2 * self.n_layers * self.heads * self.d_head * 4

@@ -10,7 +10,7 @@ drops a gap of spaces and one written with spaces gets a space where the source 
 Pure functions (``split_text``, ``join``, ``merge``) and the serving layer's wrapper: ``prepare(model, texts,
 ctx, split, fmt, indices)`` splits and tokenizes (a text over the limit is refused before anything is queued),
 ``await prepared.run(options, ctx)`` -> (one ``Translation`` per text, the model version that ran them), the
-shape ``run_work`` answers with; ``translate_texts`` does both.
+shape ``run_work`` answers with.
 """
 
 from __future__ import annotations
@@ -220,19 +220,6 @@ def prepare(
     sentences = [s for layout in layouts for s in layout.sentences]
     owners = [indices[i] for i, layout in enumerate(layouts) for _ in layout.sentences]
     return Prepared(model, layouts, tokenize_sentences(model, sentences, owners, ctx))
-
-
-async def translate_texts(
-    model: LoadedModel,
-    texts: Sequence[str],
-    options: TranslateOptions,
-    ctx: RequestContext,
-    split: bool = True,
-    fmt: str = "text",
-    indices: Sequence[int] | None = None,
-) -> tuple[list[Translation], LoadedModel]:
-    """``prepare`` then ``run``: texts of one model -> (their translations, the model version that ran them)."""
-    return await prepare(model, texts, ctx, split, fmt, indices).run(options, ctx)
 
 
 def html_options(options: TranslateOptions) -> TranslateOptions:
