@@ -42,7 +42,12 @@ from bench.serving import ROOT, Service
 from bench.serving import parse_args as serving_args
 
 CATEGORIES = ["step graph", "encoder", "search (Python)", "cache gather", "scheduler", "event loop", "other"]
-SEARCH_FRAMES = ("service/engine/live.py", "service/engine/search.py", "service/engine/engine.py")
+SEARCH_FRAMES = (
+    "service/engine/live.py",
+    "service/engine/source_slots.py",
+    "service/engine/search.py",
+    "service/engine/engine.py",
+)
 
 
 def categorize(stack: str) -> list[str]:
