@@ -329,7 +329,8 @@ def test_the_real_engine_under_concurrent_mixed_requests_gives_every_sentence_it
     from tiny_bundle import SAMPLE_SENTENCES, WORD_MAP
 
     from service.engine import Engine, TranslateOptions, load_bundle
-    from service.work import EmbedOptions, Source, engine_runner, live_runner
+    from service.work import EmbedOptions, Source
+    from service.worker import EngineWorker
 
     engine = Engine(load_bundle(tiny_bundle_dir), variant="int8", providers="cpu")
     rng = random.Random(3)
@@ -344,11 +345,12 @@ def test_the_real_engine_under_concurrent_mixed_requests_gives_every_sentence_it
     requests = [(kinds[i % len(kinds)], texts[i : i + 1 + i % 3]) for i in range(len(texts))]
 
     async def scenario():
-        live = live_runner(engine)
-        assert live is not None
         metrics = Metrics()
+        worker = EngineWorker(MODEL, lambda: engine, metrics, live=True)
+        worker.start()
+        assert worker.live is not None
         scheduler = continuous_scheduler(
-            MODEL, engine_runner(engine), BatchLimits(max_sentences=8), metrics, live, LiveLimits(max_rows=16)
+            MODEL, worker.run_batch, BatchLimits(max_sentences=8), metrics, worker.live, LiveLimits(max_rows=16)
         )
         scheduler.start()
 
