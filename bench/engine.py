@@ -66,7 +66,8 @@ def _runner(engine: str, args: dict):
 
         return run
     if engine.startswith("ort-"):
-        from service.engine import Engine, TranslateOptions, load_bundle
+        from core.bundle import load_bundle
+        from service.engine import Engine, TranslateOptions
 
         variant = engine.split("-")[1].split("+")[0]
         extra = {"lean_decoder": False} if "+decoder" in engine else {}  # older engines lack the options

@@ -213,7 +213,8 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
 
     from bench.bench_machine import cpu_model
-    from service.engine import Engine, TranslateOptions, load_bundle
+    from core.bundle import load_bundle
+    from service.engine import Engine, TranslateOptions
     from service.engine.runtime import create_session
 
     bundle = load_bundle(args.bundle)

@@ -66,7 +66,8 @@ def split(
     ``by_length`` is false). ``decode``: "whole" batches (Engine.translate_ids), "live" (each batch joins a live
     decode, service/engine/live.py, stepped until it is empty) or "flow" (one live
     decode holding ``batch`` sentences, the next one joining at the step after one finishes)."""
-    from service.engine import Engine, TranslateOptions, load_bundle
+    from core.bundle import load_bundle
+    from service.engine import Engine, TranslateOptions
     from service.engine.live import LiveBatch
     from service.engine.reorder import ReorderBuffers
 

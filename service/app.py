@@ -13,13 +13,13 @@ from fastapi import FastAPI
 from fastapi.middleware.cors import CORSMiddleware
 from fastapi_offline import FastAPIOffline
 
+from core.bundle import BundleError
 from service.api import errors, viewer
 from service.api.admin import build_admin_router
 from service.api.libretranslate import build_libretranslate_router
 from service.api.middleware import install as install_middleware
 from service.api.routes import build_router
 from service.api.v2 import build_v2_router
-from service.engine.bundle import BundleError
 from service.keys import KeyRates
 from service.language import UnknownLanguage, detect, detect_among
 from service.language import detector as language_detector

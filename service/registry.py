@@ -9,9 +9,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from core.bundle import Bundle, BundleError, discover, load_bundle, versions_of
 from service.batch_policy import BatchLimits, LiveLimits
-from service.engine import Bundle, Engine, load_bundle
-from service.engine.bundle import MANIFEST, BundleError, discover
+from service.engine import Engine
 from service.keys import key_queue_cap
 from service.metrics import Metrics
 from service.scheduling.continuous import continuous_scheduler
@@ -280,12 +280,3 @@ class Registry:
     async def stop(self) -> None:
         for model in self.models.values():
             await model.scheduler.stop()
-
-
-def versions_of(repository: str | Path, name: str) -> list[str]:
-    """The version folders of a model that hold a manifest, lowest first (as integers)."""
-    folder = Path(repository) / name
-    if not folder.is_dir():
-        return []
-    found = [p.name for p in folder.iterdir() if p.is_dir() and p.name.isdigit() and (p / MANIFEST).exists()]
-    return sorted(found, key=int)

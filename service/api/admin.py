@@ -10,7 +10,7 @@ from fastapi import APIRouter, Request
 from fastapi.responses import JSONResponse
 from pydantic import BaseModel, ConfigDict, Field
 
-from service.engine.bundle import BundleError
+from core.bundle import BundleError
 from service.registry import UnknownModel
 
 

@@ -181,10 +181,11 @@ def test_inplace_step_graph_computes_what_the_engine_step_computes(tiny_model_di
     import onnx
 
     from bench.inplace_cache import inplace_step_graph, make_state_class
+    from core.bundle import load_bundle
     from core.tokenizer import BOS_ID
     from export.decoder_step import build_decoder_step
     from model.checkpoint import load_release
-    from service.engine import Engine, load_bundle
+    from service.engine import Engine
     from service.engine.engine import _DecoderState
     from service.engine.runtime import create_session
 

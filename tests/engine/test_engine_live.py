@@ -10,7 +10,8 @@ import onnx
 import pytest
 from tiny_bundle import SAMPLE_SENTENCES, WORD_MAP
 
-from service.engine import Engine, TranslateOptions, load_bundle
+from core.bundle import load_bundle
+from service.engine import Engine, TranslateOptions
 from service.engine.live import LiveBatch, supports_live
 from service.engine.runtime import create_session
 from service.engine.step_inputs import uniform_inputs
