@@ -3,9 +3,10 @@
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Annotated
+from typing import Annotated, Any
 
 from pydantic import BeforeValidator, Field, field_validator
+from pydantic.fields import FieldInfo
 from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
 
 from service.keys import key_label
@@ -168,3 +169,13 @@ class Settings(BaseSettings):
     def effective_scheduler(self) -> str:
         """MT_SCHEDULER, or off when MT_BATCHING=false."""
         return self.scheduler if self.batching else "off"
+
+
+def every_setting() -> dict[str, FieldInfo]:
+    """Every setting by its environment variable (MT_<NAME>): its field (type, default, description)."""
+    return {f"MT_{name.upper()}": field for name, field in Settings.model_fields.items()}
+
+
+def setting(settings: Settings, env: str) -> Any:
+    """The value of the setting read from ``env`` (MT_<NAME>)."""
+    return getattr(settings, env.removeprefix("MT_").lower())
