@@ -123,7 +123,7 @@ def install(app: FastAPI) -> None:
 
     @app.exception_handler(BodyTooLarge)
     async def body_too_large(request: Request, _: BodyTooLarge) -> JSONResponse:
-        return JSONResponse({"detail": too_large(request.app.state.mt.settings.max_body_bytes)}, status_code=413)
+        return JSONResponse({"detail": too_large(request.app.state.mt.settings.limits.max_body_bytes)}, status_code=413)
 
     @app.exception_handler(HTTPException)
     async def http_error(request: Request, exc: HTTPException):

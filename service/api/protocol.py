@@ -68,7 +68,7 @@ def status_of(exc: Exception, request: Request) -> tuple[int, str, dict[str, str
     if isinstance(exc, RequestValidationError | ValidationError):
         return 400, validation_message(exc), {}
     if isinstance(exc, BodyTooLarge):
-        return 413, too_large(request.app.state.mt.settings.max_body_bytes), {}
+        return 413, too_large(request.app.state.mt.settings.limits.max_body_bytes), {}
     if isinstance(exc, HTTPException):  # raised by Starlette itself, e.g. a malformed multipart form: 400
         return exc.status_code, str(exc.detail), dict(exc.headers or {})
     if isinstance(exc, SourceTooLongError):

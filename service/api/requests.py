@@ -39,13 +39,13 @@ def deadline_s(request: Request, asked_s: float | None = None) -> float:
         if not 0 < seconds <= 3600:  # NaN fails it too
             raise InvalidDeadline("header X-Request-Timeout must be in (0, 3600]")
         asked_s = seconds if asked_s is None else asked_s
-    return min(asked_s if asked_s is not None else s.request_timeout_s, s.max_request_timeout_s)
+    return min(asked_s if asked_s is not None else s.limits.request_timeout_s, s.limits.max_request_timeout_s)
 
 
 def request_context(request: Request, timeout_s: float, quality=None) -> RequestContext:
     """The serving layer's view of this request: id, deadline, batch ids for the access log, disconnects."""
     state = request.scope["state"]
-    logged = state.setdefault("texts", []) if request.app.state.mt.settings.log_requests_text else None
+    logged = state.setdefault("texts", []) if request.app.state.mt.settings.server.log_requests_text else None
     return RequestContext(
         request_id=state["request_id"],
         timeout_s=timeout_s,

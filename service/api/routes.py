@@ -40,7 +40,7 @@ def _context(request: Request, body: Any) -> RequestContext:
 
 def build_router(app: FastAPI) -> APIRouter:
     settings = app.state.mt.settings
-    models = request_models(settings)
+    models = request_models(settings.limits)
     TranslateRequest, EmbedRequest, AttentionRequest = models.translate, models.embed, models.attention
     router = APIRouter()
     # X-Request-Timeout is read by deadline_s (so its errors say what to change); declared here for /openapi.json.
@@ -50,8 +50,9 @@ def build_router(app: FastAPI) -> APIRouter:
                 "name": "X-Request-Timeout",
                 "in": "header",
                 "required": False,
-                "description": f"deadline in seconds, in (0, 3600], capped at {settings.max_request_timeout_s}; the "
-                "body's timeout_s wins when both are given. Work not started by then is dropped and answered 504.",
+                "description": "deadline in seconds, in (0, 3600], capped at "
+                f"{settings.limits.max_request_timeout_s}; the body's timeout_s wins when both are given. Work not "
+                "started by then is dropped and answered 504.",
                 "schema": {"type": "number", "exclusiveMinimum": 0, "maximum": 3600},
             }
         ]
@@ -90,7 +91,7 @@ def build_router(app: FastAPI) -> APIRouter:
     async def translate(body: TranslateRequest, request: Request) -> Any:  # type: ignore[valid-type]
         state = request.app.state.mt
         if getattr(body, "stream", False):  # text/event-stream (service/api/streaming.py)
-            request.scope["state"]["model"] = body.model or state.settings.default_model
+            request.scope["state"]["model"] = body.model or state.settings.repository.default_model
             return await streaming.translate_events(registry_of(request), body, _context(request, body), state.detector)
         answer = await translate_serving.translate(registry_of(request), body, _context(request, body), state.detector)
         request.scope["state"]["model"] = answer["model"]
@@ -110,7 +111,7 @@ def build_router(app: FastAPI) -> APIRouter:
         if not state.registry.ready:
             raise NotReady("models are still loading; retry shortly")
         models = [state.registry.info(name) for name in state.registry.models]
-        return {"default": state.settings.default_model, "models": models}
+        return {"default": state.settings.repository.default_model, "models": models}
 
     @router.get("/healthz", summary="Liveness: the process is up")
     async def healthz() -> dict[str, str]:

@@ -94,3 +94,14 @@ def test_each_setting_is_read_from_its_own_environment_variable(monkeypatch, env
     given, expected = other_value(field, field.get_default(call_default_factory=True))
     monkeypatch.setenv(env, given)
     assert setting(Settings(), env) == expected
+
+
+def test_no_two_groups_read_the_same_variable():
+    names = [name for group in Settings.model_fields.values() for name in group.default_factory.model_fields]
+    assert len(names) == len(set(names))
+
+
+def test_the_older_batching_switch_is_the_scheduler_off(monkeypatch):
+    monkeypatch.setenv("MT_SCHEDULER", "continuous")
+    monkeypatch.setenv("MT_BATCHING", "false")
+    assert Settings().scheduling.scheduler == "off"

@@ -36,15 +36,15 @@ class Auth:
     def _authorized(self, scope: Scope) -> tuple[bool, str]:
         """(whether the request may pass, the label of its API key or "")."""
         s, path = self.settings, scope["path"]
-        if not s.api_keys or path in s.open_paths or not is_protected(path):
+        if not s.access.api_keys or path in s.access.open_paths or not is_protected(path):
             return True, ""
-        if scope["method"] == "OPTIONS" and s.cors_origins and header(scope, b"access-control-request-method"):
+        if scope["method"] == "OPTIONS" and s.access.cors_origins and header(scope, b"access-control-request-method"):
             return True, ""  # a CORS preflight: browsers send it without credentials
         offered = header(scope, b"x-api-key") or ""
         auth = header(scope, b"authorization") or ""
         if auth.lower().startswith("bearer "):
             offered = auth[7:].strip()
-        label = match_key(offered, s.api_keys)
+        label = match_key(offered, s.access.api_keys)
         return label is not None, label or ""
 
 

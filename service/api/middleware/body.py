@@ -24,7 +24,7 @@ def too_large(limit: int, length: str | None = None) -> str:
 
 class BodyCap:
     def __init__(self, app: ASGIApp, state) -> None:
-        self.app, self.limit = app, state.settings.max_body_bytes
+        self.app, self.limit = app, state.settings.limits.max_body_bytes
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] != "http":
