@@ -181,7 +181,7 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     import onnxruntime as ort
 
-    from bench.bench_machine import cpu_model
+    from bench.harness import cpu_model
 
     rng = np.random.default_rng(0)
     print(f"onnxruntime {ort.__version__}, 1 thread, {cpu_model()}; CPU us per call, median of 3")

@@ -26,8 +26,7 @@ import sys
 import time
 from pathlib import Path
 
-from bench.bench_machine import cpu_model
-from bench.bench_report import write_section
+from bench.harness import cpu_model, write_section
 
 VARIANTS: dict[str, dict] = {
     "vanilla": {},

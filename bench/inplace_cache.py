@@ -212,7 +212,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--batch1-limit", type=int, default=200)
     args = parser.parse_args(argv)
 
-    from bench.bench_machine import cpu_model
+    from bench.harness import cpu_model
     from core.bundle import load_bundle
     from service.engine import Engine, TranslateOptions
     from service.engine.runtime import create_session

@@ -6,8 +6,8 @@ import pytest
 import torch
 from tiny_bundle import SAMPLE_SENTENCES
 
-from bench.bench_report import write_section
 from bench.flops import decoder_step_macs, encoder_macs_per_token, translation_macs
+from bench.harness import write_section
 from model.checkpoint import load_release
 from model.config import ModelConfig
 from model.transformer import Transformer
@@ -99,7 +99,7 @@ def test_profile_engine_splits_cpu_time_and_profiles_the_step(tiny_bundle_dir):
 
 
 def test_cpu_flags_name_the_vector_extensions_in_order():
-    from bench.bench_machine import cpu_flags
+    from bench.harness import cpu_flags
 
     text = "processor\t: 0\nmodel name\t: AMD EPYC\nflags\t\t: fpu sse2 avx512_vnni avx2 avx512f\n"
     assert cpu_flags(text) == ["avx2", "avx512f", "avx512_vnni"]
