@@ -27,7 +27,7 @@ from pathlib import Path
 
 import numpy as np
 
-from bench.step_graphs import _feeds
+from bench.step_graphs import step_feeds
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -143,7 +143,7 @@ def operators(path: Path, config: dict, rows: int, beam: int, steps: int = 200) 
         str(path), options, providers=["CPUExecutionProvider"], disabled_optimizers=["SkipLayerNormFusion"]
     )
     top_k = 2 * beam if beam > 1 else 1
-    feeds, fetch = _feeds(session, config, rows, rows // beam, 15, 10, top_k, np.random.default_rng(0))
+    feeds, fetch = step_feeds(session, config, rows, rows // beam, 15, 10, top_k, np.random.default_rng(0))
     for _ in range(steps):
         session.run(fetch, feeds)
     events = json.loads(Path(session.end_profiling()).read_text())

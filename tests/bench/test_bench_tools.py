@@ -174,13 +174,13 @@ def test_server_profile_sorts_py_spy_stacks_by_part():
 
 
 def test_inplace_step_graph_computes_what_the_engine_step_computes(tiny_model_dir, tiny_bundle_dir, tmp_path):
-    """bench/inplace_cache.py's rewritten step graph (GroupQueryAttention, shared buffers) gives the engine step's
-    log-probabilities, over several steps and a reordering of the rows (as beam search makes). The tool rewrites
-    the interface-3 graphs it was measured on (those of the committed bundles), so one is built here."""
+    """bench/experiments/inplace_cache.py's rewritten step graph (GroupQueryAttention, shared buffers) gives the
+    engine step's log-probabilities, over several steps and a reordering of the rows (as beam search makes). The
+    tool rewrites the interface-3 graphs it was measured on (those of the committed bundles), so one is built here."""
     import numpy as np
     import onnx
 
-    from bench.inplace_cache import inplace_step_graph, make_state_class
+    from bench.experiments.inplace_cache import inplace_step_graph, make_state_class
     from core.bundle import load_bundle
     from core.tokenizer import BOS_ID
     from export.decoder_step import build_decoder_step
@@ -209,7 +209,7 @@ def test_inplace_step_graph_computes_what_the_engine_step_computes(tiny_model_di
 
 
 def test_cache_gather_times_each_way_of_copying_the_cache_rows():
-    from bench.cache_gather import timings
+    from bench.experiments.cache_gather import timings
 
     t = timings(rows=8, width=4, calls=2)
     assert set(t) == {"take, whole width", "fancy, whole width", "take, first column cut", "fancy, first column cut"}
@@ -233,7 +233,7 @@ def test_engine_memory_reads_columns_and_measures_each_arena_mode_in_a_fresh_pro
 
 
 def test_attention_cache_times_both_kernels_and_both_ways_of_feeding_the_cache(capsys):
-    from bench.attention_cache import main
+    from bench.experiments.attention_cache import main
 
     assert main(["--rows", "2", "--past", "3", "--calls", "2"]) == 0
     out = capsys.readouterr().out

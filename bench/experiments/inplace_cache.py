@@ -1,7 +1,7 @@
 """End-to-end effect of an in-place key/value cache: the bundle's step graph with its self-attention rewritten to
 ``GroupQueryAttention`` on preallocated buffers, against the engine as it is, same search code, same run.
 
-    python -m bench.inplace_cache --data ../shared/data/multi30k [--bundle model_repository/de-en/2] \
+    python -m bench.experiments.inplace_cache --data ../shared/data/multi30k [--bundle model_repository/de-en/2] \
         [--variant int8] [--repeats 3] [--limit 0] [--batch1-limit 200]
 
 Issue 16's lever "I/O binding and preallocated OrtValues so the KV cache is written in place". Today every
@@ -201,7 +201,9 @@ def decode_inplace(engine, session, state_class, sources: list[list[int]], beam:
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(
-        prog="python -m bench.inplace_cache", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+        prog="python -m bench.experiments.inplace_cache",
+        description=__doc__,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     parser.add_argument("--data", required=True)
     parser.add_argument("--split", default="test_2016_flickr")
