@@ -22,9 +22,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import importlib.util
-import os
 import socket
-import subprocess
 import sys
 import tempfile
 import time
@@ -34,10 +32,10 @@ from pathlib import Path
 import httpx
 import psutil
 
-from bench.reliability_harness import command_line, free_port, machine, now, sentences, write_section
-from bench.serving import _load
+from bench.harness import ROOT, ServerProcess, command_line, free_port, machine, now, write_section
+from bench.reliability_harness import DOC, sentences
+from bench.serving import closed_loop
 
-ROOT = Path(__file__).resolve().parent.parent
 SERVERS = ("service", "uvicorn-httptools", "hypercorn", "granian")
 PARTIAL_HEAD = b"POST /v1/translate HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/json\r\n"
 
@@ -99,55 +97,24 @@ def tree_cpu_seconds(pid: int) -> float:
     return total
 
 
-def start(name: str, args: argparse.Namespace, log: Path) -> tuple[subprocess.Popen, str] | None:
+def server(name: str, args: argparse.Namespace, log: Path) -> ServerProcess | None:
+    """``name`` serving the app with the same settings, not started yet; None when it is not installed."""
     port = free_port()
     command = server_command(name, port, args.header_timeout)
     if command is None:
         print(f"{name}: not installed, skipped", file=sys.stderr)
         return None
-    env = {
-        **os.environ,
-        "MT_HOST": "127.0.0.1",
-        "MT_PORT": str(port),
-        "MT_MODEL_REPOSITORY": str(Path(args.repository).resolve()),
-        "MT_MODELS": args.model,
-        "MT_PROVIDERS": "cpu",
-        "MT_HEADER_TIMEOUT_S": str(args.header_timeout),
-        "OMP_NUM_THREADS": "1",
-    }
-    with open(log, "ab") as out:
-        process = subprocess.Popen(command, cwd=ROOT, env=env, stdout=out, stderr=subprocess.STDOUT)
-    url = f"http://127.0.0.1:{port}"
-    deadline = time.monotonic() + 180
-    while time.monotonic() < deadline:
-        if process.poll() is not None:
-            raise SystemExit(f"{name} exited with {process.returncode}; see {log}")
-        try:
-            if httpx.get(url + "/readyz", timeout=2).status_code == 200:
-                return process, url
-        except httpx.HTTPError:
-            pass
-        time.sleep(0.3)
-    process.kill()
-    raise SystemExit(f"{name} was not ready within 180 s; see {log}")
+    env = {"MT_MODELS": args.model, "MT_PROVIDERS": "cpu", "MT_HEADER_TIMEOUT_S": str(args.header_timeout)}
+    return ServerProcess(args.repository, env, log, command=command, port=port)
 
 
-def stop(process: subprocess.Popen) -> None:
-    process.terminate()
-    try:
-        process.wait(30)
-    except subprocess.TimeoutExpired:
-        process.kill()
-        process.wait()
-
-
-def load(name: str, process: subprocess.Popen, url: str, texts: list[str], args) -> list[Row]:
-    rows = []
-    asyncio.run(_load(url, texts[:8], 1, args.beam_size, args.model, f"{name} warm-up"))
+def load(name: str, server: ServerProcess, texts: list[str], args) -> list[Row]:
+    rows, url = [], server.url
+    asyncio.run(closed_loop(url, texts[:8], 1, args.beam_size, args.model, f"{name} warm-up"))
     for clients in args.clients:
-        before = tree_cpu_seconds(process.pid)
-        result = asyncio.run(_load(url, texts, clients, args.beam_size, args.model, f"{name}, {clients} clients"))
-        cpu = tree_cpu_seconds(process.pid) - before
+        before = tree_cpu_seconds(server.pid)
+        result = asyncio.run(closed_loop(url, texts, clients, args.beam_size, args.model, f"{name}, {clients} clients"))
+        cpu = tree_cpu_seconds(server.pid) - before
         ok = max(1, result.sentences - result.errors)
         rows.append(
             Row(
@@ -270,19 +237,19 @@ def main(argv: list[str] | None = None) -> int:
     rows: list[Row] = []
     probes: list[SlowProbe] = []
     for name in args.servers:
-        started = start(name, args, log_dir / f"{name}.log")
-        if started is None:
+        under_test = server(name, args, log_dir / f"{name}.log")
+        if under_test is None:
             continue
-        process, url = started
         try:
-            rows += load(name, process, url, texts, args)
-            probes.append(slow_probe(name, url, args))
+            under_test.start()
+            rows += load(name, under_test, texts, args)
+            probes.append(slow_probe(name, under_test.url, args))
         finally:
-            stop(process)
+            under_test.stop()
     text = report(rows, probes, args)
     print(text)
     if not args.no_write:
-        write_section("bench/asgi_servers.py", text)
+        write_section(DOC, "bench/asgi_servers.py", text)
         print("wrote docs/reliability.md")
     return 0
 

@@ -26,8 +26,7 @@ import sys
 import time
 from pathlib import Path
 
-from bench.bench_machine import cpu_model
-from bench.bench_report import write_section
+from bench.harness import cpu_model, write_section
 
 VARIANTS: dict[str, dict] = {
     "vanilla": {},
@@ -86,9 +85,10 @@ def export_variant(out: Path) -> Path:
 
 def measure(bundle: Path, args: argparse.Namespace, name: str, languages: tuple[str, str], images: Path) -> dict:
     """Greedy BLEU on val and test, greedy tok/s at batch 1 and 32, and the encoder heatmap PNG."""
+    from core.bundle import load_bundle
     from model.data import read_parallel
     from model.evaluate import bleu
-    from service.engine import Engine, TranslateOptions, load_bundle
+    from service.engine import Engine, TranslateOptions
     from service.tools.heatmap import render_heatmap, select, token_labels
 
     engine = Engine(load_bundle(bundle), "fp32", "cpu", intra_op_threads=args.threads, lean_decoder=False)

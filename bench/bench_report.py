@@ -2,9 +2,7 @@
 
 from __future__ import annotations
 
-import re
 import statistics
-from pathlib import Path
 
 from bench.flops import decoder_step_macs, encoder_macs_per_token, translation_macs
 
@@ -164,18 +162,3 @@ def repeat_ratios(row: dict, ref: dict) -> str:
     return " / ".join(
         f"{(row['tokens'] / a) / (ref['tokens'] / b):.2f}" for a, b in zip(row["cpus"], ref["cpus"], strict=True)
     )
-
-
-def write_section(path: Path, marker: str, text: str) -> None:
-    """Replace the section between ``<!-- marker: begin -->`` and ``<!-- marker: end -->`` in ``path`` (or
-    append it), leaving the rest of the file, other benchmarks' sections included, as it is."""
-    begin, end = f"<!-- {marker}: begin -->", f"<!-- {marker}: end -->"
-    block = f"{begin}\n{text}{end}\n"
-    current = path.read_text(encoding="utf-8") if path.exists() else "# Benchmarks\n\n"
-    if begin in current and end in current:
-        pattern = re.compile(re.escape(begin) + ".*?" + re.escape(end) + "\n?", re.S)
-        updated = pattern.sub(lambda _: block, current, count=1)
-    else:
-        updated = current.rstrip("\n") + "\n\n" + block
-    path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text(updated, encoding="utf-8")

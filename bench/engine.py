@@ -21,7 +21,6 @@ and as the process's CPU time: on a shared machine CPU time is the steadier meas
 from __future__ import annotations
 
 import argparse
-import datetime as dt
 import json
 import multiprocessing as mp
 import os
@@ -32,7 +31,7 @@ import sys
 import time
 from pathlib import Path
 
-from bench.bench_machine import cpu_model
+from bench.harness import machine, now, write_section
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -66,7 +65,8 @@ def _runner(engine: str, args: dict):
 
         return run
     if engine.startswith("ort-"):
-        from service.engine import Engine, TranslateOptions, load_bundle
+        from core.bundle import load_bundle
+        from service.engine import Engine, TranslateOptions
 
         variant = engine.split("-")[1].split("+")[0]
         extra = {"lean_decoder": False} if "+decoder" in engine else {}  # older engines lack the options
@@ -142,11 +142,6 @@ def workloads(ids: list[list[int]], limits: list[int], batch1_limit: int) -> dic
     return out
 
 
-def machine() -> str:
-    model = cpu_model("unknown CPU")
-    return f"{os.cpu_count()} CPUs (nproc {len(os.sched_getaffinity(0))}), {model}"
-
-
 def background_load() -> str:
     """Processes other than this benchmark using CPU right now, as a note for the results."""
     try:
@@ -181,7 +176,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--json", default="build/bench/engine.json", help="raw results")
     args = parser.parse_args(argv)
 
-    from bench.bench_report import render, summarize, write_section
+    from bench.bench_report import render, summarize
     from bench.flops import int8_gemm_rate, sgemm_rate
 
     for var in ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS"):
@@ -257,7 +252,7 @@ def main(argv: list[str] | None = None) -> int:
     rows = summarize(runs, work, ids, refs, tokenizer, config, peak, rates)
     meta = {
         "command": shlex.join(["python", "-m", "bench.engine", *(argv if argv is not None else sys.argv[1:])]),
-        "date": dt.datetime.now(dt.UTC).strftime("%Y-%m-%d %H:%M UTC"),
+        "date": now(),
         "machine": machine(),
         "background": background_load(),
         "threads": args.threads,

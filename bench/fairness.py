@@ -34,15 +34,9 @@ from concurrent.futures import ProcessPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from bench.harness import ServerProcess, percentile
 from bench.overload import Outcome, measure_capacity, open_loop, request_body, sequential
-from bench.reliability_harness import (
-    ServerProcess,
-    add_server_arguments,
-    percentile,
-    report_header,
-    sentences,
-    write_section,
-)
+from bench.reliability_harness import passed, publish, report_header, sentences, server_parser, verdict_line
 
 FLOOD_KEY, QUIET_KEY, UNKNOWN_KEY = "bench-flood-key", "bench-quiet-key", "bench-unknown-key"
 ADMITTED_PACE = 0.95  # the admitted-only control sends at 95% of the key's rate limit: nothing is refused
@@ -222,14 +216,13 @@ def report(args, capacities: dict[str, float], runs: list[Run], checks: list[str
             else []
         ),
         "",
-        f"Verdict: **{'pass' if checks and all(c.startswith('ok') for c in checks) else 'FAIL'}**.",
+        verdict_line(checks),
     ]
     return "\n".join(lines)
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
-    p = argparse.ArgumentParser(prog="python -m bench.fairness", description=__doc__.split("\n\n")[0])
-    add_server_arguments(p)
+    p = server_parser("bench.fairness", __doc__)
     p.add_argument("--schedulers", default="dynamic,continuous", help="MT_SCHEDULER values, comma-separated")
     p.add_argument("--rate-shares", default="0.5", help="per-key rate limits as shares of the capacity")
     p.add_argument("--factor", type=float, default=10.0, help="the flood as a multiple of the capacity")
@@ -266,12 +259,8 @@ def main(argv: list[str] | None = None) -> int:
         runs += scheduler_runs
         first = first or server
     checks = verdict(runs)
-    text = report(args, capacities, runs, checks, first)
-    print(text)
-    if not args.no_write:
-        write_section("bench/fairness.py", text)
-        print("wrote docs/reliability.md")
-    return 0 if all(c.startswith("ok") for c in checks) else 1
+    publish(args, "bench/fairness.py", report(args, capacities, runs, checks, first))
+    return 0 if passed(checks) else 1
 
 
 if __name__ == "__main__":

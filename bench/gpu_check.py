@@ -128,8 +128,8 @@ def fp16_step_bundle(bundle, workdir: Path):
     changed: the returned Bundle's manifest, in memory, points at the converted graph)."""
     import copy
 
+    from core.bundle import Bundle
     from export.quantize import convert_fp16_step
-    from service.engine.bundle import Bundle
 
     if "decoder_step" in bundle.manifest["variants"].get("fp16", {}):
         return bundle
@@ -234,8 +234,9 @@ def run(args: argparse.Namespace) -> int:
     if args.provider == "cuda" and "CUDAExecutionProvider" not in ort.get_available_providers():
         print("this onnxruntime has no CUDA provider: install onnxruntime-gpu (scripts/gpu_check.sh does)")
         return 1
+    from core.bundle import load_bundle
     from model.evaluate import bleu
-    from service.engine import Engine, load_bundle
+    from service.engine import Engine
 
     data = Path(args.data)
     texts = (data / "test_2016_flickr.de").read_text(encoding="utf-8").splitlines()[: args.bleu_sentences]

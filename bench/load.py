@@ -27,15 +27,8 @@ from typing import Any
 
 import httpx
 
-from bench.reliability_harness import (
-    RawHttpClient,
-    ServerProcess,
-    add_server_arguments,
-    percentile,
-    report_header,
-    sentences,
-    write_section,
-)
+from bench.harness import ServerProcess, percentile
+from bench.reliability_harness import RawHttpClient, publish, report_header, sentences, server_parser
 
 TOLERANCE = 1e-3
 TRANSLATE_OPTIONS = [
@@ -223,8 +216,7 @@ def _mb(value: float | None) -> str:
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
-    p = argparse.ArgumentParser(prog="python -m bench.load", description=__doc__.split("\n\n")[0])
-    add_server_arguments(p)
+    p = server_parser("bench.load", __doc__)
     p.add_argument("--requests", type=int, default=20_000)
     p.add_argument("--clients", type=int, default=64)
     p.add_argument("--pool", type=int, default=256, help="distinct requests")
@@ -254,11 +246,7 @@ def main(argv: list[str] | None = None) -> int:
             result.errors.append("the server died")
     finally:
         server.stop()
-    text = report(args, server, result, (rss_start, rss_end))
-    print(text)
-    if not args.no_write:
-        write_section("bench/load.py", text)
-        print("wrote docs/reliability.md")
+    publish(args, "bench/load.py", report(args, server, result, (rss_start, rss_end)))
     return 0 if result.ok else 1
 
 

@@ -25,14 +25,15 @@ from pathlib import Path
 
 import httpx
 
+from bench.harness import ServerProcess, percentile
 from bench.reliability_harness import (
     RawHttpClient,
-    ServerProcess,
-    add_server_arguments,
-    percentile,
+    passed,
+    publish,
     report_header,
     sentences,
-    write_section,
+    server_parser,
+    verdict_line,
 )
 
 REFUSED = (429, 503)
@@ -248,14 +249,13 @@ def report(args: argparse.Namespace, server: ServerProcess, result: OverloadResu
         "",
         *[f"- {c}" for c in checks],
         "",
-        f"Verdict: **{'pass' if all(c.startswith('ok') for c in checks) else 'FAIL'}**.",
+        verdict_line(checks),
     ]
     return "\n".join(lines)
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
-    p = argparse.ArgumentParser(prog="python -m bench.overload", description=__doc__.split("\n\n")[0])
-    add_server_arguments(p)
+    p = server_parser("bench.overload", __doc__)
     p.add_argument("--factor", type=float, default=10.0, help="offered load as a multiple of the capacity")
     p.add_argument("--seconds", type=float, default=20.0, help="duration of the overload phase")
     p.add_argument("--capacity-seconds", type=float, default=10.0)
@@ -299,12 +299,8 @@ def main(argv: list[str] | None = None) -> int:
     finally:
         server.stop()
     checks = verdict(result, args)
-    text = report(args, server, result, checks)
-    print(text)
-    if not args.no_write:
-        write_section("bench/overload.py", text)
-        print("wrote docs/reliability.md")
-    return 0 if all(c.startswith("ok") for c in checks) else 1
+    publish(args, "bench/overload.py", report(args, server, result, checks))
+    return 0 if passed(checks) else 1
 
 
 if __name__ == "__main__":

@@ -17,7 +17,8 @@ from pathlib import Path
 
 import sacrebleu
 
-from service.engine import Engine, TranslateOptions, load_bundle
+from core.bundle import load_bundle
+from service.engine import Engine, TranslateOptions
 from service.serving.segmentation import join, split_text
 
 ROOT = Path(__file__).resolve().parent.parent

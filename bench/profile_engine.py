@@ -27,7 +27,7 @@ from pathlib import Path
 
 import numpy as np
 
-from bench.step_graphs import _feeds
+from bench.step_graphs import step_feeds
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -66,7 +66,8 @@ def split(
     ``by_length`` is false). ``decode``: "whole" batches (Engine.translate_ids), "live" (each batch joins a live
     decode, service/engine/live.py, stepped until it is empty) or "flow" (one live
     decode holding ``batch`` sentences, the next one joining at the step after one finishes)."""
-    from service.engine import Engine, TranslateOptions, load_bundle
+    from core.bundle import load_bundle
+    from service.engine import Engine, TranslateOptions
     from service.engine.live import LiveBatch
     from service.engine.reorder import ReorderBuffers
 
@@ -142,7 +143,7 @@ def operators(path: Path, config: dict, rows: int, beam: int, steps: int = 200) 
         str(path), options, providers=["CPUExecutionProvider"], disabled_optimizers=["SkipLayerNormFusion"]
     )
     top_k = 2 * beam if beam > 1 else 1
-    feeds, fetch = _feeds(session, config, rows, rows // beam, 15, 10, top_k, np.random.default_rng(0))
+    feeds, fetch = step_feeds(session, config, rows, rows // beam, 15, 10, top_k, np.random.default_rng(0))
     for _ in range(steps):
         session.run(fetch, feeds)
     events = json.loads(Path(session.end_profiling()).read_text())

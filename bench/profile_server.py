@@ -37,12 +37,17 @@ from pathlib import Path
 
 import httpx
 
-from bench.bench_machine import cpu_model
-from bench.serving import ROOT, Service
+from bench.harness import ROOT, ServerProcess, cpu_model
 from bench.serving import parse_args as serving_args
+from bench.serving import service
 
 CATEGORIES = ["step graph", "encoder", "search (Python)", "cache gather", "scheduler", "event loop", "other"]
-SEARCH_FRAMES = ("service/engine/live.py", "service/engine/search.py", "service/engine/engine.py")
+SEARCH_FRAMES = (
+    "service/engine/live.py",
+    "service/engine/source_slots.py",
+    "service/engine/search.py",
+    "service/engine/engine.py",
+)
 
 
 def categorize(stack: str) -> list[str]:
@@ -91,18 +96,20 @@ async def _drive(
         return answered, time.perf_counter() - started
 
 
-def profile(service: Service, sentences: list[str], args: argparse.Namespace, out: Path) -> tuple[int, float, dict]:
+def profile(
+    server: ServerProcess, sentences: list[str], args: argparse.Namespace, out: Path
+) -> tuple[int, float, dict]:
     """py-spy samples of the server while it answers ``sentences`` (after a warm-up); (answered, seconds, counts)."""
     drive = (args.clients, args.beam_size, args.model, args.stream)
-    asyncio.run(_drive(service.url, sentences[: args.warmup], *drive))
+    asyncio.run(_drive(server.url, sentences[: args.warmup], *drive))
     spy = subprocess.Popen(
-        [args.py_spy, "record", "--pid", str(service.process.pid), "--rate", str(args.rate), "--format", "raw",
+        [args.py_spy, "record", "--pid", str(server.pid), "--rate", str(args.rate), "--format", "raw",
          "--threads", "--nonblocking", "--output", str(out)],
         stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
     )  # fmt: skip
     time.sleep(1.0)  # attached (an idle server gives no samples meanwhile)
     try:
-        answered, seconds = asyncio.run(_drive(service.url, sentences, *drive))
+        answered, seconds = asyncio.run(_drive(server.url, sentences, *drive))
     finally:
         spy.send_signal(signal.SIGINT)  # py-spy writes its samples on Ctrl-C
         _, err = spy.communicate(timeout=60)
@@ -150,13 +157,13 @@ def main(argv: list[str] | None = None) -> int:
     done: list[str] = []
     with tempfile.TemporaryDirectory(prefix="bench-profile-server-") as tmp:
         for mode in args.modes:
-            service = Service(mode, server_args, Path(tmp)).start()
+            server = service(mode, server_args, Path(tmp))
             try:
-                service.wait_ready()
-                answered, seconds, counts = profile(service, sentences, args, Path(tmp) / f"{mode}-{len(done)}.txt")
+                server.start(timeout=300)
+                answered, seconds, counts = profile(server, sentences, args, Path(tmp) / f"{mode}-{len(done)}.txt")
                 done.append(mode)
             finally:
-                service.stop()
+                server.stop()
             per = {c: counts[c] * ms / max(1, answered) for c in CATEGORIES}
             total = sum(v for c, v in per.items() if c != "cache gather")  # (the gather is inside search)
             cells = " | ".join(f"{per[c]:.2f}" for c in CATEGORIES)

@@ -19,12 +19,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import datetime as dt
-import os
 import shlex
-import signal
-import socket
-import subprocess
 import sys
 import tempfile
 import time
@@ -35,10 +30,8 @@ import httpx
 import numpy as np
 from prometheus_client.parser import text_string_to_metric_families
 
-from bench.bench_machine import cpu_model
+from bench.harness import ROOT, ServerProcess, machine, now, percentile, write_section
 
-ROOT = Path(__file__).resolve().parent.parent
-BEGIN, END = "<!-- bench/serving.py: begin -->", "<!-- bench/serving.py: end -->"
 MODES = ("continuous", "dynamic", "off")
 
 
@@ -74,95 +67,43 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     return args
 
 
-def free_port() -> int:
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
+def service(mode: str, args: argparse.Namespace, log_dir: Path) -> ServerProcess:
+    """``python -m service`` with this benchmark's settings, ``mode`` as MT_SCHEDULER; not started yet."""
+    env = {
+        "MT_MODELS": args.model,
+        "MT_DEFAULT_MODEL": args.model,
+        "MT_PROVIDERS": "cpu",
+        "MT_VARIANT": args.variant,
+        "MT_INTRA_OP_THREADS": str(args.threads),
+        "MT_INTER_OP_THREADS": "1",
+        "MT_ENGINE_WORKERS": str(args.workers),
+        "MT_SCHEDULER": mode,
+        "MT_MAX_LIVE_ROWS": str(args.max_live_rows),
+        "MT_MAX_WAIT_MS": str(args.max_wait_ms),
+        "MT_MAX_BATCH_SENTENCES": str(args.max_batch),
+        "MT_MAX_QUEUE_SENTENCES": str(max(1024, 4 * max(args.clients))),
+        "MT_REQUEST_TIMEOUT_S": "600",
+        "MT_MAX_REQUEST_TIMEOUT_S": "600",
+        "MT_LOG_LEVEL": "warning",
+        "OMP_NUM_THREADS": str(args.threads),
+    }
+    return ServerProcess(args.repository, env, log_dir / f"service-{mode}.log")
 
 
-class Service:
-    """One ``python -m service`` subprocess on a free loopback port."""
-
-    def __init__(self, label: str, args: argparse.Namespace, log_dir: Path) -> None:
-        self.label = label
-        self.port = free_port()
-        self.url = f"http://127.0.0.1:{self.port}"
-        self.log_path = log_dir / f"service-{label}.log"
-        self.env = {
-            **os.environ,
-            "MT_HOST": "127.0.0.1",
-            "MT_PORT": str(self.port),
-            "MT_MODEL_REPOSITORY": str(args.repository.resolve()),
-            "MT_MODELS": args.model,
-            "MT_DEFAULT_MODEL": args.model,
-            "MT_PROVIDERS": "cpu",
-            "MT_VARIANT": args.variant,
-            "MT_INTRA_OP_THREADS": str(args.threads),
-            "MT_INTER_OP_THREADS": "1",
-            "MT_ENGINE_WORKERS": str(args.workers),
-            "MT_SCHEDULER": label,
-            "MT_MAX_LIVE_ROWS": str(args.max_live_rows),
-            "MT_MAX_WAIT_MS": str(args.max_wait_ms),
-            "MT_MAX_BATCH_SENTENCES": str(args.max_batch),
-            "MT_MAX_QUEUE_SENTENCES": str(max(1024, 4 * max(args.clients))),
-            "MT_REQUEST_TIMEOUT_S": "600",
-            "MT_MAX_REQUEST_TIMEOUT_S": "600",
-            "MT_LOG_LEVEL": "warning",
-            "OMP_NUM_THREADS": str(args.threads),
-        }
-        self.process: subprocess.Popen | None = None
-
-    def start(self) -> Service:
-        with open(self.log_path, "ab") as log:
-            self.process = subprocess.Popen(
-                [sys.executable, "-m", "service"], cwd=ROOT, env=self.env, stdout=log, stderr=subprocess.STDOUT
-            )
-        return self
-
-    def wait_ready(self, timeout: float = 300.0) -> None:
-        deadline = time.monotonic() + timeout
-        while time.monotonic() < deadline:
-            if self.process.poll() is not None:
-                raise SystemExit(f"{self.label} server exited with {self.process.returncode}:\n{self.log_tail()}")
-            try:
-                if httpx.get(self.url + "/readyz", timeout=2).status_code == 200:
-                    return
-            except httpx.HTTPError:
-                pass
-            time.sleep(0.2)
-        raise SystemExit(f"{self.label} server not ready after {timeout:.0f} s:\n{self.log_tail()}")
-
-    def log_tail(self, lines: int = 20) -> str:
-        return "\n".join(self.log_path.read_text(errors="replace").splitlines()[-lines:])
-
-    def stop(self) -> None:
-        if self.process is not None and self.process.poll() is None:
-            self.process.send_signal(signal.SIGTERM)
-            try:
-                self.process.wait(60)
-            except subprocess.TimeoutExpired:
-                self.process.kill()
-                self.process.wait()
-
-    def batch_totals(self) -> tuple[float, float]:
-        """(engine batches or decoder steps, sentences or rows in them) so far: mt_batch_size for whole batches,
-        mt_decoder_step_rows for continuous batching."""
-        text = httpx.get(self.url + "/metrics", timeout=10).text
-        count = total = 0.0
-        name = "mt_decoder_step_rows" if self.label == "continuous" else "mt_batch_size"
-        for family in text_string_to_metric_families(text):
-            if family.name == name:
-                for s in family.samples:
-                    if s.name == f"{name}_count":
-                        count += s.value
-                    elif s.name == f"{name}_sum":
-                        total += s.value
-        return count, total
-
-    def cpu_seconds(self) -> float:
-        """The server process's user + system CPU seconds so far (/proc/<pid>/stat)."""
-        fields = Path(f"/proc/{self.process.pid}/stat").read_text().rsplit(")", 1)[1].split()
-        return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+def batch_totals(server: ServerProcess, mode: str) -> tuple[float, float]:
+    """(engine batches or decoder steps, sentences or rows in them) so far: mt_batch_size for whole batches,
+    mt_decoder_step_rows for continuous batching."""
+    text = httpx.get(server.url + "/metrics", timeout=10).text
+    count = total = 0.0
+    name = "mt_decoder_step_rows" if mode == "continuous" else "mt_batch_size"
+    for family in text_string_to_metric_families(text):
+        if family.name == name:
+            for s in family.samples:
+                if s.name == f"{name}_count":
+                    count += s.value
+                elif s.name == f"{name}_sum":
+                    total += s.value
+    return count, total
 
 
 @dataclass
@@ -180,10 +121,10 @@ class Result:
         return (self.sentences - self.errors) / self.seconds
 
     def latency_ms(self, q: float) -> float:
-        return float(np.percentile(self.latencies, q) * 1000) if len(self.latencies) else float("nan")
+        return percentile(self.latencies, q) * 1000
 
 
-async def _load(
+async def closed_loop(
     url: str, sentences: list[str], clients: int, beam: int, model: str, label: str, stream: bool = False
 ) -> Result:
     latencies: list[float] = []
@@ -238,20 +179,20 @@ async def _load(
 
 
 def measure(
-    service: Service, sentences: list[str], clients: int, args: argparse.Namespace, stream: bool = False
+    server: ServerProcess, mode: str, sentences: list[str], clients: int, args: argparse.Namespace, stream: bool = False
 ) -> Result:
-    label = f"{service.label:>10}, {clients:>3} clients{' streaming' if stream else ''}"
-    before, cpu_before = service.batch_totals(), service.cpu_seconds()
-    result = asyncio.run(_load(service.url, sentences, clients, args.beam_size, args.model, label, stream))
-    after, cpu_after = service.batch_totals(), service.cpu_seconds()
+    label = f"{mode:>10}, {clients:>3} clients{' streaming' if stream else ''}"
+    before, cpu_before = batch_totals(server, mode), server.cpu_seconds()
+    result = asyncio.run(closed_loop(server.url, sentences, clients, args.beam_size, args.model, label, stream))
+    after, cpu_after = batch_totals(server, mode), server.cpu_seconds()
     batches, total = after[0] - before[0], after[1] - before[1]
     result.mean_batch = total / batches if batches else float("nan")
     result.cpu_per_sentence = (cpu_after - cpu_before) / max(1, result.sentences - result.errors)
     ttft = ""
     if result.first_token is not None and len(result.first_token):
         ttft = (
-            f"  first token p50 {np.percentile(result.first_token, 50) * 1000:7.1f} ms"
-            f" p99 {np.percentile(result.first_token, 99) * 1000:7.1f} ms"
+            f"  first token p50 {percentile(result.first_token, 50) * 1000:7.1f} ms"
+            f" p99 {percentile(result.first_token, 99) * 1000:7.1f} ms"
         )
     print(
         f"{label}: {result.throughput:7.1f} sent/s  p50 {result.latency_ms(50):7.1f} ms  "
@@ -318,32 +259,12 @@ def stream_table(rows: list[tuple[str, int, Result]]) -> str:
         "|---|---:|---:|---:|---:|---:|---:|",
     ]
     for mode, clients, r in rows:
-        ft = r.first_token if r.first_token is not None and len(r.first_token) else np.asarray([float("nan")])
+        ft = r.first_token if r.first_token is not None else []
         lines.append(
-            f"| {mode} | {clients} | {r.throughput:.1f} | {np.percentile(ft, 50) * 1000:.1f} | "
-            f"{np.percentile(ft, 99) * 1000:.1f} | {r.latency_ms(50):.1f} | {r.latency_ms(99):.1f} |"
+            f"| {mode} | {clients} | {r.throughput:.1f} | {percentile(ft, 50) * 1000:.1f} | "
+            f"{percentile(ft, 99) * 1000:.1f} | {r.latency_ms(50):.1f} | {r.latency_ms(99):.1f} |"
         )
     return "\n".join(lines)
-
-
-def machine() -> str:
-    cpu = cpu_model("unknown CPU")
-    load = ", ".join(f"{x:.2f}" for x in os.getloadavg())
-    return f"{os.cpu_count()} CPUs (nproc), {cpu}; load average at start {load}"
-
-
-def write_section(path: Path, section: str) -> None:
-    """Replace this script's marked section of ``path`` (re-read just before writing), or append it."""
-    block = f"{BEGIN}\n{section.rstrip()}\n{END}\n"
-    text = path.read_text(encoding="utf-8") if path.exists() else "# Benchmarks\n"
-    if BEGIN in text and END in text:
-        head, rest = text.split(BEGIN, 1)
-        after = rest.split(END, 1)[1].lstrip("\n")
-        text = head + block + ("\n" + after if after else "")
-    else:
-        text = text.rstrip("\n") + "\n\n" + block
-    path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text(text, encoding="utf-8")
 
 
 def read_sentences(args: argparse.Namespace) -> tuple[list[str], str]:
@@ -361,17 +282,17 @@ def main(argv: list[str] | None = None) -> int:
     if not args.repository.is_dir():
         raise SystemExit(f"{args.repository}: no model repository (export a bundle, or give --repository)")
     sentences, source_name = read_sentences(args)
-    started_at = dt.datetime.now(dt.UTC).strftime("%Y-%m-%d %H:%M UTC")
+    started_at = now()
     where = machine()
     print(f"{where}\n{len(sentences)} requests per level from {source_name}, beam {args.beam_size}", flush=True)
     streamed: list[tuple[str, int, Result]] = []
     with tempfile.TemporaryDirectory(prefix="bench-serving-") as tmp:
-        services = {mode: Service(mode, args, Path(tmp)) for mode in args.modes}
+        services = {mode: service(mode, args, Path(tmp)) for mode in args.modes}
         try:
             for s in services.values():
-                s.start()
+                s.launch()
             for s in services.values():
-                s.wait_ready()
+                s.wait_ready(timeout=300)
             schedulers = {}
             for mode, s in services.items():
                 info = httpx.get(s.url + "/v1/models", timeout=10).json()["models"][0]
@@ -382,21 +303,21 @@ def main(argv: list[str] | None = None) -> int:
                 flush=True,
             )
             for s in services.values():  # warm-up, not measured
-                asyncio.run(_load(s.url, sentences[: args.warmup], 1, args.beam_size, args.model, "warm-up"))
+                asyncio.run(closed_loop(s.url, sentences[: args.warmup], 1, args.beam_size, args.model, "warm-up"))
             rows, rounds = [], []
             for clients in args.clients:  # every mode per level, back to back: background load hits all alike
                 runs: dict[str, list[Result]] = {mode: [] for mode in services}
                 for r in range(args.repeats):  # rounds interleaved, the modes' order rotated: drift hits all alike
                     order = list(services.items())
                     for mode, s in order[r % len(order) :] + order[: r % len(order)]:
-                        runs[mode].append(measure(s, sentences, clients, args))
+                        runs[mode].append(measure(s, mode, sentences, clients, args))
                 rows.append((clients, {mode: pooled(results) for mode, results in runs.items()}))
                 rounds.append((clients, runs))
             if args.stream_clients:
                 for mode, s in services.items():
                     if mode != "off":
                         streamed.append(
-                            (mode, args.stream_clients, measure(s, sentences, args.stream_clients, args, stream=True))
+                            (mode, args.stream_clients, measure(s, mode, sentences, args.stream_clients, args, True))
                         )
         finally:
             for s in services.values():
@@ -432,7 +353,7 @@ def main(argv: list[str] | None = None) -> int:
     if streamed:
         section += ['Streaming (`"stream": true`), time to the first delta event:', "", stream_table(streamed), ""]
     if not args.no_write:
-        write_section(args.output, "\n".join(section))
+        write_section(args.output, "bench/serving.py", "\n".join(section))
         print(f"\nwrote {args.output}")
     return 0 if all(r.errors == 0 for _, results in rows for r in results.values()) else 1
 

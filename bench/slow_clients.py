@@ -39,14 +39,8 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from bench.reliability_harness import (
-    ServerProcess,
-    add_server_arguments,
-    percentile,
-    proc_status,
-    report_header,
-    write_section,
-)
+from bench.harness import ServerProcess, percentile, proc_status
+from bench.reliability_harness import passed, publish, report_header, server_parser
 
 MODES = ("idle", "header", "trickle", "body")
 
@@ -179,8 +173,7 @@ def probe_once(url: str, path: str, started: float, timeout: float = 10.0) -> Pr
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
-    p = argparse.ArgumentParser(prog="python -m bench.slow_clients", description=__doc__.split("\n\n")[0])
-    add_server_arguments(p)
+    p = server_parser("bench.slow_clients", __doc__)
     p.add_argument("--pid", type=int, help="pid of the --url server, to read its open descriptors from /proc")
     p.add_argument("--connections", type=int, default=2000, help="attacking connections in all")
     p.add_argument("--processes", type=int, default=2, help="client processes sharing them")
@@ -329,12 +322,8 @@ def main(argv: list[str] | None = None) -> int:
     finally:
         server.stop()
     checks = verdict(args, results, probes, info)
-    text = report(args, server, results, probes, info, checks)
-    print(text)
-    if not args.no_write:
-        write_section("bench/slow_clients.py", text)
-        print("wrote docs/reliability.md")
-    return 0 if all(c.startswith("ok") for c in checks) else 1
+    publish(args, "bench/slow_clients.py", report(args, server, results, probes, info, checks))
+    return 0 if passed(checks) else 1
 
 
 if __name__ == "__main__":

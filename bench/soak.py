@@ -37,19 +37,10 @@ from typing import Any
 import httpx
 from prometheus_client.parser import text_string_to_metric_families
 
-from bench.reliability_harness import (
-    ROOT,
-    ServerProcess,
-    add_server_arguments,
-    command_line,
-    percentile,
-    proc_status,
-    report_header,
-    sentences,
-    write_section,
-)
+from bench.harness import ROOT, ServerProcess, command_line, percentile, proc_status, write_section
+from bench.reliability_harness import DOC, passed, report_header, sentences, server_parser, verdict_line
 from bench.soak_mix import CLOSED, KINDS, SERVED_KINDS, Mix, Outcome
-from bench.soak_report import MAX_GROWTH, counts_table, passed, plot, table, verdict
+from bench.soak_report import MAX_GROWTH, counts_table, plot, table, verdict
 
 IMAGE = ROOT / "docs" / "images" / "soak.png"
 RECORD = ROOT / "docs" / "soak.json"
@@ -201,14 +192,13 @@ def report(args, server, samples, unexpected, counters, checks, image: str) -> s
         *[f"- {check}" for check in checks],
         *[f"- unexpected at {o.at_s:.0f} s: {o.kind} {o.status}: {o.problem}" for o in unexpected[:5]],
         "",
-        f"Verdict: **{'pass' if passed(checks) else 'FAIL'}**.",
+        verdict_line(checks),
     ]
     return "\n".join(lines)
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
-    p = argparse.ArgumentParser(prog="python -m bench.soak", description=__doc__.split("\n\n")[0])
-    add_server_arguments(p)
+    p = server_parser("bench.soak", __doc__)
     p.add_argument("--pid", type=int, help="pid of the --url server (its /proc is read)")
     p.add_argument("--duration", type=float, default=3600.0, help="seconds of load")
     p.add_argument("--interval", type=float, default=60.0, help="seconds between samples")
@@ -263,7 +253,8 @@ def main(argv: list[str] | None = None) -> int:
     if not args.no_write:
         shutil.copyfile(out / "soak.png", IMAGE)
         shutil.copyfile(out / "soak.json", RECORD)
-        write_section("bench/soak.py", report(args, server, samples, unexpected, counters, checks, "images/soak.png"))
+        text = report(args, server, samples, unexpected, counters, checks, "images/soak.png")
+        write_section(DOC, "bench/soak.py", text)
         print(f"wrote {IMAGE.relative_to(ROOT)}, {RECORD.relative_to(ROOT)} and docs/reliability.md")
     return 0 if passed(checks) else 1
 

@@ -51,10 +51,6 @@ def verdict(
     return checks
 
 
-def passed(checks: list[str]) -> bool:
-    return all(check.startswith("ok") for check in checks)
-
-
 def totals(samples: list[dict[str, Any]]) -> dict[str, dict[str, int]]:
     """Requests by kind and status over all samples."""
     out: dict[str, dict[str, int]] = {}

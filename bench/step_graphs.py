@@ -33,7 +33,7 @@ def _session(path: Path):
     return create_session(path, "cpu", intra_op_threads=1, inter_op_threads=1)
 
 
-def _feeds(session, config: dict, rows: int, sources: int, src: int, past: int, top_k: int, rng):
+def step_feeds(session, config: dict, rows: int, sources: int, src: int, past: int, top_k: int, rng):
     layers, heads, d_head = config["n_decoder_layers"], config["n_heads"], config["d_model"] // config["n_heads"]
     names = {i.name for i in session.get_inputs()}
     per_source = step_interface(session.get_modelmeta().custom_metadata_map) >= 2
@@ -98,7 +98,7 @@ def main(argv: list[str] | None = None) -> int:
     for rows in args.rows:
         beam = args.beam if rows > args.beam_above else 1
         prepared = [
-            (name, s, *_feeds(s, cfg, rows, rows // beam, args.src, args.past, 2 * beam if beam > 1 else 1, rng))
+            (name, s, *step_feeds(s, cfg, rows, rows // beam, args.src, args.past, 2 * beam if beam > 1 else 1, rng))
             for name, s, cfg in cases
         ]
         for _, session, feeds, fetch in prepared:

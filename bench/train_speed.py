@@ -20,7 +20,7 @@ import time
 
 import torch
 
-from bench.bench_machine import cpu_model
+from bench.harness import cpu_model
 from model.config import RunConfig
 from model.data import Batch, encode_pairs, make_batches, read_parallel
 from model.tokenizer import Tokenizer

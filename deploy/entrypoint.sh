@@ -29,12 +29,13 @@ def shown(name, value):
 
 values, source = None, "service.settings"
 try:
-    from service.settings import Settings
+    from service.settings import Settings, every_setting, setting
 except Exception as exc:  # not importable: show the raw environment
     print(f"entrypoint: service.settings unavailable ({exc.__class__.__name__}: {exc})")
 else:
     try:
-        values = Settings().model_dump(mode="json")
+        settings = Settings()
+        values = {env[3:].lower(): setting(settings, env) for env in every_setting()}
     except Exception as exc:  # invalid values: name them (not their contents, which may be secret)
         errors = exc.errors(include_input=False) if hasattr(exc, "errors") else [{"msg": str(exc), "loc": ()}]
         for error in errors:

@@ -48,7 +48,8 @@ def record_feeds(
     The first half is translated greedily, the second with beam 4, and the attention of up to 24 sentences is
     computed (teacher forcing through decoder.onnx).
     """
-    from service.engine import Engine, TranslateOptions, load_bundle
+    from core.bundle import load_bundle
+    from service.engine import Engine, TranslateOptions
 
     engine = Engine(load_bundle(bundle_dir), "fp32", "cpu")
     feeds: dict[str, list[dict[str, np.ndarray]]] = {graph: [] for graph in GRAPHS}

@@ -9,6 +9,7 @@ import sys
 import time
 from pathlib import Path
 
+from core.bundle import FORMATS, load_bundle
 from core.tokenizer import EOS_ID
 from export.calibration import read_sentences, record_feeds
 from export.manifest import build_manifest, git_commit, seal
@@ -16,8 +17,7 @@ from export.onnx_export import export_graphs
 from export.pack import pack_bundle
 from export.quantize import convert_fp16, convert_fp16_step, quantize_int8_static
 from model.checkpoint import TOKENIZER_FILE, load_release
-from service.engine import Engine, TranslateOptions, load_bundle
-from service.engine.bundle import FORMATS
+from service.engine import Engine, TranslateOptions
 
 VARIANTS = ("fp32", "int8", "fp16")
 MAX_BLEU_LOSS = 0.5  # a derived variant may be the default only within this much BLEU of fp32

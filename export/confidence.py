@@ -19,9 +19,10 @@ from pathlib import Path
 import numpy as np
 import sacrebleu
 
+from core.bundle import load_bundle
 from core.confidence import confidence_of, mean_log_prob
 from export.manifest import seal
-from service.engine import Engine, TranslateOptions, load_bundle
+from service.engine import Engine, TranslateOptions
 
 
 def fit_logistic(x: np.ndarray, y: np.ndarray, steps: int = 50, l2: float = 1e-3) -> tuple[float, float]:

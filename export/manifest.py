@@ -7,9 +7,9 @@ import subprocess
 from pathlib import Path
 from typing import Any
 
+from core.bundle import FORMAT, FORMATS, write_manifest
 from core.tokenizer import SPECIAL_IDS
 from export.onnx_export import OPSET, graph_signature
-from service.engine.bundle import FORMAT, FORMATS, write_manifest
 
 
 def git_commit(repo: Path | None = None) -> str | None:

@@ -53,24 +53,6 @@ def quantize_int8_static(src: Path, dst: Path, feeds: list[dict]) -> Path:
     return dst
 
 
-def quantize_int8_dynamic(src: Path, dst: Path, per_channel: bool = False) -> Path:
-    """Dynamic quantization: int8 weights of MatMul/Gemm, activations quantized at run time with the scale of
-    the whole batch tensor (so a row's result can change with its batch companions). Kept for comparisons."""
-    from onnxruntime.quantization import QuantType, quantize_dynamic
-
-    logging.getLogger("onnxruntime").setLevel(logging.ERROR)
-    dst.parent.mkdir(parents=True, exist_ok=True)
-    quantize_dynamic(
-        str(src),
-        str(dst),
-        weight_type=QuantType.QInt8,
-        per_channel=per_channel,
-        op_types_to_quantize=["MatMul", "Gemm"],
-    )
-    onnx.checker.check_model(str(dst))
-    return dst
-
-
 FP16_BLOCKED_OPS = ["Softmax", "LayerNormalization", "Range", "Where", "Expand", "ConstantOfShape"]
 
 

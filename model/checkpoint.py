@@ -8,7 +8,7 @@ from pathlib import Path
 from typing import Any
 
 import torch
-from safetensors.torch import load_file, load_model, save_model
+from safetensors.torch import load_model, save_model
 
 from model.config import ModelConfig
 from model.transformer import Transformer
@@ -58,7 +58,3 @@ def average_state_dicts(paths: list[Path]) -> dict[str, torch.Tensor]:
         for name, value in weights.items():
             total[name] = total.get(name, 0) + value.double()
     return {name: (value / len(paths)).float() for name, value in total.items()}
-
-
-def load_weights_file(path: Path) -> dict[str, torch.Tensor]:
-    return load_file(str(path))

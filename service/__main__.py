@@ -14,7 +14,7 @@ from service import logs
 from service.app import create_app
 from service.http_protocol import HttpLimits, guarded_protocol
 from service.registry import RunnerWrapper
-from service.settings import Settings
+from service.settings import ConnectionSettings, Settings
 
 log = logging.getLogger("service")
 
@@ -32,11 +32,11 @@ class DrainingServer(uvicorn.Server):
         if self.mt_state.draining:
             return super().handle_exit(sig, frame)
         self.mt_state.draining = True
-        log.info("signal %s: draining (up to %.0f s)", sig, self.mt_state.settings.drain_seconds)
+        log.info("signal %s: draining (up to %.0f s)", sig, self.mt_state.settings.server.drain_seconds)
         asyncio.get_event_loop().call_soon_threadsafe(lambda: asyncio.ensure_future(self._drain()))
 
     async def _drain(self) -> None:
-        deadline = time.monotonic() + self.mt_state.settings.drain_seconds
+        deadline = time.monotonic() + self.mt_state.settings.server.drain_seconds
         while self.mt_state.in_flight > 0 and time.monotonic() < deadline:
             await asyncio.sleep(0.05)
         if self.mt_state.in_flight:
@@ -95,34 +95,35 @@ def accept_budget(max_connections: int, fd_limit: int) -> tuple[int, int]:
     return cap, backlog
 
 
-def http_limits(settings: Settings, max_connections: int) -> HttpLimits:
+def http_limits(connections: ConnectionSettings, max_connections: int) -> HttpLimits:
     return HttpLimits(
-        header_timeout_s=settings.header_timeout_s,
-        body_timeout_s=settings.body_timeout_s,
+        header_timeout_s=connections.header_timeout_s,
+        body_timeout_s=connections.body_timeout_s,
         max_connections=max_connections,
-        max_header_bytes=settings.max_header_bytes,
-        max_headers=settings.max_headers,
-        max_url_bytes=settings.max_url_bytes,
+        max_header_bytes=connections.max_header_bytes,
+        max_headers=connections.max_headers,
+        max_url_bytes=connections.max_url_bytes,
     )
 
 
 def main(wrap_runner: RunnerWrapper | None = None) -> int:
     """``wrap_runner`` puts a wrapper between each scheduler and its engine (tests inject faults with it)."""
     settings = Settings()
-    logs.configure(settings.log_level)
+    logs.configure(settings.server.log_level)
     app = create_app(settings, wrap_runner)
-    max_connections, backlog = accept_budget(settings.max_connections, raise_fd_limit())
+    max_connections, backlog = accept_budget(settings.connections.max_connections, raise_fd_limit())
     closed = app.state.mt.metrics.connections_closed
+    limits = http_limits(settings.connections, max_connections)
     config = uvicorn.Config(
         app,
-        http=guarded_protocol(http_limits(settings, max_connections), lambda reason: closed.labels(reason).inc()),
+        http=guarded_protocol(limits, lambda reason: closed.labels(reason).inc()),
         backlog=backlog,
-        host=settings.host,
-        port=settings.port,
+        host=settings.server.host,
+        port=settings.server.port,
         log_config=None,
-        log_level=settings.log_level,
-        timeout_graceful_shutdown=max(settings.drain_seconds, 1),
-        timeout_keep_alive=settings.keep_alive_s,
+        log_level=settings.server.log_level,
+        timeout_graceful_shutdown=max(settings.server.drain_seconds, 1),
+        timeout_keep_alive=settings.connections.keep_alive_s,
         access_log=False,
     )
     server = DrainingServer(config, app.state.mt)

@@ -13,13 +13,13 @@ from fastapi import FastAPI
 from fastapi.middleware.cors import CORSMiddleware
 from fastapi_offline import FastAPIOffline
 
+from core.bundle import BundleError
 from service.api import errors, viewer
 from service.api.admin import build_admin_router
 from service.api.libretranslate import build_libretranslate_router
-from service.api.middleware import ServiceMiddleware
+from service.api.middleware import install as install_middleware
 from service.api.routes import build_router
 from service.api.v2 import build_v2_router
-from service.engine.bundle import BundleError
 from service.keys import KeyRates
 from service.language import UnknownLanguage, detect, detect_among
 from service.language import detector as language_detector
@@ -27,7 +27,7 @@ from service.metrics import Metrics
 from service.registry import LoadedModel, Registry, RunnerWrapper
 from service.serving.quality import QualityPolicy
 from service.serving.routing import Detector
-from service.settings import Settings
+from service.settings import LanguageSettings, Settings
 
 log = logging.getLogger(__name__)
 
@@ -49,10 +49,11 @@ class AppState:
 def create_app(settings: Settings | None = None, wrap_runner: RunnerWrapper | None = None) -> FastAPI:
     settings = settings or Settings()
     metrics = Metrics()
-    quality = QualityPolicy(detect, tuple(settings.detect_languages), settings.language_mismatch == "reject")
+    languages = settings.languages
+    quality = QualityPolicy(detect, tuple(languages.detect_languages), languages.language_mismatch == "reject")
     registry = Registry(settings, metrics, wrap_runner)
     state = AppState(settings, metrics, registry, detector=detect_among, quality=quality)
-    state.key_rates = KeyRates(settings.key_rate_per_s, settings.key_burst)
+    state.key_rates = KeyRates(settings.access.key_rate_per_s, settings.access.key_burst)
 
     @asynccontextmanager
     async def lifespan(app: FastAPI):
@@ -82,20 +83,20 @@ def create_app(settings: Settings | None = None, wrap_runner: RunnerWrapper | No
     errors.install(app)
     app.include_router(build_router(app))
     app.include_router(build_admin_router())
-    if settings.v2_api:
+    if settings.protocols.v2_api:
         app.include_router(build_v2_router(app))
-    if settings.libretranslate_api:
+    if settings.protocols.libretranslate_api:
         app.include_router(build_libretranslate_router(app))
     viewer.install(app)
-    if settings.cors_origins:
+    if settings.access.cors_origins:
         app.add_middleware(
             CORSMiddleware,
-            allow_origins=settings.cors_origins,
+            allow_origins=settings.access.cors_origins,
             allow_methods=["GET", "POST"],
             allow_headers=["Authorization", "X-API-Key", "Content-Type", "X-Request-ID", "X-Request-Timeout"],
             expose_headers=["X-Request-ID", "Retry-After"],
         )
-    app.add_middleware(ServiceMiddleware, state=state)
+    install_middleware(app, state)
     return app
 
 
@@ -108,7 +109,7 @@ def _reload_on_sighup(state: AppState) -> None:
         log.info("SIGHUP reloads are off in this process")
 
 
-def _warm_language_detectors(settings: Settings, models: dict[str, LoadedModel]) -> None:
+def _warm_language_detectors(settings: LanguageSettings, models: dict[str, LoadedModel]) -> None:
     """Build the lingua detectors the first requests would use (about 1 s each, built on first use otherwise):
     the language check's set for each model's source language, and /detect's."""
     sets = {tuple(settings.detect_languages)}
@@ -122,7 +123,7 @@ def _warm_language_detectors(settings: Settings, models: dict[str, LoadedModel])
 
 async def _load(state: AppState) -> None:
     try:
-        await state.registry.load(functools.partial(_warm_language_detectors, state.settings))
+        await state.registry.load(functools.partial(_warm_language_detectors, state.settings.languages))
     except asyncio.CancelledError:
         raise
     except Exception as exc:  # the process exits non-zero (see service.__main__)

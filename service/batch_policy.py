@@ -4,7 +4,7 @@ The queue is a list of ``Queued`` sentences, oldest first. A batch holds sentenc
 options) only, at most ``max_sentences`` of them and at most ``max_tokens`` padded tokens (sentences x the
 longest). It is built around the oldest sentence from the sentences closest to it in length (less padding;
 the oldest always goes, so nothing starves). It is dispatched when a full batch of the oldest sentence's key
-is waiting or the oldest sentence has waited ``max_wait_s``. The asyncio plumbing is ``service/scheduler.py``.
+is waiting or the oldest sentence has waited ``max_wait_s``. The plumbing around it is ``service/scheduling/``.
 
 Fairness between clients (API keys, ``Queued.client``): ``fair_order`` takes the waiting sentences from the clients
 in turn, each client's oldest first, starting after the client served last. A batch is built around the first
@@ -104,12 +104,14 @@ def select_batch(queue: Sequence[Queued], limits: BatchLimits, anchor: Queued | 
     return sorted(chosen, key=lambda q: q.length)
 
 
-def retry_after(depth: int, n_items: int, limits: BatchLimits, seconds_per_sentence: float) -> int | None:
+def retry_after(
+    depth: int, n_items: int, limits: BatchLimits, seconds_per_sentence: float, workers: int
+) -> int | None:
     """None when ``n_items`` more sentences fit the queue; else the seconds a client should wait (the queue's
-    depth at the measured seconds per sentence, at least 1)."""
+    depth at the measured seconds per sentence, shared by ``workers`` running at once; at least 1)."""
     if depth + n_items <= limits.max_queue:
         return None
-    return max(1, round(depth * seconds_per_sentence / limits.workers))
+    return max(1, round(depth * seconds_per_sentence / workers))
 
 
 @dataclass

@@ -9,12 +9,15 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from service.batch_policy import LiveLimits
-from service.engine import Bundle, Engine, load_bundle
-from service.engine.bundle import MANIFEST, BundleError, discover
+from core.bundle import Bundle, BundleError, discover, load_bundle, versions_of
+from service.batch_policy import BatchLimits, LiveLimits
+from service.engine import Engine
 from service.keys import key_queue_cap
 from service.metrics import Metrics
-from service.scheduler import BatchLimits, ContinuousScheduler, Scheduler
+from service.scheduling.continuous import continuous_scheduler
+from service.scheduling.dynamic import dynamic_scheduler
+from service.scheduling.errors import QueueFull
+from service.scheduling.scheduler import Scheduler
 from service.settings import Settings
 from service.worker import EngineWorker, RunnerWrapper
 
@@ -68,15 +71,8 @@ class LoadedModel:
             "layers": {"encoder": m["model"]["n_encoder_layers"], "decoder": m["model"]["n_decoder_layers"]},
             "heads": m["model"]["n_heads"],
             "dimension": m["model"]["d_model"],
-            "scheduler": self.scheduler_mode,
+            "scheduler": self.scheduler.mode,  # continuous falls back to dynamic for older bundles
         }
-
-    @property
-    def scheduler_mode(self) -> str:
-        """continuous, dynamic or off: what serves this model (continuous falls back for older bundles)."""
-        if isinstance(self.scheduler, ContinuousScheduler):
-            return "continuous"
-        return "off" if self.scheduler.limits.max_sentences == 1 else "dynamic"
 
 
 def choose_variant(bundle: Bundle, setting: str, providers: list[str]) -> str:
@@ -109,17 +105,18 @@ class Registry:
 
     def verify(self) -> None:
         """Find and hash-check every bundle to load; raises BundleError naming the bad file."""
-        found = discover(self.settings.model_repository)
-        wanted = self.settings.models or sorted(found)
+        r = self.settings.repository
+        found = discover(r.model_repository)
+        wanted = r.models or sorted(found)
         if not wanted:
-            raise BundleError(f"{self.settings.model_repository}: no model bundles found (expected <name>/<version>/)")
+            raise BundleError(f"{r.model_repository}: no model bundles found (expected <name>/<version>/)")
         for name in wanted:
             if name not in found:
-                raise BundleError(f"{self.settings.model_repository}/{name}: no bundle (have {sorted(found)})")
-            pinned = self.settings.model_versions.get(name)
+                raise BundleError(f"{r.model_repository}/{name}: no bundle (have {sorted(found)})")
+            pinned = r.model_versions.get(name)
             self.bundles[name] = load_bundle(self._version_path(name, pinned), verify=True)
             self.reasons[name] = "pinned by MT_MODEL_VERSIONS" if pinned else "the highest version on disk"
-            available = versions_of(self.settings.model_repository, name)
+            available = versions_of(r.model_repository, name)
             log.info(
                 "model %s: serving version %s (%s; on disk: %s)",
                 name,
@@ -127,35 +124,36 @@ class Registry:
                 self.reasons[name],
                 ", ".join(available),
             )
-        if self.settings.default_model not in self.bundles:
-            raise BundleError(f"default model {self.settings.default_model!r} is not among {sorted(self.bundles)}")
+        if r.default_model not in self.bundles:
+            raise BundleError(f"default model {r.default_model!r} is not among {sorted(self.bundles)}")
 
     def _version_path(self, name: str, version: str | None) -> Path:
         """The bundle folder of ``version`` (the highest on disk when None)."""
-        available = versions_of(self.settings.model_repository, name)
+        root = self.settings.repository.model_repository
+        available = versions_of(root, name)
         if not available:
-            raise BundleError(f"{self.settings.model_repository}/{name}: no versions")
+            raise BundleError(f"{root}/{name}: no versions")
         chosen = version if version is not None else available[-1]
         if chosen not in available:
-            raise BundleError(f"{self.settings.model_repository}/{name}: no version {chosen} (have {available})")
-        return Path(self.settings.model_repository) / name / chosen
+            raise BundleError(f"{root}/{name}: no version {chosen} (have {available})")
+        return Path(root) / name / chosen
 
     def _limits(self) -> BatchLimits:
-        s = self.settings
+        b, access = self.settings.scheduling, self.settings.access
         return BatchLimits(
-            max_sentences=s.effective_max_batch_sentences,
-            max_tokens=s.max_batch_tokens,
-            max_wait_s=s.max_wait_ms / 1000.0,
-            max_queue=s.max_queue_sentences,
-            workers=s.engine_workers,
-            max_queue_per_client=key_queue_cap(s.max_queue_sentences, s.key_queue_share) if s.api_keys else 0,
+            max_sentences=1 if b.scheduler == "off" else b.max_batch_sentences,
+            max_tokens=b.max_batch_tokens,
+            max_wait_s=b.max_wait_ms / 1000.0,
+            max_queue=b.max_queue_sentences,
+            workers=self.settings.engine.engine_workers,
+            max_queue_per_client=key_queue_cap(b.max_queue_sentences, access.key_queue_share) if access.api_keys else 0,
         )
 
     async def load(self, warm: Callable[[dict[str, LoadedModel]], None] | None = None) -> None:
         """Create sessions, warm each model up with a real translation, then start its scheduler; ``warm`` (in a
         thread) prepares what the first requests would otherwise wait for, before the server reports ready."""
-        if self.settings.load_delay_s:
-            await asyncio.sleep(self.settings.load_delay_s)
+        if self.settings.server.load_delay_s:
+            await asyncio.sleep(self.settings.server.load_delay_s)
         for name, bundle in self.bundles.items():
             self.models[name] = await self._start(name, bundle)
         if warm is not None:
@@ -164,14 +162,14 @@ class Registry:
 
     async def _start(self, name: str, bundle: Bundle) -> LoadedModel:
         """Engine (supervised, warmed up), scheduler: a model ready to take requests (not yet routed to)."""
-        continuous = self.settings.effective_scheduler == "continuous"
+        continuous = self.settings.scheduling.scheduler == "continuous"
         build = lambda: self._engine(bundle)  # noqa: E731 (the worker rebuilds the engine after a fault)
         worker = EngineWorker(name, build, self.metrics, self.wrap_runner, continuous, self._fatal)
         await asyncio.to_thread(worker.start)
         engine = worker.engine
         scheduler = self._scheduler(name, bundle, worker)
         scheduler.start()
-        max_subwords = min(self.settings.max_tokens_per_text, engine.max_source_tokens - 1)
+        max_subwords = min(self.settings.limits.max_tokens_per_text, engine.max_source_tokens - 1)
         model = LoadedModel(name, bundle, worker, scheduler, engine.variant, max_subwords)
         self.metrics.model_info.labels(name, bundle.version, engine.variant, engine.providers[0]).set(1)
         log.info("model %s v%s ready (%s on %s)", name, bundle.version, engine.variant, engine.providers)
@@ -180,22 +178,30 @@ class Registry:
     def _scheduler(self, name: str, bundle: Bundle, worker: EngineWorker) -> Scheduler:
         """MT_SCHEDULER's scheduler; continuous batching falls back to dynamic for a bundle without an
         interface-3 decoder step graph (exported before it existed: re-export it)."""
-        s = self.settings
-        if s.effective_scheduler == "continuous":
+        b = self.settings.scheduling
+        if b.scheduler == "continuous":
             if worker.live is not None:
-                limits = LiveLimits(s.max_live_rows, int(s.max_cache_mb * (1 << 20)))
-                return ContinuousScheduler(name, worker.run_batch, self._limits(), self.metrics, worker.live, limits)
+                limits = LiveLimits(b.max_live_rows, int(b.max_cache_mb * (1 << 20)))
+                return continuous_scheduler(name, worker.run_batch, self._limits(), self.metrics, worker.live, limits)
             log.warning(
                 "model %s v%s: MT_SCHEDULER=continuous needs a decoder_step graph of interface 3, which this bundle "
                 "lacks; it is served with dynamic batching until it is re-exported (python -m export.cli export)",
                 name,
                 bundle.version,
             )
-        return Scheduler(name, worker.run_batch, self._limits(), self.metrics)
+        return dynamic_scheduler(name, worker.run_batch, self._limits(), self.metrics)
 
     def _fatal(self, reason: str) -> None:
         """A model's engine could not be restarted: the process exits non-zero (service/__main__.py)."""
         self.failed = reason
+
+    def refusal(self, client: str = "") -> tuple[str, QueueFull] | None:
+        """(model, its QueueFull) when no model's queue would take one more sentence from ``client`` (an API key's
+        label: its share of each queue), the one with the shortest Retry-After; None when some queue would."""
+        refusals = [(name, m.scheduler.refusal(1, client)) for name, m in self.models.items()]
+        if not refusals or any(refusal is None for _, refusal in refusals):
+            return None
+        return min(refusals, key=lambda r: r[1].retry_after)  # type: ignore[union-attr]
 
     def restarting(self) -> list[str]:
         """The models whose engine is being restarted after a fault (not ready meanwhile)."""
@@ -234,7 +240,7 @@ class Registry:
     async def reload_all(self) -> None:
         """SIGHUP: every loaded model to its pinned or highest version on disk; a bad one is logged and kept."""
         for name in list(self.models):
-            pinned = self.settings.model_versions.get(name)
+            pinned = self.settings.repository.model_versions.get(name)
             try:
                 if self._version_path(name, pinned).name != self.models[name].bundle.version:
                     await self.load_version(name, pinned, "loaded on SIGHUP")
@@ -242,16 +248,16 @@ class Registry:
                 log.exception("model %s: reload refused; the current version keeps serving", name)
 
     def _engine(self, bundle: Bundle) -> Engine:
-        s = self.settings
-        probe_variant = bundle.default_variant if s.variant == "auto" else s.variant
-        engine = Engine(bundle, probe_variant, s.providers, s.intra_op_threads, s.inter_op_threads)
-        variant = choose_variant(bundle, s.variant, engine.providers)
+        e = self.settings.engine
+        probe_variant = bundle.default_variant if e.variant == "auto" else e.variant
+        engine = Engine(bundle, probe_variant, e.providers, e.intra_op_threads, e.inter_op_threads)
+        variant = choose_variant(bundle, e.variant, engine.providers)
         if variant != engine.variant:
-            engine = Engine(bundle, variant, s.providers, s.intra_op_threads, s.inter_op_threads)
+            engine = Engine(bundle, variant, e.providers, e.intra_op_threads, e.inter_op_threads)
         return engine
 
     def get(self, name: str | None) -> LoadedModel:
-        name = name or self.settings.default_model
+        name = name or self.settings.repository.default_model
         if name not in self.models:
             known = sorted(self.bundles)
             raise UnknownModel(f"unknown model {name!r}; available: {known}")
@@ -260,13 +266,13 @@ class Registry:
     def info(self, name: str) -> dict[str, Any]:
         return {
             **self.models[name].info(),
-            "versions_available": versions_of(self.settings.model_repository, name),
+            "versions_available": versions_of(self.settings.repository.model_repository, name),
             "version_reason": self.reasons.get(name),
         }
 
     def pairs(self) -> dict[tuple[str, str], str]:
         """(source language, target language) -> model name, the default model first among equals."""
-        order = sorted(self.models, key=lambda n: (n != self.settings.default_model, n))
+        order = sorted(self.models, key=lambda n: (n != self.settings.repository.default_model, n))
         found: dict[tuple[str, str], str] = {}
         for name in order:
             m = self.models[name].bundle.manifest
@@ -276,12 +282,3 @@ class Registry:
     async def stop(self) -> None:
         for model in self.models.values():
             await model.scheduler.stop()
-
-
-def versions_of(repository: str | Path, name: str) -> list[str]:
-    """The version folders of a model that hold a manifest, lowest first (as integers)."""
-    folder = Path(repository) / name
-    if not folder.is_dir():
-        return []
-    found = [p.name for p in folder.iterdir() if p.is_dir() and p.name.isdigit() and (p / MANIFEST).exists()]
-    return sorted(found, key=int)

@@ -1,11 +1,17 @@
-"""Service settings: environment variables with the MT_ prefix (pydantic-settings); see the README table."""
+"""Service settings: environment variables with the MT_ prefix (pydantic-settings); see the README table.
+
+``Settings`` holds them in groups (``settings.scheduling.max_wait_ms``), each group reading its own MT_* variables
+when it is built; a variable's name is the field's, whatever its group (MT_MAX_WAIT_MS). ``every_setting`` lists
+them all by variable.
+"""
 
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Annotated
+from typing import Annotated, Any
 
-from pydantic import BeforeValidator, Field, field_validator
+from pydantic import BaseModel, BeforeValidator, Field, field_validator, model_validator
+from pydantic.fields import FieldInfo
 from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
 
 from service.keys import key_label
@@ -34,12 +40,26 @@ def _pairs(value: object) -> object:
 CsvMap = Annotated[dict[str, str], NoDecode, BeforeValidator(_pairs)]  # "a=1, b=2" -> {"a": "1", "b": "2"}
 
 
-class Settings(BaseSettings):
+class SettingsGroup(BaseSettings):
+    """A group of settings, each read from MT_<FIELD NAME>."""
+
     model_config = SettingsConfigDict(env_prefix="MT_", extra="ignore")
 
-    # where and what
+
+class ServerSettings(SettingsGroup):
+    """Where the process listens, how it starts and stops, what it logs."""
+
     host: str = "127.0.0.1"
     port: int = Field(8000, ge=1, le=65535)
+    drain_seconds: float = Field(20.0, ge=0)
+    load_delay_s: float = Field(0.0, ge=0, description="wait before loading models (tests, staged roll-outs)")
+    log_level: str = "info"
+    log_requests_text: bool = False
+
+
+class RepositorySettings(SettingsGroup):
+    """Which models are served, in which versions, and who may load another."""
+
     model_repository: Path = REPO_ROOT / "model_repository"
     default_model: str = "de-en"
     models: CsvList = Field(default_factory=list, description="models to load; empty = every model in the repository")
@@ -47,13 +67,21 @@ class Settings(BaseSettings):
         default_factory=dict, description="pinned versions, e.g. 'de-en=1'; unpinned models serve their highest version"
     )
     admin_key: str = Field("", description="key for POST /v1/models/{name}/load (X-Admin-Key); empty = admin off")
+
+
+class EngineSettings(SettingsGroup):
+    """How each model's engine runs."""
+
     providers: str = Field("auto", pattern="^(auto|cpu|cuda)$")
     variant: str = Field("auto", pattern="^(auto|fp32|int8|fp16)$")
     intra_op_threads: int = Field(1, ge=1, le=256)
     inter_op_threads: int = Field(1, ge=1, le=256)
     engine_workers: int = Field(1, ge=1, le=64, description="batches run concurrently per model")
 
-    # batching
+
+class SchedulingSettings(SettingsGroup):
+    """Batching: which scheduler, its batches, its queue and, for continuous batching, the live decode's budgets."""
+
     scheduler: str = Field(
         "dynamic",
         pattern="^(continuous|dynamic|off)$",
@@ -70,19 +98,23 @@ class Settings(BaseSettings):
         512.0, gt=0, description="continuous: the padded key/value cache the live sentences may reach, MiB"
     )
 
-    # deadlines and shutdown
-    request_timeout_s: float = Field(30.0, gt=0, description="default deadline of a request")
-    max_request_timeout_s: float = Field(120.0, gt=0, description="cap on a deadline a client asks for")
-    drain_seconds: float = Field(20.0, ge=0)
+    @model_validator(mode="after")
+    def _older_switch(self) -> SchedulingSettings:
+        """MT_BATCHING=false is MT_SCHEDULER=off, resolved here once."""
+        if not self.batching:
+            self.scheduler = "off"
+        return self
+
+
+class ConnectionSettings(SettingsGroup):
+    """HTTP connections (service/http_protocol.py): slow, idle and malformed clients."""
+
     keep_alive_s: float = Field(
         75.0,
         gt=0,
         description="idle HTTP keep-alive connections close after this; keep it above clients' pool expiry "
         "(httpx: 5 s) so a client never reuses a connection the server is closing",
     )
-    load_delay_s: float = Field(0.0, ge=0, description="wait before loading models (tests, staged roll-outs)")
-
-    # connections (service/http_protocol.py): slow, idle and malformed clients
     header_timeout_s: float = Field(
         10.0,
         gt=0,
@@ -102,15 +134,12 @@ class Settings(BaseSettings):
     max_headers: int = Field(100, ge=1, description="header fields of a request; beyond it 431")
     max_url_bytes: int = Field(8192, ge=256, description="the request target (path and query); beyond it 414")
 
-    # answers
-    language_mismatch: str = Field(
-        "warn",
-        pattern="^(warn|reject)$",
-        description="a text the language detector places in another language than its model's source: "
-        "warn (a language_mismatch warning) or reject (422)",
-    )
 
-    # request limits
+class LimitSettings(SettingsGroup):
+    """What one request may ask for: its deadline, its body, its texts and its search."""
+
+    request_timeout_s: float = Field(30.0, gt=0, description="default deadline of a request")
+    max_request_timeout_s: float = Field(120.0, gt=0, description="cap on a deadline a client asks for")
     max_body_bytes: int = Field(1 << 20, ge=1024)
     max_texts_translate: int = Field(64, ge=1)
     max_texts_embed: int = Field(256, ge=1)
@@ -119,7 +148,10 @@ class Settings(BaseSettings):
     max_beam_size: int = Field(8, ge=1, le=16)
     max_length_cap: int = Field(255, ge=1)
 
-    # access and logs
+
+class AccessSettings(SettingsGroup):
+    """API keys and their limits, open paths, browsers' origins."""
+
     api_keys: CsvList = Field(default_factory=list, description="when set, /v1/* needs one of these keys")
     key_rate_per_s: float = Field(
         0.0,
@@ -139,21 +171,6 @@ class Settings(BaseSettings):
         default_factory=lambda: ["/healthz", "/readyz", "/metrics"], description="paths that need no API key"
     )
     cors_origins: CsvList = Field(default_factory=list)
-    log_level: str = "info"
-    log_requests_text: bool = False
-
-    # other protocols (docs/protocols.md): Open Inference Protocol v2 under /v2, LibreTranslate's API at the root
-    v2_api: bool = Field(True, description="serve the Open Inference Protocol v2 (KServe / Triton clients) under /v2")
-    libretranslate_api: bool = Field(True, description="serve LibreTranslate's /translate, /detect and /languages")
-    detect_languages: CsvList = Field(
-        default_factory=lambda: ["de", "en", "zh"],
-        description="ISO 639-1 codes POST /detect chooses among (lingua, offline); 'auto' sources choose among the "
-        "served source languages",
-    )
-
-    @property
-    def effective_max_batch_sentences(self) -> int:
-        return self.max_batch_sentences if self.effective_scheduler != "off" else 1
 
     @field_validator("api_keys")
     @classmethod
@@ -164,7 +181,55 @@ class Settings(BaseSettings):
             raise ValueError("two API keys share the first 8 hex digits of their sha256; replace one of them")
         return keys
 
-    @property
-    def effective_scheduler(self) -> str:
-        """MT_SCHEDULER, or off when MT_BATCHING=false."""
-        return self.scheduler if self.batching else "off"
+
+class LanguageSettings(SettingsGroup):
+    """Language detection and what a text in another language than its model's gets."""
+
+    language_mismatch: str = Field(
+        "warn",
+        pattern="^(warn|reject)$",
+        description="a text the language detector places in another language than its model's source: "
+        "warn (a language_mismatch warning) or reject (422)",
+    )
+    detect_languages: CsvList = Field(
+        default_factory=lambda: ["de", "en", "zh"],
+        description="ISO 639-1 codes POST /detect chooses among (lingua, offline); 'auto' sources choose among the "
+        "served source languages",
+    )
+
+
+class ProtocolSettings(SettingsGroup):
+    """Other protocols (docs/protocols.md): Open Inference Protocol v2 under /v2, LibreTranslate's API at the root."""
+
+    v2_api: bool = Field(True, description="serve the Open Inference Protocol v2 (KServe / Triton clients) under /v2")
+    libretranslate_api: bool = Field(True, description="serve LibreTranslate's /translate, /detect and /languages")
+
+
+class Settings(BaseModel):
+    """Every setting, in its group; ``Settings()`` reads the environment (each group its own variables)."""
+
+    server: ServerSettings = Field(default_factory=ServerSettings)
+    repository: RepositorySettings = Field(default_factory=RepositorySettings)
+    engine: EngineSettings = Field(default_factory=EngineSettings)
+    scheduling: SchedulingSettings = Field(default_factory=SchedulingSettings)
+    connections: ConnectionSettings = Field(default_factory=ConnectionSettings)
+    limits: LimitSettings = Field(default_factory=LimitSettings)
+    access: AccessSettings = Field(default_factory=AccessSettings)
+    languages: LanguageSettings = Field(default_factory=LanguageSettings)
+    protocols: ProtocolSettings = Field(default_factory=ProtocolSettings)
+
+
+def _groups() -> dict[str, type[SettingsGroup]]:
+    return {name: field.default_factory for name, field in Settings.model_fields.items()}  # type: ignore[misc]
+
+
+def every_setting() -> dict[str, FieldInfo]:
+    """Every setting by its environment variable (MT_<NAME>): its field (type, default, description)."""
+    return {f"MT_{name.upper()}": f for group in _groups().values() for name, f in group.model_fields.items()}
+
+
+def setting(settings: Settings, env: str) -> Any:
+    """The value of the setting read from ``env`` (MT_<NAME>)."""
+    name = env.removeprefix("MT_").lower()
+    group = next(g for g, cls in _groups().items() if name in cls.model_fields)
+    return getattr(getattr(settings, group), name)

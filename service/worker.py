@@ -1,7 +1,8 @@
 """The engine of one model as a supervised in-process worker: built, probed, and rebuilt after a fault.
 
 ``EngineWorker`` builds the engine (onnxruntime sessions, a warm-up translation), hands the scheduler its batch
-runner (``run_batch``) and its live decode (``SupervisedLive``), and supervises them. When an engine call raises,
+runner (``run_batch``) and its live decode (``SupervisedLive``), the one supervised wrapper of each kind of
+runner (service/scheduling/runners.py), and supervises them. When an engine call raises,
 a probe (one short translation on the same engine) tells the two failures apart:
 
 - the probe passes: the fault was the batch's own; the exception goes on and fails that batch alone (BatchFailed,
@@ -28,10 +29,13 @@ import time
 from collections.abc import Callable, Hashable
 from typing import Any
 
+from core.search import length_limits
 from service.engine.engine import Engine, TranslateOptions
+from service.engine.live import LiveBatch, StepOutput, supports_live
 from service.metrics import Metrics
-from service.scheduler import EngineRestarted
-from service.work import BatchRunner, LiveRunner, Stats, engine_runner, live_runner
+from service.scheduling.errors import EngineRestarted
+from service.scheduling.runners import BatchRunner, Stats
+from service.work import Source, engine_runner
 
 log = logging.getLogger(__name__)
 
@@ -58,7 +62,6 @@ class EngineWorker:
         self.wrap_runner, self.want_live, self.on_fatal = wrap_runner, live, on_fatal
         self.engine: Engine | None = None
         self._runner: BatchRunner | None = None
-        self._live: LiveRunner | None = None
         self.live: SupervisedLive | None = None  # a continuous scheduler's; None when not asked or unsupported
         self.generation = 0  # engines built since the first one
         self.restarting = False
@@ -75,9 +78,8 @@ class EngineWorker:
         runner = engine_runner(engine)
         if self.wrap_runner is not None:
             runner = self.wrap_runner(runner, engine)
-        live = live_runner(engine) if self.want_live else None
-        self.engine, self._runner, self._live = engine, runner, live
-        if live is not None and self.live is None:
+        self.engine, self._runner = engine, runner
+        if self.want_live and self.live is None and supports_live(engine):
             self.live = SupervisedLive(self)
         self.start_seconds = time.monotonic() - started
 
@@ -140,48 +142,61 @@ class EngineWorker:
 
 
 class SupervisedLive:
-    """The live decode a continuous scheduler drives: the worker's current one. A join or step that raises asks
-    the worker whether the engine died (EngineRestarted) or only the step failed (the exception goes on)."""
+    """The continuous scheduler's live decode (service/scheduling/runners.py LiveRunner): translations join a
+    ``LiveBatch`` (service/engine/live.py) on the worker's current engine; embeddings and attention run as whole
+    batches. A join or step that raises asks the worker whether the engine died (EngineRestarted) or only the step
+    failed (the exception goes on); after a restart the next call decodes on the new engine. The scheduler's engine
+    thread is the only caller, but for ``accepts`` and ``cost``, which hold no state."""
 
     def __init__(self, worker: EngineWorker) -> None:
         self.worker = worker
+        self._generation = worker.generation
+        self._batch = LiveBatch(worker.engine)
 
-    @property
-    def _current(self) -> LiveRunner:
-        return self.worker._live  # type: ignore[return-value]
+    def _current(self) -> LiveBatch:
+        """The live batch of the current engine (a fresh one once the engine was rebuilt)."""
+        if self._generation != self.worker.generation:
+            self.reset()
+        return self._batch
 
     @property
     def bytes_per_position(self) -> int:
-        return self._current.bytes_per_position
-
-    def accepts(self, key: Hashable) -> bool:
-        return self._current.accepts(key)
-
-    def cost(self, key: Hashable, payload: Any) -> tuple[int, int]:
-        return self._current.cost(key, payload)
-
-    def join(self, items: list) -> tuple[list[tuple[Any, Any]], float]:
-        generation = self.worker.generation
-        try:
-            return self._current.join(items)
-        except Exception as exc:
-            self.worker.check(generation, exc)
-            raise
-
-    def leave(self, key: Hashable) -> bool:
-        return self._current.leave(key)
-
-    def step(self) -> Any:
-        generation = self.worker.generation
-        try:
-            return self._current.step()
-        except Exception as exc:
-            self.worker.check(generation, exc)
-            raise
-
-    def reset(self) -> None:
-        self._current.reset()
+        return self._current().bytes_per_position()
 
     @property
     def rows(self) -> int:
-        return self._current.rows
+        return self._current().rows
+
+    @staticmethod
+    def accepts(options: Any) -> bool:
+        """Translations decode live; embeddings and attention run as whole batches."""
+        return isinstance(options, TranslateOptions)
+
+    def cost(self, options: TranslateOptions, source: Source) -> tuple[int, int]:
+        """(decoder rows, cache positions it may reach) of one sentence: its beam size and its length limit."""
+        engine = self.worker.engine
+        limit = length_limits([source.length], engine.max_source_tokens, options.max_length)[0]  # type: ignore[union-attr]
+        return options.beam_size, limit
+
+    def join(self, items: list[tuple[Hashable, TranslateOptions, Source, bool]]) -> tuple[list[tuple[Any, Any]], float]:
+        """(key, options, source, stream) join at the next step; returns those answered at once and encode seconds."""
+        sentences = [(key, source.ids, options, stream) for key, options, source, stream in items]
+        return self._supervised(lambda: self._current().add(sentences))
+
+    def leave(self, key: Hashable) -> bool:
+        return self._current().remove(key)
+
+    def step(self) -> StepOutput:
+        return self._supervised(lambda: self._current().step())
+
+    def reset(self) -> None:
+        """Drop everything live (after a failed step the state is not trusted)."""
+        self._generation, self._batch = self.worker.generation, LiveBatch(self.worker.engine)
+
+    def _supervised(self, call: Callable[[], Any]) -> Any:
+        generation = self.worker.generation
+        try:
+            return call()
+        except Exception as exc:
+            self.worker.check(generation, exc)
+            raise

@@ -6,7 +6,7 @@ import json
 import shutil
 from pathlib import Path
 
-from service.engine.bundle import MANIFEST, write_manifest
+from core.bundle import MANIFEST, write_manifest
 
 
 def copy_bundle(source: Path, target: Path, **changes) -> Path:

@@ -1,7 +1,9 @@
 """The packages' dependency direction, read from the source with ast (nothing is imported):
 
 core/ imports no package of this repository; model/ and export/ never import the service; service/ never imports
-torch, model/ or export/; nothing outside service/api imports the HTTP layer; no tuple batch keys remain."""
+torch, model/ or export/; nothing outside service/api imports the HTTP layer; within service/ no module imports from
+a layer above its own (``SERVICE_LAYERS``); no package has an import cycle, lazy imports included; no module
+imports another's private names; no tuple batch keys remain."""
 
 from __future__ import annotations
 
@@ -14,7 +16,40 @@ ROOT = Path(__file__).resolve().parent.parent
 OURS = ("core", "model", "export", "service", "bench")
 
 
+# service/'s layers, bottom up: a module may import from its own layer and those below (a module matching several
+# prefixes is in the layer of the longest)
+SERVICE_LAYERS = [
+    ("service.engine",),  # bundles, onnxruntime sessions, search, the live decode
+    (  # leaves: no other module of the service
+        "service.batch_policy",
+        "service.http_protocol",
+        "service.keys",
+        "service.language",
+        "service.logs",
+        "service.metrics",
+        "service.tools",
+    ),
+    ("service.scheduling.errors", "service.scheduling.runners"),  # what the worker raises and what it implements
+    ("service.work", "service.worker"),  # typed work; the engine, supervised
+    ("service.scheduling",),  # tickets, the request queue, the schedulers' drivers
+    ("service.settings", "service.registry"),  # the loaded models and their schedulers
+    ("service.serving",),
+    ("service.api", "service.app", "service.__main__"),
+]
+
+
+def module_of(path: Path) -> str:
+    parts = path.relative_to(ROOT).with_suffix("").parts
+    return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
+
+
+def is_module(name: str) -> bool:
+    path = ROOT.joinpath(*name.split("."))
+    return path.with_suffix(".py").is_file() or (path / "__init__.py").is_file()
+
+
 def imports(package: str) -> dict[Path, set[str]]:
+    """What each module imports (lazy imports too); ``from package import module`` counts as the module."""
     found: dict[Path, set[str]] = {}
     for path in sorted((ROOT / package).rglob("*.py")):
         names: set[str] = set()
@@ -23,8 +58,19 @@ def imports(package: str) -> dict[Path, set[str]]:
                 names.update(alias.name for alias in node.names)
             elif isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
                 names.add(node.module)
+                names.update(f"{node.module}.{a.name}" for a in node.names if is_module(f"{node.module}.{a.name}"))
         found[path] = names
     return found
+
+
+def service_layer(module: str) -> int | None:
+    matches = [
+        (len(prefix), i)
+        for i, prefixes in enumerate(SERVICE_LAYERS)
+        for prefix in prefixes
+        if module == prefix or module.startswith(prefix + ".")
+    ]
+    return max(matches)[1] if matches else None
 
 
 def offenders(package: str, forbidden: tuple[str, ...]) -> list[str]:
@@ -41,12 +87,67 @@ def offenders(package: str, forbidden: tuple[str, ...]) -> list[str]:
     [
         ("core", ("model", "export", "service", "bench", "torch", "onnx", "fastapi")),
         ("model", ("service", "export", "bench")),
-        ("export", ("service.api", "service.serving", "service.scheduler", "bench")),
+        ("export", ("service.api", "service.serving", "service.scheduling", "bench")),
         ("service", ("torch", "model", "export", "bench", "onnx")),
     ],
 )
 def test_dependency_direction(package, forbidden):
     assert offenders(package, forbidden) == []
+
+
+def test_every_service_module_has_a_layer():
+    """A new module of the service is placed in SERVICE_LAYERS (and so told what it may import)."""
+    unplaced = [module_of(p) for p in imports("service") if service_layer(module_of(p)) is None]
+    assert unplaced == ["service"]  # the package's docstring, nothing else
+
+
+def test_no_service_module_imports_from_a_layer_above_its_own():
+    upward = [
+        f"{module_of(path)} imports {name}"
+        for path, names in imports("service").items()
+        for name in sorted(names)
+        if is_module(name) and (service_layer(name) or 0) > (service_layer(module_of(path)) or 0)
+    ]
+    assert upward == []
+
+
+@pytest.mark.parametrize("package", OURS)
+def test_no_import_cycle(package):
+    graph = {
+        module_of(path): {n for n in names if is_module(n) and n != module_of(path)}
+        for path, names in imports(package).items()
+    }
+    done: set[str] = set()
+
+    def visit(module: str, path: list[str]) -> list[str] | None:
+        if module in path:
+            return [*path[path.index(module) :], module]
+        if module in done or module not in graph:
+            return None
+        for name in sorted(graph[module]):
+            cycle = visit(name, [*path, module])
+            if cycle:
+                return cycle
+        done.add(module)
+        return None
+
+    cycles = [c for c in (visit(m, []) for m in sorted(graph)) if c]
+    assert cycles == [], " -> ".join(cycles[0])
+
+
+@pytest.mark.parametrize("package", OURS)
+def test_no_private_names_imported_from_another_module(package):
+    """bench/experiments/ is left out: its finished A/B experiments subclass the engine internals they measured."""
+    private = [
+        f"{path.relative_to(ROOT)} imports {node.module}.{alias.name}"
+        for path in sorted((ROOT / package).rglob("*.py"))
+        if not path.is_relative_to(ROOT / "bench" / "experiments")
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8")))
+        if isinstance(node, ast.ImportFrom) and node.module and node.module.split(".")[0] in OURS
+        for alias in node.names
+        if alias.name.startswith("_") and not alias.name.startswith("__")
+    ]
+    assert private == []
 
 
 def test_only_the_http_layer_imports_the_http_layer():

@@ -10,7 +10,7 @@ from fastapi import APIRouter, Request
 from fastapi.responses import JSONResponse
 from pydantic import BaseModel, ConfigDict, Field
 
-from service.engine.bundle import BundleError
+from core.bundle import BundleError
 from service.registry import UnknownModel
 
 
@@ -27,7 +27,7 @@ class LoadResponse(BaseModel):
 
 
 def _denied(request: Request) -> JSONResponse | None:
-    key = request.app.state.mt.settings.admin_key
+    key = request.app.state.mt.settings.repository.admin_key
     given = request.headers.get("x-admin-key", "")
     if not key:
         return JSONResponse({"detail": "admin calls are off: set MT_ADMIN_KEY to enable them"}, status_code=403)

@@ -14,10 +14,10 @@ from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
 from starlette.exceptions import HTTPException
 
-from service.api.middleware import BodyTooLarge
+from service.api.middleware.body import BodyTooLarge, too_large
 from service.engine.engine import SourceTooLongError
 from service.registry import UnknownModel
-from service.scheduler import (
+from service.scheduling.errors import (
     BatchFailed,
     DeadlineExceeded,
     EngineRestarted,
@@ -122,11 +122,8 @@ def install(app: FastAPI) -> None:
         return JSONResponse({"detail": str(exc)}, status_code=503, headers={"Retry-After": "2"})
 
     @app.exception_handler(BodyTooLarge)
-    async def too_large(request: Request, _: BodyTooLarge) -> JSONResponse:
-        limit = request.app.state.mt.settings.max_body_bytes
-        return JSONResponse(
-            {"detail": f"request body exceeds the limit of {limit} bytes; send fewer or shorter texts"}, status_code=413
-        )
+    async def body_too_large(request: Request, _: BodyTooLarge) -> JSONResponse:
+        return JSONResponse({"detail": too_large(request.app.state.mt.settings.limits.max_body_bytes)}, status_code=413)
 
     @app.exception_handler(HTTPException)
     async def http_error(request: Request, exc: HTTPException):

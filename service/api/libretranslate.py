@@ -108,7 +108,7 @@ def _check_key(request: Request, fields: dict[str, Any]) -> str:
         raise ProtocolError(400, "Invalid request: api_key must be a string")
     if isinstance(offered, str):
         check_unicode(offered, "api_key")
-    keys = request.app.state.mt.settings.api_keys
+    keys = request.app.state.mt.settings.access.api_keys
     if not keys:
         return ""
     if offered is None or offered == "":
@@ -145,8 +145,8 @@ def _json_body(schema: dict, example: dict) -> dict:
 
 def build_libretranslate_router(app: FastAPI) -> APIRouter:
     s = app.state.mt.settings
-    max_alternatives = s.max_beam_size - 1
-    text = {"type": "string", "maxLength": s.max_chars_per_text}
+    max_alternatives = s.limits.max_beam_size - 1
+    text = {"type": "string", "maxLength": s.limits.max_chars_per_text}
     translate_schema = {
         "type": "object",
         "required": ["q", "source", "target"],
@@ -154,7 +154,7 @@ def build_libretranslate_router(app: FastAPI) -> APIRouter:
             "q": {
                 "anyOf": [
                     {**text, "minLength": 1},
-                    {"type": "array", "items": text, "minItems": 1, "maxItems": s.max_texts_translate},
+                    {"type": "array", "items": text, "minItems": 1, "maxItems": s.limits.max_texts_translate},
                 ],
                 "description": "text, or texts, to translate",
             },
@@ -187,9 +187,10 @@ def build_libretranslate_router(app: FastAPI) -> APIRouter:
         fields, _ = await _fields(request)
         _check_key(request, fields)
         q = _string(fields, "q")
-        if len(q) > s.max_chars_per_text:
-            raise ProtocolError(400, f"Invalid request: request ({len(q)}) exceeds text limit ({s.max_chars_per_text})")
-        return await serving.detect(q, s.detect_languages)
+        limit = s.limits.max_chars_per_text
+        if len(q) > limit:
+            raise ProtocolError(400, f"Invalid request: request ({len(q)}) exceeds text limit ({limit})")
+        return await serving.detect(q, s.languages.detect_languages)
 
     @router.post(
         "/translate",
@@ -215,18 +216,18 @@ def build_libretranslate_router(app: FastAPI) -> APIRouter:
         if not all(isinstance(t, str) for t in texts):
             raise ProtocolError(400, "Invalid request: q must be a string or a list of strings")
         texts = [check_unicode(t, "q") for t in texts]
-        if len(texts) > s.max_texts_translate:
-            limit = s.max_texts_translate
+        if len(texts) > s.limits.max_texts_translate:
+            limit = s.limits.max_texts_translate
             raise ProtocolError(400, f"Invalid request: request ({len(texts)}) exceeds text limit ({limit})")
         for t in texts:
-            if len(t) > s.max_chars_per_text:
-                limit = s.max_chars_per_text
+            if len(t) > s.limits.max_chars_per_text:
+                limit = s.limits.max_chars_per_text
                 raise ProtocolError(400, f"Invalid request: request ({len(t)}) exceeds text limit ({limit})")
         alternatives = _alternatives(fields.get("alternatives", 0), is_json, max_alternatives)
         registry = registry_of(request)
         results, first = await serving.translate(
-            registry, texts, source, target, fmt, alternatives, s.max_beam_size,
-            s.detect_languages, context_of(request),
+            registry, texts, source, target, fmt, alternatives, s.limits.max_beam_size,
+            s.languages.detect_languages, context_of(request),
         )  # fmt: skip
         request.scope["state"]["model"] = first.name
         answer: dict[str, Any] = {"translatedText": [r.text for r in results] if batch else results[0].text}

@@ -19,11 +19,11 @@ from pydantic import ValidationError
 from starlette.exceptions import HTTPException
 
 from service.api.errors import NotReady, scheduler_status
-from service.api.middleware import BodyTooLarge
-from service.api.requests import request_context
+from service.api.middleware.body import BodyTooLarge, too_large
+from service.api.requests import InvalidDeadline, deadline_s, request_context
 from service.engine.engine import SourceTooLongError
 from service.registry import UnknownModel
-from service.scheduler import BatchFailed, EngineRestarted, QueueFull, SchedulerError
+from service.scheduling.errors import BatchFailed, EngineRestarted, QueueFull, SchedulerError
 from service.serving.context import RequestContext
 from service.serving.routing import UnservedPair
 
@@ -68,8 +68,7 @@ def status_of(exc: Exception, request: Request) -> tuple[int, str, dict[str, str
     if isinstance(exc, RequestValidationError | ValidationError):
         return 400, validation_message(exc), {}
     if isinstance(exc, BodyTooLarge):
-        limit = request.app.state.mt.settings.max_body_bytes
-        return 413, f"request body exceeds the limit of {limit} bytes; send fewer or shorter texts", {}
+        return 413, too_large(request.app.state.mt.settings.limits.max_body_bytes), {}
     if isinstance(exc, HTTPException):  # raised by Starlette itself, e.g. a malformed multipart form: 400
         return exc.status_code, str(exc.detail), dict(exc.headers or {})
     if isinstance(exc, SourceTooLongError):
@@ -113,22 +112,13 @@ class ProtocolRoute(APIRoute):
         return protocol_handler
 
 
-def timeout_of(request: Request, asked_s: float | None = None) -> float:
-    """The deadline: ``asked_s`` (a protocol's own parameter), else X-Request-Timeout, else the default; capped."""
-    s = request.app.state.mt.settings
-    header = request.headers.get("x-request-timeout")
-    if asked_s is None and header is not None:
-        try:
-            asked_s = float(header)
-        except ValueError:
-            raise ProtocolError(400, "header X-Request-Timeout must be seconds") from None
-        if not 0 < asked_s <= 3600:
-            raise ProtocolError(400, "header X-Request-Timeout must be in (0, 3600]")
-    return min(asked_s if asked_s is not None else s.request_timeout_s, s.max_request_timeout_s)
-
-
 def context_of(request: Request, timeout_s: float | None = None) -> RequestContext:
-    return request_context(request, timeout_of(request, timeout_s))
+    """The serving layer's context; ``timeout_s`` is the protocol's own deadline parameter, when it has one. A bad
+    X-Request-Timeout is a 400."""
+    try:
+        return request_context(request, deadline_s(request, timeout_s))
+    except InvalidDeadline as exc:
+        raise ProtocolError(400, str(exc)) from None
 
 
 def error_schema(description: str) -> dict[str, Any]:

@@ -1,5 +1,5 @@
-"""What every API (v1, v2, LibreTranslate) asks of a request alike: a ready registry, and the serving layer's
-RequestContext. Each API reads its deadline its own way (and reports a bad one in its own error form)."""
+"""What every API (v1, v2, LibreTranslate) asks of a request alike: a ready registry, its deadline, and the serving
+layer's RequestContext. Each API reports a bad deadline in its own error form."""
 
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ from fastapi import Request
 
 from service.api.errors import NotReady
 from service.registry import Registry
-from service.scheduler import ShuttingDown
+from service.scheduling.errors import ShuttingDown
 from service.serving.context import RequestContext
 
 
@@ -21,10 +21,31 @@ def registry_of(request: Request) -> Registry:
     return state.registry
 
 
+class InvalidDeadline(ValueError):
+    """X-Request-Timeout is not a number of seconds in (0, 3600]."""
+
+
+def deadline_s(request: Request, asked_s: float | None = None) -> float:
+    """The request's deadline, in seconds from now: ``asked_s`` (the body's timeout_s, or a protocol's own
+    parameter), else the X-Request-Timeout header, else MT_REQUEST_TIMEOUT_S; capped at MT_MAX_REQUEST_TIMEOUT_S.
+    The header is checked even when ``asked_s`` wins: invalid input is never ignored (InvalidDeadline)."""
+    s = request.app.state.mt.settings
+    header = request.headers.get("x-request-timeout")
+    if header is not None:
+        try:
+            seconds = float(header)
+        except ValueError:
+            raise InvalidDeadline("header X-Request-Timeout must be seconds") from None
+        if not 0 < seconds <= 3600:  # NaN fails it too
+            raise InvalidDeadline("header X-Request-Timeout must be in (0, 3600]")
+        asked_s = seconds if asked_s is None else asked_s
+    return min(asked_s if asked_s is not None else s.limits.request_timeout_s, s.limits.max_request_timeout_s)
+
+
 def request_context(request: Request, timeout_s: float, quality=None) -> RequestContext:
     """The serving layer's view of this request: id, deadline, batch ids for the access log, disconnects."""
     state = request.scope["state"]
-    logged = state.setdefault("texts", []) if request.app.state.mt.settings.log_requests_text else None
+    logged = state.setdefault("texts", []) if request.app.state.mt.settings.server.log_requests_text else None
     return RequestContext(
         request_id=state["request_id"],
         timeout_s=timeout_s,

@@ -9,7 +9,7 @@ from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 
 from service.api import streaming
 from service.api.errors import ERROR_RESPONSES, NotReady
-from service.api.requests import registry_of, request_context
+from service.api.requests import InvalidDeadline, deadline_s, registry_of, request_context
 from service.api.schemas import AttentionResponse, EmbedResponse, ModelsResponse, TranslateResponse, request_models
 from service.registry import LoadedModel
 from service.serving import attention as attention_serving
@@ -23,21 +23,6 @@ def _header_error(header: str, message: str) -> RequestValidationError:
     return RequestValidationError([{"type": "value_error", "loc": ("header", header), "msg": message, "input": None}])
 
 
-def _timeout(request: Request, asked: float | None) -> float:
-    """The request's deadline: body timeout_s, else the X-Request-Timeout header, else the default; capped."""
-    s = request.app.state.mt.settings
-    header = request.headers.get("x-request-timeout")
-    if header is not None:  # checked even when the body's timeout_s wins: invalid input is never ignored
-        try:
-            seconds = float(header)
-        except ValueError:
-            raise _header_error("X-Request-Timeout", "header X-Request-Timeout must be seconds") from None
-        if not 0 < seconds <= 3600 or seconds != seconds:
-            raise _header_error("X-Request-Timeout", "header X-Request-Timeout must be in (0, 3600]")
-        asked = seconds if asked is None else asked
-    return min(asked if asked is not None else s.request_timeout_s, s.max_request_timeout_s)
-
-
 def _model(request: Request, name: str | None) -> LoadedModel:
     model = registry_of(request).get(name)
     request.scope["state"]["model"] = model.name
@@ -45,23 +30,29 @@ def _model(request: Request, name: str | None) -> LoadedModel:
 
 
 def _context(request: Request, body: Any) -> RequestContext:
-    return request_context(request, _timeout(request, body.timeout_s), request.app.state.mt.quality)
+    """The serving layer's context; a bad X-Request-Timeout is a 422 naming the header."""
+    try:
+        timeout_s = deadline_s(request, body.timeout_s)
+    except InvalidDeadline as exc:
+        raise _header_error("X-Request-Timeout", str(exc)) from None
+    return request_context(request, timeout_s, request.app.state.mt.quality)
 
 
 def build_router(app: FastAPI) -> APIRouter:
     settings = app.state.mt.settings
-    models = request_models(settings)
+    models = request_models(settings.limits)
     TranslateRequest, EmbedRequest, AttentionRequest = models.translate, models.embed, models.attention
     router = APIRouter()
-    # X-Request-Timeout is read in _timeout (so its errors say what to change); declared here for /openapi.json.
+    # X-Request-Timeout is read by deadline_s (so its errors say what to change); declared here for /openapi.json.
     timeout_header = {
         "parameters": [
             {
                 "name": "X-Request-Timeout",
                 "in": "header",
                 "required": False,
-                "description": f"deadline in seconds, in (0, 3600], capped at {settings.max_request_timeout_s}; the "
-                "body's timeout_s wins when both are given. Work not started by then is dropped and answered 504.",
+                "description": "deadline in seconds, in (0, 3600], capped at "
+                f"{settings.limits.max_request_timeout_s}; the body's timeout_s wins when both are given. Work not "
+                "started by then is dropped and answered 504.",
                 "schema": {"type": "number", "exclusiveMinimum": 0, "maximum": 3600},
             }
         ]
@@ -100,7 +91,7 @@ def build_router(app: FastAPI) -> APIRouter:
     async def translate(body: TranslateRequest, request: Request) -> Any:  # type: ignore[valid-type]
         state = request.app.state.mt
         if getattr(body, "stream", False):  # text/event-stream (service/api/streaming.py)
-            request.scope["state"]["model"] = body.model or state.settings.default_model
+            request.scope["state"]["model"] = body.model or state.settings.repository.default_model
             return await streaming.translate_events(registry_of(request), body, _context(request, body), state.detector)
         answer = await translate_serving.translate(registry_of(request), body, _context(request, body), state.detector)
         request.scope["state"]["model"] = answer["model"]
@@ -120,7 +111,7 @@ def build_router(app: FastAPI) -> APIRouter:
         if not state.registry.ready:
             raise NotReady("models are still loading; retry shortly")
         models = [state.registry.info(name) for name in state.registry.models]
-        return {"default": state.settings.default_model, "models": models}
+        return {"default": state.settings.repository.default_model, "models": models}
 
     @router.get("/healthz", summary="Liveness: the process is up")
     async def healthz() -> dict[str, str]:

@@ -7,7 +7,7 @@ from typing import Annotated, Literal
 
 from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, StringConstraints, model_validator
 
-from service.settings import Settings
+from service.settings import LimitSettings
 
 Matrix = list[list[float]]
 Heads = list[Matrix]
@@ -132,9 +132,9 @@ class RequestModels:
     attention: type[BaseModel]
 
 
-def request_models(s: Settings) -> RequestModels:
+def request_models(limits: LimitSettings) -> RequestModels:
     """Request bodies whose bounds are this service's settings."""
-    Text = Annotated[str, StringConstraints(max_length=s.max_chars_per_text)]
+    Text = Annotated[str, StringConstraints(max_length=limits.max_chars_per_text)]
     ModelName = Annotated[str | None, Field(None, max_length=200, description="model name; default model when absent")]
     Timeout = Annotated[
         float | None,
@@ -142,7 +142,7 @@ def request_models(s: Settings) -> RequestModels:
             None,
             gt=0,
             le=3600,
-            description=f"deadline in seconds (capped at {s.max_request_timeout_s}); "
+            description=f"deadline in seconds (capped at {limits.max_request_timeout_s}); "
             "also settable with the X-Request-Timeout header",
         ),
     ]
@@ -153,7 +153,7 @@ def request_models(s: Settings) -> RequestModels:
             strict=True,  # types as the schema states them: no "4" for 4, no 1 for true (see _integral)
             json_schema_extra={"examples": [{"texts": [DE_EXAMPLE], "beam_size": 4, "return_alignment": True}]},
         )
-        texts: list[Text] = Field(min_length=1, max_length=s.max_texts_translate)
+        texts: list[Text] = Field(min_length=1, max_length=limits.max_texts_translate)
         model: ModelName = None
         source_language: str | None = Field(
             None,
@@ -162,11 +162,11 @@ def request_models(s: Settings) -> RequestModels:
             "serving (source_language, target_language) when `model` is absent",
         )
         target_language: str | None = Field(None, pattern="^[a-z]{2}$", description="ISO 639-1 code to translate into")
-        beam_size: Int = Field(4, ge=1, le=s.max_beam_size)
-        max_length: Annotated[int, Field(ge=1, le=s.max_length_cap), BeforeValidator(_integral)] | None = Field(
+        beam_size: Int = Field(4, ge=1, le=limits.max_beam_size)
+        max_length: Annotated[int, Field(ge=1, le=limits.max_length_cap), BeforeValidator(_integral)] | None = Field(
             None, description="generated tokens per text"
         )
-        num_hypotheses: Int = Field(1, ge=1, le=s.max_beam_size, description="n-best size, at most beam_size")
+        num_hypotheses: Int = Field(1, ge=1, le=limits.max_beam_size, description="n-best size, at most beam_size")
         length_penalty: float = Field(0.6, ge=0.0, le=5.0)
         return_attention: bool = False
         return_alignment: bool = False
@@ -198,7 +198,7 @@ def request_models(s: Settings) -> RequestModels:
             strict=True,  # types as the schema states them: no "4" for 4, no 1 for true (see _integral)
             json_schema_extra={"examples": [{"texts": [DE_EXAMPLE, "Ein Hund läuft."], "normalize": True}]},
         )
-        texts: list[Text] = Field(min_length=1, max_length=s.max_texts_embed)
+        texts: list[Text] = Field(min_length=1, max_length=limits.max_texts_embed)
         model: ModelName = None
         pooling: Literal["mean", "max"] = "mean"
         normalize: bool = True

@@ -13,7 +13,7 @@ from sse_starlette.sse import EventSourceResponse
 from service.api.errors import scheduler_status
 from service.api.schemas import TranslationOut
 from service.registry import Registry
-from service.scheduler import SchedulerError
+from service.scheduling.errors import SchedulerError
 from service.serving import stream as stream_serving
 from service.serving.context import RequestContext
 from service.serving.routing import Detector

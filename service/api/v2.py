@@ -28,7 +28,7 @@ from service.api.protocol import (
 )
 from service.api.requests import registry_of
 from service.serving import inference_v2
-from service.settings import Settings
+from service.settings import LimitSettings
 
 BINARY_HEADER = "inference-header-content-length"
 SERVER_NAME = "mtserve"
@@ -61,14 +61,14 @@ def _integral(value: object) -> object:
     return int(value) if isinstance(value, float) and value.is_integer() else value
 
 
-def request_models(s: Settings) -> tuple[type[BaseModel], type[BaseModel]]:
+def request_models(limits: LimitSettings) -> tuple[type[BaseModel], type[BaseModel]]:
     Int = Annotated[int, BeforeValidator(_integral), Field(strict=True)]
 
     class Parameters(BaseModel):
         model_config = ConfigDict(extra="allow", strict=True)  # clients send their own (Triton: priority, ...)
         __pydantic_extra__: dict[str, Scalar] = Field(init=False)  # the protocol's parameters are scalars
-        beam_size: Int = Field(4, ge=1, le=s.max_beam_size)
-        max_length: Int | None = Field(None, ge=1, le=s.max_length_cap, description="generated tokens per text")
+        beam_size: Int = Field(4, ge=1, le=limits.max_beam_size)
+        max_length: Int | None = Field(None, ge=1, le=limits.max_length_cap, description="generated tokens per text")
         length_penalty: float = Field(0.6, ge=0.0, le=5.0)
         split_sentences: bool = True
         format: Literal["text", "html"] = "text"
@@ -283,8 +283,8 @@ def _encode_output(name: str, array: np.ndarray, binary: bool) -> tuple[dict[str
 
 # --- routes -------------------------------------------------------------------------------------------------
 def build_v2_router(app: FastAPI) -> APIRouter:
-    settings = app.state.mt.settings
-    InferRequest, Parameters = request_models(settings)
+    limits = app.state.mt.settings.limits
+    InferRequest, Parameters = request_models(limits)
     router = APIRouter(prefix="/v2", route_class=ProtocolRoute, tags=["Open Inference Protocol v2"])
     infer_body = {
         "requestBody": {
@@ -348,12 +348,12 @@ def build_v2_router(app: FastAPI) -> APIRouter:
         body = await request.body()
         parsed, binary = _parse(body, request.headers.get(BINARY_HEADER), InferRequest)
         texts = _texts(parsed.inputs[0], binary)
-        limit = settings.max_texts_embed if view.kind == "embed" else settings.max_texts_translate
+        limit = limits.max_texts_embed if view.kind == "embed" else limits.max_texts_translate
         if len(texts) > limit:
             raise ProtocolError(400, f"input TEXT has {len(texts)} elements; at most {limit} per request")
         for i, text in enumerate(texts):
-            if len(text) > settings.max_chars_per_text:
-                raise ProtocolError(400, f"text {i} has {len(text)} characters; at most {settings.max_chars_per_text}")
+            if len(text) > limits.max_chars_per_text:
+                raise ProtocolError(400, f"text {i} has {len(text)} characters; at most {limits.max_chars_per_text}")
         params = parsed.parameters or Parameters()
         names = [o["name"] for o in view.outputs]
         wanted = parsed.outputs or []

@@ -14,6 +14,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from core.bundle import Bundle
 from core.graphs import (
     ENCODER_OUTPUTS,
     KV_CACHE,
@@ -26,7 +27,6 @@ from core.graphs import (
 from core.normalize import source_normalizer
 from core.search import Hypothesis, length_limits
 from core.tokenizer import BOS_ID, EOS_ID, PAD_ID, Tokenizer
-from service.engine.bundle import Bundle
 from service.engine.decoder_cache import decoder_feeds, empty_cache
 from service.engine.device_state import GATHER_GRAPH, DeviceRunner, device_search, wants_device_search
 from service.engine.reorder import ReorderBuffers

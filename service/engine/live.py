@@ -2,9 +2,10 @@
 leave at any step, like TGI's ``generate_token(batch)`` but for an encoder-decoder model on onnxruntime.
 
 ``LiveBatch.add`` runs the encoder for the newcomers only and keeps their cross-attention keys/values in slots
-of a per-source store; they join at the next ``step``. ``step`` runs one decoder step (decoder_step.onnx,
-interface 3 or 4) for every live row, whatever its sentence's position, search (greedy or beam of any size), length
-penalty or length limit, and hands back each sentence the step it finishes (EOS, beams done, or its limit);
+of a per-source store (service/engine/source_slots.py); they join at the next ``step``. ``step`` runs one decoder
+step (decoder_step.onnx, interface 3 or 4) for every live row, whatever its sentence's position, search (greedy or
+beam of any size), length penalty or length limit, and hands back each sentence the step it finishes (EOS, beams
+done, or its limit);
 ``remove`` takes a sentence out at any step (its rows leave at the next one). A sentence gives the answer it gets
 alone (same search code as service/engine/search.py, per sentence: same choices, ties and sums, and with an
 interface-4 graph the same step outputs to the bit; an interface-3 graph's float rounding may differ in the last
@@ -37,6 +38,7 @@ from core.tokenizer import BOS_ID, EOS_ID
 from service.engine.engine import Engine, TranslateOptions, Translation
 from service.engine.reorder import ReorderBuffers
 from service.engine.search import rank, rank_one, top_candidates
+from service.engine.source_slots import SourceSlots
 from service.engine.step_inputs import position_inputs, ragged_inputs
 
 
@@ -144,12 +146,7 @@ class LiveBatch:
         self.start = np.zeros(0, np.int64)
         self.history = np.zeros((0, 0), np.int64)
         self.width = 0
-        # cross keys/values per source slot (per layer (slots, heads, src, d_head)), its mask, free slots
-        self.cross_keys: list[np.ndarray] = [np.zeros((0, self.heads, 1, self.d_head), np.float32)] * self.n_layers
-        self.cross_values: list[np.ndarray] = list(self.cross_keys)
-        self.src_mask = np.zeros((0, 1), bool)
-        self._free: list[int] = []
-        self._used = 0  # slots below this are in use or holes
+        self.sources = SourceSlots(self.n_layers, self.heads, self.d_head)  # cross keys/values, one slot a source
         # the last step's (slots fed, row sources, query_rows, row_slots): reused while the rows' sources stay
         self._layout: tuple[int, np.ndarray, np.ndarray, np.ndarray] | None = None
         # the buffers the cache reordering gathers into
@@ -166,11 +163,6 @@ class LiveBatch:
 
     def __contains__(self, key: Hashable) -> bool:
         return key in self.sentences
-
-    @property
-    def cache_bytes(self) -> int:
-        """Bytes of the self-attention cache and the cross keys/values held now."""
-        return sum(a.nbytes for a in (*self.keys, *self.values, *self.cross_keys, *self.cross_values))
 
     def bytes_per_position(self) -> int:
         """Cache bytes of one row and one position (keys and values of every layer, float32)."""
@@ -197,7 +189,7 @@ class LiveBatch:
             return done, 0.0
         started = time.perf_counter()
         enc = self.engine.run_encoder([w[1] for w in work])
-        slots = self._store(enc["cross_keys"], enc["cross_values"], enc["src_mask"])
+        slots = self.sources.store(enc["cross_keys"], enc["cross_values"], enc["src_mask"])
         for (key, source, options, stream), slot in zip(work, slots, strict=True):
             limit = length_limits([len(source)], self.engine.max_source_tokens, options.max_length)[0]
             sentence = _Sentence(key, source, options, limit, stream, slot)
@@ -214,83 +206,19 @@ class LiveBatch:
             return False
         group = self.groups[sentence.k]
         group.drop(np.array([s is not sentence for s in group.sentences], dtype=bool))
-        self._release(sentence.slot)
+        self._release(sentence)
         return True
 
-    def _store(self, keys: np.ndarray, values: np.ndarray, mask: np.ndarray) -> list[int]:
-        """Put newcomers' cross keys/values (layers, n, heads, src, d_head) into free slots; returns the slots."""
-        n, width = mask.shape
-        if not self._used:  # nothing live: a store exactly as wide as the newcomers' sources
-            self._resize(max(8, len(self.src_mask), n), width, keep=0)
-        elif width > self.src_mask.shape[1]:  # a longer source: widen every slot (padding masked out)
-            self._resize(len(self.src_mask), width, keep=self._used)
-        while len(self._free) + len(self.src_mask) - self._used < n:
-            self._grow()
-        slots = sorted(self._free)[:n]
-        self._free = [s for s in self._free if s not in slots]
-        while len(slots) < n:
-            slots.append(self._used)
-            self._used += 1
-        index = np.array(slots)
-        for i in range(self.n_layers):
-            self.cross_keys[i][index] = 0.0
-            self.cross_keys[i][index, :, :width] = keys[i]
-            self.cross_values[i][index] = 0.0
-            self.cross_values[i][index, :, :width] = values[i]
-        self.src_mask[index] = False
-        self.src_mask[index, :width] = mask
-        return slots
-
-    def _grow(self) -> None:
-        self._resize(max(8, 2 * len(self.src_mask)), self.src_mask.shape[1], keep=self._used)
-
-    def _resize(self, slots: int, width: int, keep: int) -> None:
-        """New store arrays of ``slots`` x ``width`` holding the first ``keep`` slots of the old ones (the rest zeros;
-        an unused slot keeps one real (zero) key, so no source is all padding)."""
-        old_width = min(width, self.src_mask.shape[1])
-
-        def resized(a: np.ndarray) -> np.ndarray:
-            out = np.zeros((slots, a.shape[1], width, a.shape[3]), a.dtype)
-            out[:keep, :, :old_width] = a[:keep, :, :old_width]
-            return out
-
-        self.cross_keys = [resized(a) for a in self.cross_keys]
-        self.cross_values = [resized(a) for a in self.cross_values]
-        mask = np.zeros((slots, width), bool)
-        mask[:keep, :old_width] = self.src_mask[:keep, :old_width]
-        mask[keep:, 0] = True
-        self.src_mask = mask
-
-    def _release(self, slot: int) -> None:
-        self._free.append(slot)
-        while self._used and (self._used - 1) in self._free:  # holes at the end stop being fed
-            self._used -= 1
-            self._free.remove(self._used)
-        if len(self._free) > max(8, self._used // 2) or self._too_wide():
-            self._compact()
-
-    def _too_wide(self) -> bool:
-        """Whether the store is a quarter wider than the longest live source: every step's cross-attention reads
-        the whole width, so the padding a long sentence left behind is cut when it leaves (``_compact``)."""
-        width = self.src_mask.shape[1]
-        if width <= 8 or not self.sentences:  # (an empty store is fitted to the next newcomers by _store)
-            return False
-        longest = max(len(s.source) for s in self.sentences.values())
-        return 4 * width > 5 * longest
-
-    def _compact(self) -> None:
-        """Move the live sources to the first slots (fewer holes fed to every step) and cut unused width."""
-        live = sorted(self.sentences.values(), key=lambda s: s.slot)
-        old = np.array([s.slot for s in live], dtype=np.int64)
-        width = int(np.flatnonzero(self.src_mask[old].any(axis=0)).max(initial=0)) + 1  # the longest live source
-        self.cross_keys = [np.ascontiguousarray(a[old, :, :width]) for a in self.cross_keys]
-        self.cross_values = [np.ascontiguousarray(a[old, :, :width]) for a in self.cross_values]
-        self.src_mask = np.ascontiguousarray(self.src_mask[old, :width])
-        for i, sentence in enumerate(live):
-            sentence.slot = i
+    def _release(self, sentence: _Sentence) -> None:
+        """The sentence's source slot is free; when the store was compacted, every live sentence's slot follows."""
+        moved = self.sources.release(sentence.slot)
+        if moved is None:
+            return
+        new_slot = {old: new for new, old in enumerate(moved)}
+        for live in self.sentences.values():
+            live.slot = new_slot[live.slot]
         for group in self.groups.values():
             group.slots = np.fromiter((s.slot for s in group.sentences), np.int64, len(group.sentences))
-        self._free, self._used = [], len(live)
 
     # --- one step --------------------------------------------------------------------------------
     def step(self) -> StepOutput:
@@ -342,21 +270,19 @@ class LiveBatch:
     def _feeds(self, groups: list[_Group], top_k: int) -> dict[str, np.ndarray]:
         row_sources = np.concatenate([g.slots if g.k == 1 else np.repeat(g.slots, g.k) for g in groups])
         positions = self.width - self.start
-        layout = self._layout
-        if layout is not None and layout[0] == self._used and np.array_equal(layout[1], row_sources):
+        layout, used = self._layout, self.sources.used
+        if layout is not None and layout[0] == used and np.array_equal(layout[1], row_sources):
             # the rows read the same sources as last step: only positions and the mask change
             feeds = position_inputs(positions, self.width, self.right)
             feeds.update(query_rows=layout[2], row_slots=layout[3])
         else:
-            feeds = ragged_inputs(positions, row_sources, self._used, self.width, self.right)
-            self._layout = (self._used, row_sources, feeds["query_rows"], feeds["row_slots"])
+            feeds = ragged_inputs(positions, row_sources, used, self.width, self.right)
+            self._layout = (used, row_sources, feeds["query_rows"], feeds["row_slots"])
         last = np.concatenate([g.token.reshape(-1) for g in groups])
         feeds["tokens"] = last.reshape(-1, 1)
-        feeds["src_mask"] = self.src_mask[: self._used]
         feeds["top_k"] = np.array([top_k], dtype=np.int64)
+        feeds.update(self.sources.feeds())
         for i in range(self.n_layers):
-            feeds[f"cross_keys_{i}"] = self.cross_keys[i][: self._used]
-            feeds[f"cross_values_{i}"] = self.cross_values[i][: self._used]
             feeds[f"past_keys_{i}"], feeds[f"past_values_{i}"] = self.keys[i], self.values[i]
         return feeds
 
@@ -426,7 +352,7 @@ class LiveBatch:
 
     def _finish(self, sentence: _Sentence, nbest: list[Hypothesis], out: StepOutput) -> None:
         del self.sentences[sentence.key]
-        self._release(sentence.slot)
+        self._release(sentence)
         translation = self.engine.translation(sentence.source, nbest)
         if sentence.options.return_attention:
             self.engine.attach_attention([translation])

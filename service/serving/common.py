@@ -8,7 +8,7 @@ from typing import Any
 
 from service.engine.engine import SourceTooLongError
 from service.registry import LoadedModel
-from service.scheduler import ShuttingDown
+from service.scheduling.errors import ShuttingDown
 from service.serving.context import RequestContext
 from service.work import Source, WorkOptions
 
@@ -34,8 +34,9 @@ async def run_work(
     """Queue the work on the model's scheduler and wait for its results, in order; (results, the model version
     that produced them). Work that meets a scheduler retired by a version swap goes to the version that replaced
     it. A client that disconnects while waiting cancels the work (the scheduler drops its unstarted sentences, and
-    with continuous batching frees the rows of those decoding). ``listener`` (service/scheduler.py Listener) hears
-    each sentence's streamed tokens and result as they come; its ``model`` is set to the version that runs them."""
+    with continuous batching frees the rows of those decoding). ``listener`` (service/scheduling/tickets.py
+    Listener) hears each sentence's streamed tokens and result as they come; its ``model`` is set to the version
+    that runs them."""
     while True:
         if listener is not None:
             listener.model = model

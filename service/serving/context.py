@@ -7,7 +7,8 @@ from dataclasses import dataclass, field
 from typing import Any
 
 
-async def _never() -> bool:
+async def never_disconnected() -> bool:
+    """The ``is_disconnected`` of work nobody polls for a disconnect (a stream notices it by itself)."""
     return False
 
 
@@ -16,7 +17,7 @@ class RequestContext:
     request_id: str = ""
     timeout_s: float = 30.0  # the deadline, from now
     batch_ids: list[int] = field(default_factory=list)  # filled with the engine batches that ran this request
-    is_disconnected: Callable[[], Awaitable[bool]] = _never  # polled while the work waits
+    is_disconnected: Callable[[], Awaitable[bool]] = never_disconnected  # polled while the work waits
     logged_texts: list[str] | None = None  # when set (opt-in debugging), the request's texts are appended
     quality: Any = None  # service.serving.quality.QualityPolicy: language checks of translations
     client: str = ""  # whose work it is: the API key's label (service/keys.py), "" without API keys

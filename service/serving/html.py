@@ -20,8 +20,8 @@ heads); each element then takes the contiguous run of target words with the most
 follow the target word aligned to the source word before them.
 
 ``HtmlPlan(html, language).sentences`` lists what to translate; ``plan.render(aligned)`` writes the result from
-one ``Aligned`` (target words, source word of each) per sentence. ``translate_html`` does both through the
-model's scheduler.
+one ``Aligned`` (target words, source word of each) per sentence (``align_words``). service/serving/prepared.py
+does both through the model's scheduler.
 """
 
 from __future__ import annotations
@@ -35,19 +35,9 @@ import lxml.html
 import numpy as np
 
 from core.tokenizer import EOS_ID
-from service.engine.engine import TranslateOptions, Translation
+from service.engine.engine import Translation
 from service.registry import LoadedModel
-from service.serving.context import RequestContext
-from service.serving.segmentation import (
-    NO_SPACE_LANGUAGES,
-    Layout,
-    html_options,
-    merge,
-    run_sources,
-    segment,
-    tokenize_sentences,
-)
-from service.work import Source
+from service.serving.segmentation import NO_SPACE_LANGUAGES, segment
 
 SKIP_TAGS = frozenset({"code", "pre", "script", "style", "kbd", "samp", "textarea", "svg", "math", "template"})
 BLOCK_TAGS = frozenset(
@@ -425,37 +415,3 @@ def align_words(model: LoadedModel, t: Translation, n_source_words: int) -> Alig
         by_word[:, w] += attention[:, p]
     links: list[int | None] = [int(np.argmax(by_word[g].mean(axis=0))) for g in groups]
     return words, links
-
-
-@dataclass
-class PreparedHtml:
-    model: LoadedModel
-    plans: list[HtmlPlan]
-    sources: list[Source]
-
-    async def run(self, options: TranslateOptions, ctx: RequestContext) -> tuple[list[Translation], LoadedModel]:
-        results, used = await run_sources(self.model, self.sources, html_options(options), ctx)
-        target = self.model.languages[1]
-        out, k = [], 0
-        for plan in self.plans:
-            sentences = plan.sentences
-            mine = results[k : k + len(sentences)]
-            k += len(sentences)
-            aligned = [align_words(used, t, len(s.split())) for t, s in zip(mine, sentences, strict=True)]
-            rendered = plan.render(aligned, target)
-            if not mine:
-                out.append(Translation(rendered, 0.0, [], [EOS_ID]))
-                continue
-            combined = merge(Layout(tuple(("sentence", i) for i in range(len(mine))), tuple(sentences)), mine, target)
-            combined.text = rendered
-            out.append(combined)
-        return out, used
-
-
-def prepare_html(
-    model: LoadedModel, texts: Sequence[str], ctx: RequestContext, split: bool, indices: Sequence[int]
-) -> PreparedHtml:
-    plans = [HtmlPlan(text, model.languages[0], split) for text in texts]
-    sentences = [s for plan in plans for s in plan.sentences]
-    owners = [indices[i] for i, plan in enumerate(plans) for _ in plan.sentences]
-    return PreparedHtml(model, plans, tokenize_sentences(model, sentences, owners, ctx))

@@ -6,7 +6,7 @@ Each loaded model has two views:
 - ``{name}-embed``: sentence embeddings. Input ``TEXT``; output ``EMBEDDING`` (FP32, [-1, d]).
 Request parameters: translation ``beam_size``, ``max_length``, ``length_penalty``, ``split_sentences``,
 ``format``; embeddings ``pooling``, ``normalize`` (the /v1 fields of the same names, with the same defaults).
-Work goes through the model's scheduler exactly as /v1's does (service/serving/segmentation.py, run_work).
+Work goes through the model's scheduler exactly as /v1's does (service/serving/prepared.py, run_work).
 """
 
 from __future__ import annotations
@@ -20,7 +20,7 @@ from service.engine.engine import TranslateOptions
 from service.registry import LoadedModel, Registry, UnknownModel
 from service.serving.common import run_work, tokenize
 from service.serving.context import RequestContext
-from service.serving.segmentation import prepare
+from service.serving.prepared import prepare
 from service.work import EmbedOptions, Source
 
 EMBED_SUFFIX = "-embed"

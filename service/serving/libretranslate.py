@@ -19,8 +19,8 @@ from service import language
 from service.engine.engine import TranslateOptions
 from service.registry import LoadedModel, Registry
 from service.serving.context import RequestContext
+from service.serving.prepared import prepare
 from service.serving.routing import UnservedPair, route
-from service.serving.segmentation import prepare
 
 _TAG = re.compile(r"<[^>]*>")
 DEFAULT_BEAM = 4  # /v1's default

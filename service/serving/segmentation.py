@@ -7,15 +7,13 @@ out), blank lines, leading and trailing whitespace of the text and of each line.
 line the original gap is kept, except that a target language written without spaces (Chinese, Japanese, Thai)
 drops a gap of spaces and one written with spaces gets a space where the source had none.
 
-Pure functions (``split_text``, ``join``, ``merge``) and the serving layer's wrapper: ``prepare(model, texts,
-ctx, split, fmt, indices)`` splits and tokenizes (a text over the limit is refused before anything is queued),
-``await prepared.run(options, ctx)`` -> (one ``Translation`` per text, the model version that ran them), the
-shape ``run_work`` answers with; ``translate_texts`` does both.
+Pure functions, no model: ``split_text`` -> a ``Layout`` (the sentences and what lies between them), ``join`` and
+``merge`` put the translations back in it. The serving layer's use of them, tokenizing and queueing the sentences,
+is service/serving/prepared.py.
 """
 
 from __future__ import annotations
 
-import dataclasses
 import re
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -23,13 +21,8 @@ from dataclasses import dataclass
 import numpy as np
 import sentencex
 
-from core.search import length_limits
 from core.tokenizer import EOS_ID
-from service.engine.engine import SourceTooLongError, TranslateOptions, Translation
-from service.registry import LoadedModel
-from service.serving.common import run_work, tokenize
-from service.serving.context import RequestContext
-from service.work import Source
+from service.engine.engine import Translation
 
 NO_SPACE_LANGUAGES = frozenset({"zh", "ja", "th", "lo", "km", "my", "bo"})  # written without spaces between words
 _HORIZONTAL_SPACE = re.compile(r"[^\S\r\n\x0b\x0c\x1c-\x1e\x85\u2028\u2029]*")
@@ -84,14 +77,14 @@ def split_text(text: str, language: str, split: bool = True) -> Layout:
     return Layout(tuple(p for p in parts if p != ("text", "")), tuple(sentences))
 
 
-def _gap(gap: str, target_language: str) -> str:
-    """What goes between two translated sentences of one line."""
+def gap(between: str, target_language: str) -> str:
+    """What goes between two translated sentences of one line, for what was ``between`` them in the source."""
     no_space = target_language in NO_SPACE_LANGUAGES
-    if _HORIZONTAL_SPACE.fullmatch(gap) is None:  # a gap with other characters (the segmenter's choice): keep it
-        return gap
+    if _HORIZONTAL_SPACE.fullmatch(between) is None:  # a gap with other characters (the segmenter's choice): keep it
+        return between
     if no_space:
         return ""
-    return gap or " "
+    return between or " "
 
 
 def join(layout: Layout, translations: Sequence[str], target_language: str) -> str:
@@ -101,7 +94,7 @@ def join(layout: Layout, translations: Sequence[str], target_language: str) -> s
         if kind == "sentence":
             out.append(translations[value].strip() if len(layout.parts) > 1 else translations[value])
         elif kind == "gap":
-            out.append(_gap(value, target_language))  # type: ignore[arg-type]
+            out.append(gap(value, target_language))  # type: ignore[arg-type]
         else:
             out.append(value)
     return "".join(out)  # type: ignore[arg-type]
@@ -153,88 +146,3 @@ def merge(layout: Layout, parts: Sequence[Translation], target_language: str, nu
         hypotheses=hypotheses,
         attention=_block_diagonal(parts),
     )
-
-
-def tokenize_sentences(
-    model: LoadedModel, sentences: list[str], owners: list[int], ctx: RequestContext
-) -> list[Source]:
-    """Sources of the sentences; one over the model's limit is reported with the index of its text
-    (``owners[i]``: the request index of sentence i's text)."""
-    try:
-        return [Source(ids) for ids in tokenize(model, sentences, ctx)] if sentences else []
-    except SourceTooLongError as exc:
-        exc.index = owners[exc.index]
-        raise
-
-
-async def run_sources(
-    model: LoadedModel, sources: list[Source], options: TranslateOptions, ctx: RequestContext
-) -> tuple[list[Translation], LoadedModel]:
-    return await run_work(model, options, sources, ctx) if sources else ([], model)
-
-
-def mark_truncated(model: LoadedModel, t: Translation, options: TranslateOptions) -> Translation:
-    """A sentence's translation that reached its length limit ended without EOS: truncated."""
-    [limit] = length_limits([len(t.source_ids)], model.engine.max_source_tokens, options.max_length)
-    return dataclasses.replace(t, truncated=True) if t.token_ids and len(t.token_ids) >= limit else t
-
-
-@dataclass
-class Prepared:
-    """Texts of one model, split and tokenized (so a text over the limit is refused before any work is queued);
-    ``await run(options, ctx)`` translates them: (one Translation per text, the model version that ran them)."""
-
-    model: LoadedModel
-    layouts: list[Layout]
-    sources: list[Source]
-
-    async def run(self, options: TranslateOptions, ctx: RequestContext) -> tuple[list[Translation], LoadedModel]:
-        results, used = await run_sources(self.model, self.sources, options, ctx)
-        results = [mark_truncated(self.model, r, options) for r in results]
-        target = self.model.languages[1]
-        out, k = [], 0
-        for layout in self.layouts:
-            n = len(layout.sentences)
-            out.append(merge(layout, results[k : k + n], target, options.num_hypotheses))
-            k += n
-        return out, used
-
-
-def prepare(
-    model: LoadedModel,
-    texts: Sequence[str],
-    ctx: RequestContext,
-    split: bool = True,
-    fmt: str = "text",
-    indices: Sequence[int] | None = None,
-):
-    """Split (``split``: see the module doc) and tokenize texts of one model; ``fmt`` "html" gives
-    service/serving/html.py's PreparedHtml. ``indices``: the request index of each text (names a text over the
-    model's limit). Returns an object with ``await .run(options, ctx)``."""
-    indices = list(indices) if indices is not None else list(range(len(texts)))
-    if fmt == "html":
-        from service.serving.html import prepare_html  # html imports this module
-
-        return prepare_html(model, texts, ctx, split, indices)
-    layouts = [split_text(text, model.languages[0], split) for text in texts]
-    sentences = [s for layout in layouts for s in layout.sentences]
-    owners = [indices[i] for i, layout in enumerate(layouts) for _ in layout.sentences]
-    return Prepared(model, layouts, tokenize_sentences(model, sentences, owners, ctx))
-
-
-async def translate_texts(
-    model: LoadedModel,
-    texts: Sequence[str],
-    options: TranslateOptions,
-    ctx: RequestContext,
-    split: bool = True,
-    fmt: str = "text",
-    indices: Sequence[int] | None = None,
-) -> tuple[list[Translation], LoadedModel]:
-    """``prepare`` then ``run``: texts of one model -> (their translations, the model version that ran them)."""
-    return await prepare(model, texts, ctx, split, fmt, indices).run(options, ctx)
-
-
-def html_options(options: TranslateOptions) -> TranslateOptions:
-    """HTML needs the cross-attention (tags follow the words they align to) and has no n-best."""
-    return dataclasses.replace(options, return_attention=True, num_hypotheses=1)

@@ -26,9 +26,10 @@ from typing import Any
 from service.engine.engine import TranslateOptions, Translation
 from service.registry import LoadedModel, Registry
 from service.serving.common import run_work
-from service.serving.context import RequestContext, _never
+from service.serving.context import RequestContext, never_disconnected
+from service.serving.prepared import mark_truncated, prepare
 from service.serving.routing import Detector
-from service.serving.segmentation import Layout, _gap, mark_truncated, merge, prepare
+from service.serving.segmentation import Layout, gap, merge
 from service.serving.translate import plan, text_out
 
 
@@ -64,12 +65,12 @@ class _Text:
                     partial = stable_text(model, self.tokens.get(k, []))
                     out.append(partial.lstrip() if several else partial)
                 break
-            out.append(_gap(str(value), target) if kind == "gap" else str(value))
+            out.append(gap(str(value), target) if kind == "gap" else str(value))
         return "".join(out)
 
 
 class _Listener:
-    """Hears one model's sentences (service/scheduler.py Listener) and turns them into events of their texts."""
+    """Hears one model's sentences (service/scheduling/tickets.py Listener), turned into events of their texts."""
 
     def __init__(self, texts: list[_Text], owner: list[tuple[_Text, int]], stream: _Stream) -> None:
         self.texts, self.owner, self.stream = texts, owner, stream
@@ -139,7 +140,7 @@ async def translate_stream(
     answer refuses (routing, validation, a text over the model's limit), so those keep their HTTP status."""
     p = plan(registry, body, ctx, detect)
     models, detected, groups, options, split, fmt = p.models, p.detected, p.groups, p.options, p.split, p.fmt
-    ctx = dataclasses.replace(ctx, is_disconnected=_never)  # the event stream notices the client going away
+    ctx = dataclasses.replace(ctx, is_disconnected=never_disconnected)  # the event stream notices the client going away
     stream = _Stream(body, ctx, options, detected)
     work = []
     for indices in groups.values():

@@ -9,9 +9,10 @@ from typing import Any
 from service.engine.engine import TranslateOptions, Translation, alignment
 from service.registry import LoadedModel, Registry
 from service.serving.context import RequestContext
+from service.serving.prepared import prepare
 from service.serving.quality import assess, check_languages
 from service.serving.routing import Detector, route
-from service.serving.segmentation import prepare, split_text
+from service.serving.segmentation import split_text
 
 
 def options_of(body: Any) -> TranslateOptions:

@@ -6,8 +6,8 @@ import pytest
 import torch
 from tiny_bundle import SAMPLE_SENTENCES
 
-from bench.bench_report import write_section
 from bench.flops import decoder_step_macs, encoder_macs_per_token, translation_macs
+from bench.harness import write_section
 from model.checkpoint import load_release
 from model.config import ModelConfig
 from model.transformer import Transformer
@@ -99,7 +99,7 @@ def test_profile_engine_splits_cpu_time_and_profiles_the_step(tiny_bundle_dir):
 
 
 def test_cpu_flags_name_the_vector_extensions_in_order():
-    from bench.bench_machine import cpu_flags
+    from bench.harness import cpu_flags
 
     text = "processor\t: 0\nmodel name\t: AMD EPYC\nflags\t\t: fpu sse2 avx512_vnni avx2 avx512f\n"
     assert cpu_flags(text) == ["avx2", "avx512f", "avx512_vnni"]
@@ -169,22 +169,23 @@ def test_server_profile_sorts_py_spy_stacks_by_part():
     assert categorize(step) == ["step graph"]
     assert categorize(gather) == ["search (Python)", "cache gather"]
     assert categorize(encoder) == ["encoder"]
-    assert categorize(f"{engine};ContinuousScheduler._next (service/scheduler.py:1)") == ["scheduler"]
+    assert categorize(f"{engine};ContinuousDriver._next (service/scheduling/continuous.py:1)") == ["scheduler"]
     assert categorize("thread (1): MainThread;Server.run (uvicorn/server.py:1)") == ["event loop"]
 
 
 def test_inplace_step_graph_computes_what_the_engine_step_computes(tiny_model_dir, tiny_bundle_dir, tmp_path):
-    """bench/inplace_cache.py's rewritten step graph (GroupQueryAttention, shared buffers) gives the engine step's
-    log-probabilities, over several steps and a reordering of the rows (as beam search makes). The tool rewrites
-    the interface-3 graphs it was measured on (those of the committed bundles), so one is built here."""
+    """bench/experiments/inplace_cache.py's rewritten step graph (GroupQueryAttention, shared buffers) gives the
+    engine step's log-probabilities, over several steps and a reordering of the rows (as beam search makes). The
+    tool rewrites the interface-3 graphs it was measured on (those of the committed bundles), so one is built here."""
     import numpy as np
     import onnx
 
-    from bench.inplace_cache import inplace_step_graph, make_state_class
+    from bench.experiments.inplace_cache import inplace_step_graph, make_state_class
+    from core.bundle import load_bundle
     from core.tokenizer import BOS_ID
     from export.decoder_step import build_decoder_step
     from model.checkpoint import load_release
-    from service.engine import Engine, load_bundle
+    from service.engine import Engine
     from service.engine.engine import _DecoderState
     from service.engine.runtime import create_session
 
@@ -208,7 +209,7 @@ def test_inplace_step_graph_computes_what_the_engine_step_computes(tiny_model_di
 
 
 def test_cache_gather_times_each_way_of_copying_the_cache_rows():
-    from bench.cache_gather import timings
+    from bench.experiments.cache_gather import timings
 
     t = timings(rows=8, width=4, calls=2)
     assert set(t) == {"take, whole width", "fancy, whole width", "take, first column cut", "fancy, first column cut"}
@@ -232,7 +233,7 @@ def test_engine_memory_reads_columns_and_measures_each_arena_mode_in_a_fresh_pro
 
 
 def test_attention_cache_times_both_kernels_and_both_ways_of_feeding_the_cache(capsys):
-    from bench.attention_cache import main
+    from bench.experiments.attention_cache import main
 
     assert main(["--rows", "2", "--past", "3", "--calls", "2"]) == 0
     out = capsys.readouterr().out

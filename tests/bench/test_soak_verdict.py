@@ -2,8 +2,9 @@
 
 from __future__ import annotations
 
+from bench.reliability_harness import passed
 from bench.soak_mix import KINDS
-from bench.soak_report import passed, verdict
+from bench.soak_report import verdict
 
 
 def samples(rss: list[float], fds: list[int], kinds=KINDS) -> list[dict]:

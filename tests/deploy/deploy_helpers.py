@@ -72,10 +72,17 @@ def load_yaml_all(text: str) -> list[dict]:
 
 
 def settings_fields() -> set[str]:
-    """Field names of the service's Settings (MT_<NAME>), read from the class itself."""
-    from service.settings import Settings
+    """Names of the service's settings (MT_<NAME>, lower case, without MT_), read from the code itself."""
+    from service.settings import every_setting
 
-    return set(Settings.model_fields)
+    return {env[3:].lower() for env in every_setting()}
+
+
+def setting_defaults() -> dict[str, object]:
+    """Every setting's default by its environment variable (MT_<NAME>); no environment read."""
+    from service.settings import every_setting
+
+    return {env: field.get_default(call_default_factory=True) for env, field in every_setting().items()}
 
 
 def entrypoint_server(repository: Path, log_path: Path, env: dict[str, str] | None = None) -> LiveServer:
@@ -109,16 +116,12 @@ def env_default(value: object) -> str:
 
 def expected_compose_environment() -> dict[str, str]:
     """What docker-compose.yml's x-mt-environment must hold: every setting, the caller's value or the default."""
-    from service.settings import Settings
-
     expected = {}
-    for name, field in Settings.model_fields.items():
-        env = f"MT_{name.upper()}"
+    for env, default in setting_defaults().items():
         if env in PER_SERVICE:
             continue
         if env in CONTAINER_FIXED:
             expected[env] = CONTAINER_FIXED[env]
             continue
-        default = field.default if field.default_factory is None else field.default_factory()
         expected[env] = f"${{{env}:-{env_default(default)}}}"
     return expected

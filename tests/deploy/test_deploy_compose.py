@@ -13,6 +13,7 @@ from deploy_helpers import (
     expected_compose_environment,
     load_yaml,
     run,
+    setting_defaults,
     settings_fields,
     tool,
 )
@@ -123,19 +124,17 @@ def test_bind_mounts_point_at_files_in_the_repository():
 def test_every_setting_reaches_the_containers_with_the_services_default(monkeypatch):
     """x-mt-environment passes every MT_* setting through (the caller's value, else the service's default);
     a setting added to service/settings.py without a line here fails this test."""
-    from service.settings import Settings
+    from service.settings import Settings, setting
 
     anchor = compose()["x-mt-environment"]
     assert anchor == expected_compose_environment()
+    defaults = setting_defaults()
     for env, value in anchor.items():  # each default, given as the variable, parses back to the Settings default
         match = re.fullmatch(r"\$\{(MT_\w+):-(.*)\}", value)
         if not match:
             continue
-        name = env[3:].lower()
-        field = Settings.model_fields[name]
-        default = field.default if field.default_factory is None else field.default_factory()
         monkeypatch.setenv(env, match.group(2))
-        assert getattr(Settings(), name) == default, (env, match.group(2))
+        assert setting(Settings(), env) == defaults[env], (env, match.group(2))
         monkeypatch.delenv(env)
 
 

@@ -7,7 +7,8 @@ import random
 import pytest
 from tiny_bundle import SAMPLE_SENTENCES, WORD_MAP
 
-from service.engine import Engine, load_bundle
+from core.bundle import load_bundle
+from service.engine import Engine
 
 
 @pytest.fixture(scope="session")

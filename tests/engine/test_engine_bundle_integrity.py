@@ -10,8 +10,8 @@ from pathlib import Path
 
 import pytest
 
-from service.engine import BundleError, Engine, load_bundle
-from service.engine.bundle import FORMAT, MANIFEST, discover
+from core.bundle import FORMAT, MANIFEST, BundleError, discover, load_bundle
+from service.engine import Engine
 
 # protobuf, SentencePiece, JSON, raw tensor bytes (ONNX external data): nothing that is unpickled
 ALLOWED_SUFFIXES = {".onnx", ".model", ".json", ".weights"}

@@ -10,7 +10,8 @@ import numpy as np
 import onnxruntime as ort
 import pytest
 
-from service.engine import Engine, TranslateOptions, load_bundle
+from core.bundle import load_bundle
+from service.engine import Engine, TranslateOptions
 from service.engine.device_state import DeviceDecoderState, device_type, wants_device_search
 from service.engine.search import TopCandidates
 

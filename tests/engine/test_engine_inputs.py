@@ -4,8 +4,9 @@ from __future__ import annotations
 
 import pytest
 
+from core.bundle import load_bundle
 from core.tokenizer import EOS_ID, UNK_ID
-from service.engine import Engine, TranslateOptions, load_bundle
+from service.engine import Engine, TranslateOptions
 from service.engine.engine import SourceTooLongError
 
 

@@ -10,7 +10,8 @@ import onnx
 import pytest
 from tiny_bundle import SAMPLE_SENTENCES, WORD_MAP
 
-from service.engine import Engine, TranslateOptions, load_bundle
+from core.bundle import load_bundle
+from service.engine import Engine, TranslateOptions
 from service.engine.live import LiveBatch, supports_live
 from service.engine.runtime import create_session
 from service.engine.step_inputs import uniform_inputs
@@ -115,7 +116,7 @@ def test_rows_of_every_search_share_a_step_and_the_cache_shrinks_when_the_longes
     long_text = "eine kleine rote katze sitzt unter dem blauen ball und ein hund rennt im park"
     long_source = engine.source_ids([long_text])[0]
     live.add([("long", long_source, TranslateOptions(beam_size=2), False)])
-    assert live.src_mask.shape[1] == len(long_source)  # an empty store is fitted to its newcomer
+    assert live.sources.mask.shape[1] == len(long_source)  # an empty store is fitted to its newcomer
     for _ in range(6):
         live.step()
     short_source = engine.source_ids(["der hund"])[0]
@@ -125,10 +126,10 @@ def test_rows_of_every_search_share_a_step_and_the_cache_shrinks_when_the_longes
     out = live.step()
     assert out.rows == 10  # greedy, beam 2, 3 and 4 rows in one decoder step
     assert live.width == 7  # the long sentence's 7 positions; the newcomers' first entries sit in the last column
-    assert live.src_mask.shape[1] == len(long_source)
+    assert live.sources.mask.shape[1] == len(long_source)
     assert live.remove("long") and not live.remove("long")
     # every step's cross-attention reads the store's whole width: the long source's padding went with it
-    assert live.src_mask.shape[1] == len(short_source)
+    assert live.sources.mask.shape[1] == len(short_source)
     out = live.step()
     assert out.rows == 8 and live.width <= 3  # the long sentence's columns were cut
     while len(live):

@@ -8,7 +8,8 @@ import numpy as np
 import onnxruntime as ort
 import pytest
 
-from service.engine import Engine, TranslateOptions, load_bundle, runtime
+from core.bundle import load_bundle
+from service.engine import Engine, TranslateOptions, runtime
 from service.engine.runtime import ProviderError, create_session, requested_providers
 
 CUDA_AVAILABLE = "CUDAExecutionProvider" in ort.get_available_providers()
@@ -105,7 +106,7 @@ def test_variant_choice_follows_the_provider():
     never the CPU-oriented int8; an explicit MT_VARIANT wins; an unknown one is refused by name."""
     from types import SimpleNamespace
 
-    from service.engine.bundle import BundleError
+    from core.bundle import BundleError
     from service.registry import choose_variant
 
     def bundle(variants, default):

@@ -7,12 +7,13 @@ import pytest
 from export_variants import random_shapes
 from tiny_bundle import write_corpus
 
+from core.bundle import load_bundle
 from core.graphs import LINEAR_STATE, LINEAR_STATE_INPUTS, decoder_cache
 from export.parity import graph_max_diff, translation_parity
 from model.checkpoint import load_release
 from model.data import read_parallel
 from model.evaluate import bleu
-from service.engine import Engine, load_bundle
+from service.engine import Engine
 
 TOLERANCE = 1e-4
 

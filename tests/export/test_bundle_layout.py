@@ -17,9 +17,10 @@ import onnxruntime as ort
 import pytest
 from tiny_bundle import SAMPLE_SENTENCES, write_corpus
 
+from core.bundle import load_bundle
 from export.cli import main
 from export.pack import GRAPH_KEYS, INLINE_BELOW, PACKED, storage, tensors
-from service.engine import Engine, TranslateOptions, load_bundle
+from service.engine import Engine, TranslateOptions
 
 VARIANTS = ("fp32", "int8", "fp16")
 

@@ -5,8 +5,8 @@ from __future__ import annotations
 import pytest
 from tiny_bundle import SAMPLE_SENTENCES
 
+from core.bundle import load_bundle
 from export.calibration import GRAPHS, read_sentences, record_feeds
-from service.engine import load_bundle
 from service.engine.runtime import create_session
 
 

@@ -13,12 +13,13 @@ import pytest
 from export_variants import ARCHITECTURES, random_model, random_shapes, tiny_random_config, write_bundle
 from tiny_bundle import SAMPLE_SENTENCES
 
+from core.bundle import load_bundle
 from core.graphs import STEP_INTERFACE, STEP_INTERFACE_KEY, step_input_names, step_interface, step_output_names
 from core.tokenizer import Tokenizer
 from export.decoder_step import build_decoder_step, supports_decoder_step
 from export.parity import ragged_step_max_diff, step_max_diff
 from model.checkpoint import load_release
-from service.engine import Engine, TranslateOptions, load_bundle
+from service.engine import Engine, TranslateOptions
 
 TOLERANCE = 1e-4
 STEP_OUTPUTS = {"step.log_probs", "step.top_log_probs", "step.present_keys", "step.present_values"}

@@ -12,10 +12,10 @@ import onnx
 import pytest
 from tiny_bundle import write_corpus
 
+from core.bundle import load_bundle
 from export.cli import main
 from export.pack import storage
 from model.checkpoint import load_release
-from service.engine import load_bundle
 
 ROOT = Path(__file__).resolve().parents[2]
 QUANTIZED_OPS = {"QuantizeLinear", "MatMulIntegerToFloat"}  # static int8; the dynamic ops must not appear

@@ -12,12 +12,13 @@ import pytest
 from export_variants import ARCHITECTURES, random_model, random_shapes, tiny_random_config, write_bundle
 from tiny_bundle import SAMPLE_SENTENCES
 
+from core.bundle import load_bundle
 from core.graphs import ENCODER_OUTPUTS, decoder_cache, decoder_outputs
 from core.tokenizer import Tokenizer
 from export.parity import graph_max_diff, translation_parity
 from model.checkpoint import load_release
 from model.config import ACTIVATIONS, ATTENTIONS, NORM_PLACEMENTS, POSITIONAL_ENCODINGS, ModelConfig
-from service.engine import Engine, load_bundle
+from service.engine import Engine
 
 TOLERANCE = 1e-4
 

@@ -11,8 +11,9 @@ import onnx
 import pytest
 
 from bench.gpu_check import fp16_step_bundle
+from core.bundle import load_bundle
 from core.graphs import step_interface
-from service.engine import Engine, TranslateOptions, load_bundle
+from service.engine import Engine, TranslateOptions
 
 COMMITTED = Path(__file__).resolve().parents[2] / "model_repository" / "de-en" / "1"
 GERMAN = [

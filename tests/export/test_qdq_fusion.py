@@ -10,9 +10,9 @@ import onnx
 import onnxruntime as ort
 from onnx import TensorProto, helper, numpy_helper
 
+from core.bundle import load_bundle
 from export.pack import weight_names
 from export.quantize import quantize_int8_static
-from service.engine import load_bundle
 
 D = 32
 

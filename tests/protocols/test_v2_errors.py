@@ -41,6 +41,15 @@ def test_bad_infer_requests(api, body, status, needle):
     assert set(response.json()) == {"error"} and needle in response.json()["error"], response.text
 
 
+@pytest.mark.parametrize("timeout", [None, 5_000_000])
+def test_a_bad_deadline_header_is_400_even_beside_the_timeout_parameter(api, timeout):
+    """The deadline is read as /v1 reads it (service/api/requests.py deadline_s): the protocol's own parameter wins,
+    but an invalid X-Request-Timeout is never ignored."""
+    body = {**GOOD, "parameters": {"timeout": timeout}} if timeout else GOOD
+    response = api.post("/v2/models/de-en/infer", json=body, headers={"X-Request-Timeout": "soon"})
+    assert response.status_code == 400 and response.json() == {"error": "header X-Request-Timeout must be seconds"}
+
+
 @pytest.mark.parametrize(
     "path",
     [

@@ -17,8 +17,10 @@ import httpx
 import pytest
 from reliability_helpers import metric, start_server
 
+from service.batch_policy import BatchLimits
 from service.metrics import Metrics
-from service.scheduler import BatchLimits, DeadlineExceeded, Scheduler
+from service.scheduling.dynamic import dynamic_scheduler
+from service.scheduling.errors import DeadlineExceeded
 
 MAX_WAIT_S = 8.0
 CAP_S = 1.0
@@ -164,7 +166,7 @@ def test_deadline_fails_a_request_while_the_engine_is_busy():
             return payloads, {}
 
         metrics = Metrics()
-        scheduler = Scheduler("m", runner, BatchLimits(max_sentences=8, max_wait_s=0.0, max_queue=64), metrics)
+        scheduler = dynamic_scheduler("m", runner, BatchLimits(max_sentences=8, max_wait_s=0.0, max_queue=64), metrics)
         scheduler.start()
         blocker = asyncio.ensure_future(scheduler.submit("k", ["blocker"], [1], 30))
         assert await asyncio.to_thread(entered.wait, 10)

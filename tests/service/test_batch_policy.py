@@ -53,10 +53,10 @@ def test_wait_until_a_full_batch_or_the_oldest_waited_max_wait():
 
 
 def test_retry_after_only_when_the_queue_overflows():
-    limits = BatchLimits(max_queue=10, workers=2)
-    assert retry_after(depth=6, n_items=4, limits=limits, seconds_per_sentence=1.0) is None
-    assert retry_after(depth=8, n_items=4, limits=limits, seconds_per_sentence=1.0) == 4
-    assert retry_after(depth=8, n_items=4, limits=limits, seconds_per_sentence=0.001) == 1  # at least a second
+    limits = BatchLimits(max_queue=10)
+    assert retry_after(depth=6, n_items=4, limits=limits, seconds_per_sentence=1.0, workers=2) is None
+    assert retry_after(depth=8, n_items=4, limits=limits, seconds_per_sentence=1.0, workers=2) == 4
+    assert retry_after(depth=8, n_items=4, limits=limits, seconds_per_sentence=0.001, workers=2) == 1  # at least 1 s
 
 
 def test_empty_queue_selects_nothing():

@@ -9,9 +9,11 @@ from dataclasses import dataclass, field
 
 import pytest
 
-from service.batch_policy import BatchLimits, LiveLimits
+from service.batch_policy import BatchLimits, LiveLimits, Queued
 from service.metrics import Metrics
-from service.scheduler import BatchFailed, ContinuousScheduler, DeadlineExceeded, EngineRestarted, ShuttingDown
+from service.scheduling.continuous import continuous_scheduler
+from service.scheduling.dynamic import dynamic_scheduler
+from service.scheduling.errors import BatchFailed, DeadlineExceeded, EngineRestarted, ShuttingDown
 
 MODEL = "m"
 
@@ -100,7 +102,7 @@ class FakeLive:
 def make(live: FakeLive, max_rows: int = 64, max_cache_bytes: int = 1 << 30, **limits):
     metrics = Metrics()
     limits.setdefault("max_wait_s", 0.0)
-    scheduler = ContinuousScheduler(
+    scheduler = continuous_scheduler(
         MODEL, live.run_batch, BatchLimits(**limits), metrics, live, LiveLimits(max_rows, max_cache_bytes)
     )
     scheduler.start()
@@ -326,8 +328,10 @@ def test_the_real_engine_under_concurrent_mixed_requests_gives_every_sentence_it
 
     from tiny_bundle import SAMPLE_SENTENCES, WORD_MAP
 
-    from service.engine import Engine, TranslateOptions, load_bundle
-    from service.work import EmbedOptions, Source, engine_runner, live_runner
+    from core.bundle import load_bundle
+    from service.engine import Engine, TranslateOptions
+    from service.work import EmbedOptions, Source
+    from service.worker import EngineWorker
 
     engine = Engine(load_bundle(tiny_bundle_dir), variant="int8", providers="cpu")
     rng = random.Random(3)
@@ -342,11 +346,12 @@ def test_the_real_engine_under_concurrent_mixed_requests_gives_every_sentence_it
     requests = [(kinds[i % len(kinds)], texts[i : i + 1 + i % 3]) for i in range(len(texts))]
 
     async def scenario():
-        live = live_runner(engine)
-        assert live is not None
         metrics = Metrics()
-        scheduler = ContinuousScheduler(
-            MODEL, engine_runner(engine), BatchLimits(max_sentences=8), metrics, live, LiveLimits(max_rows=16)
+        worker = EngineWorker(MODEL, lambda: engine, metrics, live=True)
+        worker.start()
+        assert worker.live is not None
+        scheduler = continuous_scheduler(
+            MODEL, worker.run_batch, BatchLimits(max_sentences=8), metrics, worker.live, LiveLimits(max_rows=16)
         )
         scheduler.start()
 
@@ -374,3 +379,16 @@ def test_the_real_engine_under_concurrent_mixed_requests_gives_every_sentence_it
     assert metrics.registry.get_sample_value("mt_decoder_step_rows_bucket", {"model": MODEL, "le": "16.0"}) == (
         sample(metrics, "mt_decoder_step_rows_count")
     )  # the row budget held at every step
+
+
+def test_a_full_queue_retry_after_counts_one_engine_thread_whatever_the_engine_workers():
+    """MT_ENGINE_WORKERS batches run at once with dynamic batching and share the queue's wait; the continuous
+    scheduler's one engine thread does not (nothing is started: the queue stays as filled)."""
+    live, limits = FakeLive(), BatchLimits(max_queue=4, workers=4)
+    continuous = continuous_scheduler(MODEL, live.run_batch, limits, Metrics(), live, LiveLimits())
+    dynamic = dynamic_scheduler(MODEL, live.run_batch, limits, Metrics())
+    for scheduler in (continuous, dynamic):
+        scheduler.queue.put([Queued(Decode(), 5, 0.0) for _ in range(4)])
+        scheduler.queue.seconds_per_sentence = 1.0
+    assert continuous.refusal(1).retry_after == 4
+    assert dynamic.refusal(1).retry_after == 1

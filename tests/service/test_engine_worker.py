@@ -11,7 +11,7 @@ import pytest
 
 import service.worker as worker_module
 from service.metrics import Metrics
-from service.scheduler import EngineRestarted
+from service.scheduling.errors import EngineRestarted
 from service.worker import EngineWorker
 
 MODEL = "m"
@@ -145,27 +145,30 @@ def test_an_engine_that_cannot_be_rebuilt_is_fatal(monkeypatch):
 
 
 class FakeLive:
-    """A live decode on one engine: ``step`` translates nothing, and raises once its engine is dead."""
+    """A live batch on one engine (service/engine/live.py LiveBatch): ``step`` translates nothing, and raises once
+    its engine is dead."""
 
     def __init__(self, engine: FakeEngine) -> None:
         self.engine = engine
-        self.bytes_per_position = 8
-        self.resets = 0
+
+    @staticmethod
+    def bytes_per_position() -> int:
+        return 8
 
     def step(self):
         if self.engine.dead:
             raise RuntimeError("step on a dead engine")
         return f"step on engine {self.engine.number}"
 
-    def join(self, items):
-        return self.step(), 0.0
 
-    def reset(self):
-        self.resets += 1
+def live_on_fakes(monkeypatch, live_batch: type = FakeLive) -> None:
+    """The worker's live decode over ``live_batch`` instead of LiveBatch (the fake engines have no step graph)."""
+    monkeypatch.setattr(worker_module, "supports_live", lambda engine: True)
+    monkeypatch.setattr(worker_module, "LiveBatch", live_batch)
 
 
 def test_the_live_decode_follows_the_rebuilt_engine(monkeypatch):
-    monkeypatch.setattr(worker_module, "live_runner", FakeLive)
+    live_on_fakes(monkeypatch)
     builds = Builds()
     worker, metrics = make(builds, live=True)
     live = worker.live
@@ -182,7 +185,7 @@ def test_a_failed_step_on_a_working_engine_is_not_a_restart(monkeypatch):
         def step(self):
             raise RuntimeError("this step alone")
 
-    monkeypatch.setattr(worker_module, "live_runner", FailingOnce)
+    live_on_fakes(monkeypatch, FailingOnce)
     builds = Builds()
     worker, metrics = make(builds, live=True)
     with pytest.raises(RuntimeError, match="this step alone"):

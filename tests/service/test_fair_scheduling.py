@@ -11,7 +11,7 @@ from test_continuous_scheduler import make as make_continuous
 from test_scheduler import KEY_A, FakeRunner, hold_worker, payloads, until_queued
 from test_scheduler import make as make_dynamic
 
-from service.scheduler import KeyQueueFull, QueueFull, RequestTooLarge
+from service.scheduling.errors import KeyQueueFull, QueueFull, RequestTooLarge
 
 
 async def send(scheduler, texts: list[str], client: str, length: int = 5, key=KEY_A):

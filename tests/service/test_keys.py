@@ -16,7 +16,7 @@ from service.keys import (
     match_key,
     take_token,
 )
-from service.settings import Settings
+from service.settings import AccessSettings
 
 KEYS = ["alpha-3f9c2e", "beta-77d1a0"]
 
@@ -92,5 +92,6 @@ def test_two_keys_with_one_label_are_refused_at_start_up():
         seen[label] = key
     assert colliding is not None
     with pytest.raises(ValidationError, match="share the first 8 hex digits"):
-        Settings(api_keys=",".join(colliding))
-    assert Settings(api_keys=f"{KEYS[0]},{KEYS[0]}").api_keys == [KEYS[0], KEYS[0]]  # the same key twice is one key
+        AccessSettings(api_keys=",".join(colliding))
+    same_twice = AccessSettings(api_keys=f"{KEYS[0]},{KEYS[0]}")
+    assert same_twice.api_keys == [KEYS[0], KEYS[0]]  # the same key twice is one key

@@ -47,11 +47,11 @@ def test_start_up_builds_the_detectors_the_first_requests_use(monkeypatch):
 
     import service.language as language
     from service.app import _warm_language_detectors
-    from service.settings import Settings
+    from service.settings import LanguageSettings
 
     language._build.cache_clear()
     models = {"de-en": SimpleNamespace(languages=("de", "en")), "fr-en": SimpleNamespace(languages=("fr", "en"))}
-    _warm_language_detectors(Settings(detect_languages=["en", "zh"]), models)
+    _warm_language_detectors(LanguageSettings(detect_languages=["en", "zh"]), models)
 
     def no_build(*args, **kwargs):
         raise AssertionError("a detector was built after start-up")

@@ -12,17 +12,18 @@ import threading
 
 import pytest
 
+from service.batch_policy import BatchLimits
 from service.metrics import Metrics
-from service.scheduler import (
+from service.scheduling.dynamic import dynamic_scheduler
+from service.scheduling.errors import (
     BatchFailed,
-    BatchLimits,
     DeadlineExceeded,
     EngineRestarted,
     QueueFull,
     RequestTooLarge,
-    Scheduler,
     ShuttingDown,
 )
+from service.scheduling.scheduler import Scheduler
 
 MODEL = "m"
 KEY_A = ("translate", 4)
@@ -64,7 +65,7 @@ class FakeRunner:
 def make(runner: FakeRunner, **limits) -> tuple[Scheduler, Metrics]:
     metrics = Metrics()
     limits.setdefault("max_wait_s", 0.001)
-    scheduler = Scheduler(MODEL, runner, BatchLimits(**limits), metrics)
+    scheduler = dynamic_scheduler(MODEL, runner, BatchLimits(**limits), metrics)
     scheduler.start()
     return scheduler, metrics
 

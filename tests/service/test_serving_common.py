@@ -6,9 +6,11 @@ import asyncio
 
 import pytest
 
+from service.batch_policy import BatchLimits
 from service.metrics import Metrics
 from service.registry import LoadedModel
-from service.scheduler import BatchLimits, Scheduler, ShuttingDown
+from service.scheduling.dynamic import dynamic_scheduler
+from service.scheduling.errors import ShuttingDown
 from service.serving.common import run_work
 from service.serving.context import RequestContext
 from service.work import EmbedOptions, Source
@@ -18,7 +20,7 @@ def _model(version: str, metrics: Metrics) -> LoadedModel:
     def runner(options, sources):
         return [f"v{version}:{s.ids}" for s in sources], {}
 
-    scheduler = Scheduler("m", runner, BatchLimits(max_wait_s=0.0), metrics)
+    scheduler = dynamic_scheduler("m", runner, BatchLimits(max_wait_s=0.0), metrics)
     bundle = type("FakeBundle", (), {"version": version})()
     return LoadedModel("m", bundle, None, scheduler, "fp32", 10)  # type: ignore[arg-type]
 

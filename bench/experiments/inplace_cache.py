@@ -1,7 +1,7 @@
 """End-to-end effect of an in-place key/value cache: the bundle's step graph with its self-attention rewritten to
 ``GroupQueryAttention`` on preallocated buffers, against the engine as it is, same search code, same run.
 
-    python -m bench.inplace_cache --data ../shared/data/multi30k [--bundle model_repository/de-en/2] \
+    python -m bench.experiments.inplace_cache --data ../shared/data/multi30k [--bundle model_repository/de-en/2] \
         [--variant int8] [--repeats 3] [--limit 0] [--batch1-limit 200]
 
 Issue 16's lever "I/O binding and preallocated OrtValues so the KV cache is written in place". Today every
@@ -201,7 +201,9 @@ def decode_inplace(engine, session, state_class, sources: list[list[int]], beam:
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(
-        prog="python -m bench.inplace_cache", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+        prog="python -m bench.experiments.inplace_cache",
+        description=__doc__,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     parser.add_argument("--data", required=True)
     parser.add_argument("--split", default="test_2016_flickr")
@@ -212,8 +214,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--batch1-limit", type=int, default=200)
     args = parser.parse_args(argv)
 
-    from bench.bench_machine import cpu_model
-    from service.engine import Engine, TranslateOptions, load_bundle
+    from bench.harness import cpu_model
+    from core.bundle import load_bundle
+    from service.engine import Engine, TranslateOptions
     from service.engine.runtime import create_session
 
     bundle = load_bundle(args.bundle)

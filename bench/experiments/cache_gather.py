@@ -2,7 +2,7 @@
 indexing, from the session's contiguous output and from a view with its first columns cut (the live decode cuts
 the columns no row uses any more, service/engine/live.py).
 
-    python -m bench.cache_gather [--rows 32 128] [--width 10 21 40] [--calls 300]
+    python -m bench.experiments.cache_gather [--rows 32 128] [--width 10 21 40] [--calls 300]
 
 One cache tensor (rows, 4 heads, width + 1, 64) float32, rows in a random order; wall microseconds per copy,
 median of 5 interleaved timings.
@@ -45,7 +45,9 @@ def timings(rows: int, width: int, calls: int, heads: int = 4, d_head: int = 64)
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(
-        prog="python -m bench.cache_gather", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+        prog="python -m bench.experiments.cache_gather",
+        description=__doc__,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     parser.add_argument("--rows", type=int, nargs="+", default=[32, 128])
     parser.add_argument("--width", type=int, nargs="+", default=[10, 21, 40])

@@ -1,6 +1,6 @@
 """One decoder self-attention call with a key/value cache: the step graph's way against an in-place cache.
 
-    python -m bench.attention_cache [--rows 1 4 32 128] [--past 10 30] [--calls 2000]
+    python -m bench.experiments.attention_cache [--rows 1 4 32 128] [--past 10 30] [--calls 2000]
 
 Issue 16's lever "the KV cache written in place". The step graph (export/decoder_step.py) runs
 ``com.microsoft.MultiHeadAttention`` with ``past_key`` / ``past_value`` inputs: the kernel copies the whole cache
@@ -171,7 +171,7 @@ def check_same(rows: int, past: int, rng: np.random.Generator) -> float:
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(
-        prog="python -m bench.attention_cache",
+        prog="python -m bench.experiments.attention_cache",
         description=__doc__,
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
@@ -181,7 +181,7 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     import onnxruntime as ort
 
-    from bench.bench_machine import cpu_model
+    from bench.harness import cpu_model
 
     rng = np.random.default_rng(0)
     print(f"onnxruntime {ort.__version__}, 1 thread, {cpu_model()}; CPU us per call, median of 3")

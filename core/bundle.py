@@ -1,4 +1,5 @@
-"""A model bundle: ``model_repository/<name>/<version>/`` with manifest.json, tokenizer and ONNX graphs.
+"""The bundle format: ``model_repository/<name>/<version>/`` with manifest.json, tokenizer and ONNX graphs; the
+manifest written (export/) and read and verified (service/) by this module alone.
 
 Format 2 (``mtserve-bundle/2``, written since the compact layout) keeps every graph and weights file in
 ``graphs/``: graph protos whose large tensors are ONNX external data, regions of ``graphs/<variant>.weights``
@@ -140,14 +141,19 @@ def _verify(path: Path, manifest: dict[str, Any]) -> None:
             raise BundleError(f"{file}: not listed in the manifest (sha256 {sha256_file(file)}); remove it")
 
 
+def versions_of(repository: str | Path, name: str) -> list[str]:
+    """The version folders of a model that hold a manifest, lowest first (as integers)."""
+    folder = Path(repository) / name
+    if not folder.is_dir():
+        return []
+    found = [p.name for p in folder.iterdir() if p.is_dir() and p.name.isdigit() and (p / MANIFEST).exists()]
+    return sorted(found, key=int)
+
+
 def discover(repository: str | Path) -> dict[str, Path]:
     """Newest version of every model in a repository: {name: model_repository/<name>/<version>}."""
     repository = Path(repository)
-    found: dict[str, Path] = {}
     if not repository.is_dir():
-        return found
-    for model_dir in sorted(p for p in repository.iterdir() if p.is_dir()):
-        versions = [p for p in model_dir.iterdir() if p.is_dir() and p.name.isdigit() and (p / MANIFEST).exists()]
-        if versions:
-            found[model_dir.name] = max(versions, key=lambda p: int(p.name))
-    return found
+        return {}
+    models = sorted(p.name for p in repository.iterdir() if p.is_dir())
+    return {name: repository / name / versions[-1] for name in models if (versions := versions_of(repository, name))}

@@ -1,0 +1,49 @@
+"""What the middleware tells from a request's path alone: its metrics label, whether it queues engine work, and the
+form its protocol's errors take."""
+
+from __future__ import annotations
+
+import re
+
+WORK_PATHS = ("/v1/translate", "/v1/embed", "/v1/attention")  # requests that queue engine work
+OPERATIONS_PATHS = ("/healthz", "/readyz", "/metrics")  # open by default (MT_OPEN_PATHS), closable with API keys
+KNOWN_ENDPOINTS = {"/v1/translate", "/v1/embed", "/v1/attention", "/v1/models", "/healthz", "/readyz", "/metrics", "/"}
+# Open Inference Protocol v2 (service/api/v2.py) and the LibreTranslate API (service/api/libretranslate.py):
+# their errors are {"error": ...}; v2 needs an API key like /v1, LibreTranslate's key is checked in its handlers.
+LIBRETRANSLATE_PATHS = ("/translate", "/detect", "/languages")
+_V2_ENDPOINTS = [
+    (re.compile(r"^/v2/models/[^/]+(/versions/[^/]+)?/infer$"), "/v2/models/{name}/infer"),
+    (re.compile(r"^/v2/models/[^/]+(/versions/[^/]+)?/ready$"), "/v2/models/{name}/ready"),
+    (re.compile(r"^/v2/models/[^/]+(/versions/[^/]+)?$"), "/v2/models/{name}"),
+    (re.compile(r"^/v2(/health/live|/health/ready|/repository/index)?$"), None),  # the path is its own label
+]
+
+
+def endpoint_label(path: str) -> str:
+    """The metrics label of a path: the path of a known endpoint, a template for v2 model paths, else "other"."""
+    if path in KNOWN_ENDPOINTS or path in LIBRETRANSLATE_PATHS:
+        return path
+    for pattern, label in _V2_ENDPOINTS:
+        if pattern.match(path):
+            return label or path
+    return "other"
+
+
+def is_work_path(path: str) -> bool:
+    """Requests that queue engine work (refused up front with 429 when every queue is full)."""
+    return path in WORK_PATHS or path == "/translate" or _V2_ENDPOINTS[0][0].match(path) is not None
+
+
+def is_protected(path: str) -> bool:
+    """Paths that need an API key when MT_API_KEYS is set (unless listed in MT_OPEN_PATHS)."""
+    return path.startswith(("/v1/", "/v2/")) or path == "/v2" or path in OPERATIONS_PATHS
+
+
+def error_body(path: str, message: str, status: int = 0) -> dict:
+    """An error in the form of the path's protocol: {"error": ...} for v2 and LibreTranslate (whose 429 says
+    "Slowdown: ..."), else {"detail": ...}."""
+    if path in LIBRETRANSLATE_PATHS:
+        return {"error": ("Slowdown: " if status == 429 else "") + message}
+    if path == "/v2" or path.startswith("/v2/"):
+        return {"error": message}
+    return {"detail": message}

@@ -1,0 +1,122 @@
+"""Texts of one model prepared for translation: split into sentences (plain text: service/serving/segmentation.py;
+HTML: service/serving/html.py), tokenized with the model's limit (a text over it is refused before anything is
+queued), then run through the model's scheduler and put back together.
+
+``prepare(model, texts, ctx, split, fmt, indices)`` -> an object whose ``await .run(options, ctx)`` gives (one
+``Translation`` per text, the model version that ran them), the shape ``run_work`` answers with. Every endpoint
+that translates texts (/v1, streaming, v2, LibreTranslate) goes through it.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+from core.search import length_limits
+from core.tokenizer import EOS_ID
+from service.engine.engine import SourceTooLongError, TranslateOptions, Translation
+from service.registry import LoadedModel
+from service.serving.common import run_work, tokenize
+from service.serving.context import RequestContext
+from service.serving.html import HtmlPlan, align_words
+from service.serving.segmentation import Layout, merge, split_text
+from service.work import Source
+
+
+def tokenize_sentences(
+    model: LoadedModel, sentences: list[str], owners: list[int], ctx: RequestContext
+) -> list[Source]:
+    """Sources of the sentences; one over the model's limit is reported with the index of its text
+    (``owners[i]``: the request index of sentence i's text)."""
+    try:
+        return [Source(ids) for ids in tokenize(model, sentences, ctx)] if sentences else []
+    except SourceTooLongError as exc:
+        exc.index = owners[exc.index]
+        raise
+
+
+async def run_sources(
+    model: LoadedModel, sources: list[Source], options: TranslateOptions, ctx: RequestContext
+) -> tuple[list[Translation], LoadedModel]:
+    return await run_work(model, options, sources, ctx) if sources else ([], model)
+
+
+def mark_truncated(model: LoadedModel, t: Translation, options: TranslateOptions) -> Translation:
+    """A sentence's translation that reached its length limit ended without EOS: truncated."""
+    [limit] = length_limits([len(t.source_ids)], model.engine.max_source_tokens, options.max_length)
+    return dataclasses.replace(t, truncated=True) if t.token_ids and len(t.token_ids) >= limit else t
+
+
+def html_options(options: TranslateOptions) -> TranslateOptions:
+    """HTML needs the cross-attention (tags follow the words they align to) and has no n-best."""
+    return dataclasses.replace(options, return_attention=True, num_hypotheses=1)
+
+
+@dataclass
+class Prepared:
+    """Plain texts: each one's layout (sentences and what lies between them) and its sentences' sources."""
+
+    model: LoadedModel
+    layouts: list[Layout]
+    sources: list[Source]
+
+    async def run(self, options: TranslateOptions, ctx: RequestContext) -> tuple[list[Translation], LoadedModel]:
+        results, used = await run_sources(self.model, self.sources, options, ctx)
+        results = [mark_truncated(self.model, r, options) for r in results]
+        target = self.model.languages[1]
+        out, k = [], 0
+        for layout in self.layouts:
+            n = len(layout.sentences)
+            out.append(merge(layout, results[k : k + n], target, options.num_hypotheses))
+            k += n
+        return out, used
+
+
+@dataclass
+class PreparedHtml:
+    """HTML texts: each one's plan (markup kept, sentences to translate) and its sentences' sources."""
+
+    model: LoadedModel
+    plans: list[HtmlPlan]
+    sources: list[Source]
+
+    async def run(self, options: TranslateOptions, ctx: RequestContext) -> tuple[list[Translation], LoadedModel]:
+        results, used = await run_sources(self.model, self.sources, html_options(options), ctx)
+        target = self.model.languages[1]
+        out, k = [], 0
+        for plan in self.plans:
+            sentences = plan.sentences
+            mine = results[k : k + len(sentences)]
+            k += len(sentences)
+            aligned = [align_words(used, t, len(s.split())) for t, s in zip(mine, sentences, strict=True)]
+            rendered = plan.render(aligned, target)
+            if not mine:
+                out.append(Translation(rendered, 0.0, [], [EOS_ID]))
+                continue
+            combined = merge(Layout(tuple(("sentence", i) for i in range(len(mine))), tuple(sentences)), mine, target)
+            combined.text = rendered
+            out.append(combined)
+        return out, used
+
+
+def prepare(
+    model: LoadedModel,
+    texts: Sequence[str],
+    ctx: RequestContext,
+    split: bool = True,
+    fmt: str = "text",
+    indices: Sequence[int] | None = None,
+) -> Prepared | PreparedHtml:
+    """Split (``split`` false: each text is one sentence) and tokenize texts of one model, as plain text or
+    (``fmt`` "html") as HTML. ``indices``: the request index of each text (names a text over the model's limit)."""
+    indices = list(indices) if indices is not None else list(range(len(texts)))
+    if fmt == "html":
+        plans = [HtmlPlan(text, model.languages[0], split) for text in texts]
+        sentences = [s for plan in plans for s in plan.sentences]
+        owners = [indices[i] for i, plan in enumerate(plans) for _ in plan.sentences]
+        return PreparedHtml(model, plans, tokenize_sentences(model, sentences, owners, ctx))
+    layouts = [split_text(text, model.languages[0], split) for text in texts]
+    sentences = [s for layout in layouts for s in layout.sentences]
+    owners = [indices[i] for i, layout in enumerate(layouts) for _ in layout.sentences]
+    return Prepared(model, layouts, tokenize_sentences(model, sentences, owners, ctx))
