@@ -13,7 +13,8 @@ import argparse
 import json
 from pathlib import Path
 
-from service.engine import Engine, TranslateOptions, load_bundle
+from core.bundle import load_bundle
+from service.engine import Engine, TranslateOptions
 
 
 def translations(bundle_dir: str, sentences: list[str], beam: int, variant: str | None) -> list[str]:

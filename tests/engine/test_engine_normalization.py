@@ -6,8 +6,9 @@ from __future__ import annotations
 import pytest
 from bundle_copies import copy_bundle
 
+from core.bundle import load_bundle
 from core.normalize import normalize_for, source_normalizer
-from service.engine import Engine, load_bundle
+from service.engine import Engine
 
 
 def test_source_normalizer_versions():
