@@ -47,8 +47,9 @@ def test_translations_of_the_test_split_are_pytorchs(trained, test_split, beam_s
     assert parity.total == len(sources) == 30
     assert parity.identical == parity.total, f"beam {beam_size}: sentences {parity.differing} differ"
     if beam_size == 1:  # a trained model: it translates the toy corpus, so the parity is not of noise
-        hyps = [t.text for t in engine.translate(sources)]  # BLEU seen: sparse 79, linear 84, xl_relative 54
-        assert bleu(hyps, references)["bleu"] >= 40, hyps[:5]  # (vanilla 69; random weights about 0)
+        # BLEU after 1,500 steps on an AVX-512 EPYC: sparse 82, linear 96, xl_relative 67 (random weights about 0)
+        hyps = [t.text for t in engine.translate(sources)]
+        assert bleu(hyps, references)["bleu"] >= 40, hyps[:5]
 
 
 def test_the_bundle_declares_its_cache_and_searches_with_decoder_onnx(trained):
