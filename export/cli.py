@@ -118,7 +118,7 @@ def _source_ids(engine: Engine, sources: list[str]) -> tuple[list[list[int]], in
     """Subword ids + EOS of each source, cut at the model's limit (the service refuses such a text with 422;
     a test set must still score every line), and how many were cut."""
     limit = engine.max_source_tokens - 1
-    ids = engine.tokenizer.encode_batch(sources)
+    ids = engine.tokenizer.encode_batch([engine.normalize_source(s) for s in sources])  # as source_ids does
     return [seq[:limit] + [EOS_ID] for seq in ids], sum(len(seq) > limit for seq in ids)
 
 
