@@ -124,7 +124,7 @@ def _source_ids(engine: Engine, sources: list[str]) -> tuple[list[list[int]], in
 
 def cmd_evaluate(args: argparse.Namespace) -> int:
     from model.data import read_parallel, split_language
-    from model.evaluate import bleu
+    from model.evaluate import bleu, score_line, write_hypotheses
 
     bundle = load_bundle(args.bundle)
     manifest = bundle.manifest
@@ -152,13 +152,9 @@ def cmd_evaluate(args: argparse.Namespace) -> int:
                 result.update(beam_size=beam, seconds=round(time.time() - started, 1), providers=engine.providers)
                 result["truncated_sources"] = truncated
                 scores[f"beam{beam}"] = result
-                print(
-                    f"{variant} {split} beam={beam}: BLEU {result['bleu']} chrF {result['chrf']} "
-                    f"loops {result['loops']} ({result['seconds']}s)  {result['signature']}",
-                    file=sys.stderr,
-                )
+                print(score_line(f"{variant} {split} beam={beam}", result), file=sys.stderr)
                 if args.hypotheses:
-                    Path(f"{args.hypotheses}.{variant}.{split}.beam{beam}").write_text("\n".join(hyps) + "\n")
+                    write_hypotheses(f"{args.hypotheses}.{variant}.{split}.beam{beam}", hyps)
             report.setdefault(variant, {})[split] = {"split": split, **scores}
         entry = manifest["variants"][variant]
         entry["bleu"] = report[variant][args.split[0]]  # the first split is the bundle's headline score

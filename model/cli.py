@@ -12,7 +12,7 @@ import torch
 from model.checkpoint import TOKENIZER_FILE, load_release
 from model.config import RunConfig
 from model.data import read_parallel, split_language
-from model.evaluate import evaluate, translate
+from model.evaluate import evaluate, score_line, translate, write_hypotheses
 from model.tokenizer import Tokenizer
 
 
@@ -61,13 +61,9 @@ def cmd_evaluate(args: argparse.Namespace) -> int:
     for beam in args.beam:
         result, hyps = evaluate(model, tokenizer, sources, references, beam, args.length_penalty, progress=True)
         results[f"beam{beam}"] = result
-        print(
-            f"{args.split} beam={beam}: BLEU {result['bleu']} "
-            f"(lowercased {result['bleu_lowercase']})  {result['signature']}",
-            file=sys.stderr,
-        )
+        print(score_line(f"{args.split} beam={beam}", result), file=sys.stderr)
         if args.hypotheses:
-            Path(f"{args.hypotheses}.beam{beam}").write_text("\n".join(hyps) + "\n")
+            write_hypotheses(f"{args.hypotheses}.beam{beam}", hyps)
     out = {"split": args.split, "data": str(args.data), "results": results}
     text = json.dumps(out, indent=2)
     if args.output:

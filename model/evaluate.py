@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import re
 from collections.abc import Sequence
+from pathlib import Path
 
 import sacrebleu
 import torch
@@ -73,6 +74,19 @@ def bleu(hypotheses: Sequence[str], references: Sequence[str]) -> dict[str, obje
         "n_sentences": len(hypotheses),
         "loops": sum(is_loop(h) for h in hypotheses),
     }
+
+
+def score_line(label: str, result: dict[str, object]) -> str:
+    """One line of progress output for a scored split: BLEU, chrF, loops (and seconds when timed), signature."""
+    seconds = f" ({result['seconds']}s)" if "seconds" in result else ""
+    return (
+        f"{label}: BLEU {result['bleu']} (lowercased {result['bleu_lowercase']}) chrF {result['chrf']} "
+        f"loops {result['loops']}{seconds}  {result['signature']}"
+    )
+
+
+def write_hypotheses(path: str | Path, hypotheses: Sequence[str]) -> None:
+    Path(path).write_text("".join(h + "\n" for h in hypotheses), encoding="utf-8")
 
 
 def evaluate(
