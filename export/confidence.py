@@ -65,13 +65,13 @@ def features_and_labels(
 
 
 def main(argv: list[str] | None = None) -> int:
-    from model.data import read_parallel
+    from model.data import read_parallel, split_language
 
     parser = argparse.ArgumentParser(prog="python -m export.confidence", description=__doc__.split("\n\n")[0])
     parser.add_argument("--bundle", required=True)
     parser.add_argument("--data", required=True, help="corpus folder with <split>.<lang> files")
-    parser.add_argument("--fit-split", default="val")
-    parser.add_argument("--test-split", default="test_2016_flickr")
+    parser.add_argument("--fit-split", nargs="+", default=["val"], help="one or more splits, fitted as one")
+    parser.add_argument("--test-split", nargs="+", default=["test_2016_flickr"], help="one or more splits")
     parser.add_argument("--threshold", type=float, default=50.0, help="chrF a 'good' translation reaches")
     parser.add_argument("--beam", type=int, default=4)
     parser.add_argument("--limit", type=int, default=0, help="use only the first N sentences of each split")
@@ -82,15 +82,19 @@ def main(argv: list[str] | None = None) -> int:
     m = bundle.manifest
     engine = Engine(bundle)
     data = {}
-    for split in (args.fit_split, args.test_split):
-        sources, references = read_parallel(args.data, split, m["source_language"], m["target_language"])
-        if args.limit:
-            sources, references = sources[: args.limit], references[: args.limit]
-        data[split] = features_and_labels(engine, sources, references, args.threshold, args.beam)
-    x, y = data[args.fit_split]
+    for role, splits in (("fit", args.fit_split), ("test", args.test_split)):
+        sources, references = [], []
+        for split in splits:  # several splits (a general model's domains) are scored as one
+            language = split_language(args.data, split, m["source_language"], m["target_language"])
+            src, ref = read_parallel(args.data, split, language, m["target_language"])
+            if args.limit:
+                src, ref = src[: args.limit], ref[: args.limit]
+            sources, references = sources + src, references + ref
+        data[role] = features_and_labels(engine, sources, references, args.threshold, args.beam)
+    x, y = data["fit"]
     a, b = fit_logistic(x, y)
     params = {"a": round(a, 6), "b": round(b, 6)}
-    tx, ty = data[args.test_split]
+    tx, ty = data["test"]
     p = np.array([confidence_of(v, params) for v in tx])
     base = np.full_like(ty, y.mean())
     report = {
@@ -100,9 +104,9 @@ def main(argv: list[str] | None = None) -> int:
         "threshold_chrf": args.threshold,
         "variant": engine.variant,
         "beam_size": args.beam,
-        "fit": {"split": args.fit_split, "sentences": len(x), "positive_rate": round(float(y.mean()), 4)},
+        "fit": {"split": " + ".join(args.fit_split), "sentences": len(x), "positive_rate": round(float(y.mean()), 4)},
         "test": {
-            "split": args.test_split,
+            "split": " + ".join(args.test_split),
             "sentences": len(tx),
             "positive_rate": round(float(ty.mean()), 4),
             "ece": round(calibration_error(p, ty), 4),

@@ -28,3 +28,24 @@ def test_confidence_is_the_fitted_map_of_the_mean_log_probability():
     assert mean_log_prob(-3.0, 2) == -1.0
     assert abs(confidence(-3.0, 2, params) - 1 / (1 + np.exp(1.0))) < 1e-12
     assert confidence_of(-1000.0, params) == 0.0 and confidence_of(1000.0, params) == 1.0  # no overflow
+
+
+def test_the_cli_fits_on_several_splits_as_one(tiny_bundle_dir, tmp_path, capsys):
+    import json
+    import shutil
+
+    from tiny_bundle import write_corpus
+
+    from export.confidence import main
+
+    corpus = write_corpus(tmp_path / "corpus", n_train=1, n_valid=12, seed=5)
+    for lang in ("de", "en"):  # a second fitting split under another name (a general model's other domain)
+        shutil.copy(corpus / f"test.{lang}", corpus / f"news.val.{lang}")
+    before = (tiny_bundle_dir / "manifest.json").read_bytes()
+    args = ["--bundle", str(tiny_bundle_dir), "--data", str(corpus), "--fit-split", "val", "news.val",
+            "--test-split", "test", "--beam", "1", "--limit", "10", "--dry-run"]  # fmt: skip
+    assert main(args) == 0
+    report = json.loads(capsys.readouterr().out)
+    assert report["fit"]["split"] == "val + news.val" and report["fit"]["sentences"] == 20
+    assert report["test"]["split"] == "test" and report["test"]["sentences"] == 10
+    assert (tiny_bundle_dir / "manifest.json").read_bytes() == before  # --dry-run
