@@ -1,14 +1,15 @@
-"""LibreTranslate-compatible API at the root: POST /translate, POST /detect, GET /languages.
+"""LibreTranslate-compatible API at the root: POST /translate, POST /detect, GET /languages, GET /health.
 
-Bodies are JSON or forms (application/x-www-form-urlencoded, multipart/form-data), as LibreTranslate takes
-them; answers and errors have LibreTranslate's shapes and status codes: 400 {"error"} for a bad request or an
-unserved language, 403 for an invalid API key, 429 {"error": "Slowdown: ..."} when the queue (or the API key's
-share of it) is full or the key is over its rate limit (and, as
-/v1 does, 413 for a body over the limit, 503 while loading or draining, 504 past the deadline).
+Fields come as JSON, forms (application/x-www-form-urlencoded, multipart/form-data) or the query string, as
+LibreTranslate takes them (a repeated ``q`` is a batch); answers and errors have LibreTranslate's shapes and
+status codes: 400 {"error"} for a bad request or an unserved language, 403 for an invalid API key, 429
+{"error": "Slowdown: ..."} when the queue (or the API key's share of it) is full or the key is over its rate
+limit (and, as /v1 does, 413 for a body over the limit, 503 while loading or draining, 504 past the deadline).
 
-Honoured fields (docs/protocols.md): ``q`` (a string or, in JSON, a list of strings), ``source`` (a code or
-"auto"), ``target``, ``format`` ("text" | "html"), ``alternatives`` (plain text), ``api_key`` (with MT_API_KEYS;
-also accepted as 'Authorization: Bearer' or X-API-Key). Other fields are ignored, as LibreTranslate ignores them.
+Honoured fields (docs/protocols.md): ``q`` (a string, or a list of strings: a JSON list or a repeated field),
+``source`` (a code or "auto"), ``target``, ``format`` ("text" | "html"), ``alternatives`` (plain text),
+``api_key`` (with MT_API_KEYS; also accepted as 'Authorization: Bearer' or X-API-Key). Other fields are
+ignored, as LibreTranslate ignores them.
 """
 
 from __future__ import annotations
@@ -61,28 +62,40 @@ class LibreRoute(ProtocolRoute):
 
 
 async def _fields(request: Request) -> tuple[dict[str, Any], bool]:
-    """(the body's fields, whether it was JSON). Form values are strings, line endings made LF."""
+    """(the request's fields, whether they came as JSON), read as LibreTranslate reads them: a JSON body alone,
+    else the query string and the form together (Flask's ``request.values``; the query string's first). Form and
+    query values are strings, line endings made LF; a repeated ``q`` is a batch (a list, as in JSON), any other
+    field given twice is refused."""
     content_type = request.headers.get("content-type", "").split(";")[0].strip().lower()
+    items = list(request.query_params.multi_items())
     if content_type in FORM_TYPES:
         form = await request.form(max_files=0, max_fields=64)
-        fields: dict[str, Any] = {}
         for key, value in form.multi_items():
             if not isinstance(value, str):
                 raise ProtocolError(400, f"Invalid request: {key} must be text, not a file")
-            if key in fields:
-                raise ProtocolError(400, f"Invalid request: {key} given more than once (send a list as JSON)")
-            fields[key] = value.replace("\r\n", "\n")
-        return fields, False
-    body = await request.body()
-    if not body.strip():
-        return {}, True
-    try:
-        payload = json.loads(body, parse_constant=_no_constant)
-    except (ValueError, RecursionError):
-        raise ProtocolError(400, "Invalid JSON format") from None
-    if not isinstance(payload, dict):
-        raise ProtocolError(400, "Invalid JSON format")
-    return payload, True
+            items.append((key, value))
+    else:
+        body = await request.body()
+        if body.strip():
+            try:
+                payload = json.loads(body, parse_constant=_no_constant)
+            except (ValueError, RecursionError):
+                raise ProtocolError(400, "Invalid JSON format") from None
+            if not isinstance(payload, dict):
+                raise ProtocolError(400, "Invalid JSON format")
+            return payload, True
+        if not items:
+            return {}, True
+    fields: dict[str, Any] = {}
+    for key, value in items:
+        value = value.replace("\r\n", "\n")
+        if key == "q" and key in fields:
+            fields[key] = [*fields[key], value] if isinstance(fields[key], list) else [fields[key], value]
+        elif key in fields:
+            raise ProtocolError(400, f"Invalid request: {key} given more than once (only q may repeat: a batch)")
+        else:
+            fields[key] = value
+    return fields, False
 
 
 def _no_constant(name: str) -> None:
@@ -171,6 +184,10 @@ def build_libretranslate_router(app: FastAPI) -> APIRouter:
         "properties": {"q": {**text, "minLength": 1}, "api_key": {"type": "string"}},
     }
     router = APIRouter(route_class=LibreRoute, tags=["LibreTranslate"])
+
+    @router.get("/health", summary="Liveness, as LibreTranslate answers it")
+    async def health() -> dict[str, str]:
+        return {"status": "ok"}
 
     @router.get("/languages", response_model=list[Language], responses=ERRORS, summary="Languages served")
     async def languages(request: Request) -> list[dict[str, Any]]:

@@ -103,3 +103,32 @@ def test_bad_json_and_detect_errors(api):
     assert response.status_code == 400 and "missing q parameter" in response.json()["error"]
     response = api.post("/detect", json={"q": "Hund", "api_key": None})  # schemathesis found this one accepted
     assert response.status_code == 400 and "api_key must be a string" in response.json()["error"]
+
+
+def test_fields_in_the_query_string_a_repeated_q_and_health(api):
+    """LibreTranslate reads the query string and the form alike (Flask's request.values): clients that send
+    their fields in the URL of a POST with an empty body, or a batch as a repeated form field, are answered."""
+    expected = v1_translate(api, [TEXT, "Eine Katze."])
+    in_url = api.post("/translate", params={"q": TEXT, "source": "de", "target": "en"})
+    assert in_url.status_code == 200, in_url.text
+    assert in_url.json() == {"translatedText": expected[0]["text"]}
+    form_batch = api.post("/translate", data={"q": [TEXT, "Eine Katze."], "source": "de", "target": "en"})
+    assert form_batch.status_code == 200 and form_batch.json()["translatedText"] == [t["text"] for t in expected]
+    multipart_batch = api.post(
+        "/translate", files=[("q", (None, TEXT)), ("q", (None, "Eine Katze.")), ("source", (None, "de"))],
+        params={"target": "en"},
+    )  # fmt: skip
+    assert multipart_batch.json()["translatedText"] == [t["text"] for t in expected]
+    url_batch = api.post("/translate?q=Ein%20Hund%20l%C3%A4uft.&q=Eine%20Katze.&source=de&target=en")
+    assert url_batch.json()["translatedText"] == [
+        v1_translate(api, ["Ein Hund läuft."])[0]["text"],
+        expected[1]["text"],
+    ]
+    detected = api.post("/detect", params={"q": TEXT})
+    assert detected.status_code == 200 and detected.json()[0]["language"] == "de"
+    twice = api.post("/translate", data={"q": TEXT, "source": ["de", "en"], "target": "en"})
+    assert twice.status_code == 400 and "source given more than once" in twice.json()["error"]
+    json_wins = api.post("/translate", params={"q": "ignored"}, json={"q": TEXT, "source": "de", "target": "en"})
+    assert json_wins.json() == {"translatedText": expected[0]["text"]}  # a JSON body alone, as LibreTranslate
+    assert api.get("/health").json() == {"status": "ok"}
+    assert api.post("/health").status_code == 405

@@ -53,6 +53,7 @@ def test_libretranslate_key_in_the_body(keyed_server):
         LibreTranslateAPI(url, api_key="k3").translate("Ein Hund.", "de", "en")
     assert info.value.code == 403
     assert httpx.get(url + "/languages").status_code == 200  # as in LibreTranslate: no key needed
+    assert httpx.get(url + "/health").json() == {"status": "ok"}  # nor here
 
 
 def test_full_queue_gets_each_protocols_429_and_metrics_count_it(tiny_repository, tmp_path):

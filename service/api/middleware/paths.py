@@ -10,7 +10,7 @@ OPERATIONS_PATHS = ("/healthz", "/readyz", "/metrics")  # open by default (MT_OP
 KNOWN_ENDPOINTS = {"/v1/translate", "/v1/embed", "/v1/attention", "/v1/models", "/healthz", "/readyz", "/metrics", "/"}
 # Open Inference Protocol v2 (service/api/v2.py) and the LibreTranslate API (service/api/libretranslate.py):
 # their errors are {"error": ...}; v2 needs an API key like /v1, LibreTranslate's key is checked in its handlers.
-LIBRETRANSLATE_PATHS = ("/translate", "/detect", "/languages")
+LIBRETRANSLATE_PATHS = ("/translate", "/detect", "/languages", "/health")
 _V2_ENDPOINTS = [
     (re.compile(r"^/v2/models/[^/]+(/versions/[^/]+)?/infer$"), "/v2/models/{name}/infer"),
     (re.compile(r"^/v2/models/[^/]+(/versions/[^/]+)?/ready$"), "/v2/models/{name}/ready"),
