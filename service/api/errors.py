@@ -15,6 +15,7 @@ from fastapi.responses import JSONResponse
 from starlette.exceptions import HTTPException
 
 from service.api.middleware.body import BodyTooLarge, too_large
+from service.api.middleware.paths import error_body
 from service.engine.engine import SourceTooLongError
 from service.registry import UnknownModel
 from service.scheduling.errors import (
@@ -134,6 +135,10 @@ def install(app: FastAPI) -> None:
             return JSONResponse(
                 {"detail": [{"type": "json_invalid", "loc": ["body"], "msg": message, "input": None}]}, status_code=422
             )
+        path = request.url.path
+        if path == "/v2" or path.startswith("/v2/"):  # an unrouted v2 path or method: the protocol's error form
+            message = f"{exc.detail}: {request.method} {path}"
+            return JSONResponse(error_body(path, message, exc.status_code), exc.status_code, headers=exc.headers)
         return await http_exception_handler(request, exc)
 
     @app.exception_handler(SourceTooLongError)

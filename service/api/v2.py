@@ -309,6 +309,9 @@ def build_v2_router(app: FastAPI) -> APIRouter:
     async def server_metadata() -> dict[str, Any]:
         return {"name": SERVER_NAME, "version": SERVER_VERSION, "extensions": EXTENSIONS}
 
+    # /v2/ answered here, not redirected: Starlette's slash redirect names an absolute http:// URL (wrong behind TLS)
+    router.add_api_route("/", server_metadata, methods=["GET"], include_in_schema=False)
+
     @router.get("/health/live", response_model=Live, responses=ERRORS, summary="Server liveness")
     async def live() -> dict[str, bool]:
         return {"live": True}

@@ -104,3 +104,35 @@ def test_server_endpoints(api):
     assert api.get("/v2/health/live").json() == {"live": True}
     assert api.get("/v2/health/ready").json() == {"ready": True}
     assert api.get("/v2").json()["name"] == "mtserve"
+
+
+@pytest.mark.parametrize(
+    "method, path, status",
+    [
+        ("GET", "/v2/models/de-en/config", 404),
+        ("GET", "/v2/models/de-en/stats", 404),
+        ("GET", "/v2/no/such/path", 404),
+        ("GET", "/v2/models/de-en/infer", 405),
+        ("DELETE", "/v2", 405),
+    ],
+)
+def test_unrouted_v2_paths_answer_in_the_protocols_error_form(api, method, path, status):
+    response = api.request(method, path)
+    assert response.status_code == status, response.text
+    assert set(response.json()) == {"error"} and path in response.json()["error"]
+    if status == 405:
+        assert "GET" in response.headers["allow"] or "POST" in response.headers["allow"]
+
+
+def test_v2_with_a_slash_is_answered_not_redirected(api):
+    response = api.get("/v2/", follow_redirects=False)
+    assert response.status_code == 200 and response.json() == api.get("/v2").json()
+
+
+def test_tritonclient_shows_our_message_for_an_unrouted_path(host):
+    import tritonclient.http as triton
+    from tritonclient.utils import InferenceServerException
+
+    with triton.InferenceServerClient(host) as client, pytest.raises(InferenceServerException) as info:
+        client.get_model_config("de-en")
+    assert "/v2/models/de-en/config" in str(info.value) and "decoding the response" not in str(info.value)
