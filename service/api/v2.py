@@ -86,10 +86,11 @@ def request_models(limits: LimitSettings) -> tuple[type[BaseModel], type[BaseMod
     class InputTensor(BaseModel):
         model_config = ConfigDict(extra="forbid", strict=True)
         name: Literal["TEXT"]
-        shape: list[Annotated[Int, Field(ge=0)]] = Field(min_length=1, max_length=2)
+        # any rank the protocol allows (its element count is the number of texts); 8 dimensions bound the work
+        shape: list[Annotated[Int, Field(ge=0)]] = Field(min_length=1, max_length=8)
         datatype: Literal["BYTES"]
         parameters: TensorParameters | None = None
-        data: list[str | list[str]] | None = Field(None, description="strings, row-major (flat, or nested by shape)")
+        data: list[str | list[Any]] | None = Field(None, description="strings, row-major (flat, or nested by shape)")
 
     class RequestedOutput(BaseModel):
         model_config = ConfigDict(extra="forbid", strict=True)
@@ -98,7 +99,7 @@ def request_models(limits: LimitSettings) -> tuple[type[BaseModel], type[BaseMod
 
     class InferRequest(BaseModel):
         model_config = ConfigDict(
-            extra="forbid",
+            extra="ignore",  # the protocol's schema allows other top-level fields: ignored, as Triton ignores them
             strict=True,
             json_schema_extra={
                 "examples": [

@@ -136,3 +136,18 @@ def test_tritonclient_shows_our_message_for_an_unrouted_path(host):
     with triton.InferenceServerClient(host) as client, pytest.raises(InferenceServerException) as info:
         client.get_model_config("de-en")
     assert "/v2/models/de-en/config" in str(info.value) and "decoding the response" not in str(info.value)
+
+
+def test_any_rank_of_n_elements_and_unknown_top_level_fields_are_accepted(api):
+    flat = api.post("/v2/models/de-en/infer", json=GOOD).json()
+    texts = ["Ein Hund.", "Eine Katze."]
+    rank3 = {"inputs": [_with(shape=[1, 2, 1], data=[[["Ein Hund."], ["Eine Katze."]]])["inputs"][0]]}
+    answer = api.post("/v2/models/de-en/infer", json={**rank3, "sequence_id": 7, "client_note": "x"})
+    assert answer.status_code == 200, answer.text
+    output = next(o for o in answer.json()["outputs"] if o["name"] == "TRANSLATION")
+    assert output["shape"] == [1, 2, 1] and output["data"][0] == flat["outputs"][0]["data"][0]
+    flat3 = api.post("/v2/models/de-en/infer", json=_with(shape=[2, 1, 1], data=texts))
+    assert (
+        flat3.status_code == 200
+        and len(next(o for o in flat3.json()["outputs"] if o["name"] == "TRANSLATION")["data"]) == 2
+    )
