@@ -70,7 +70,8 @@ RUN apt-get update \
     && apt-get install -y --no-install-recommends python3 \
     && rm -rf /var/lib/apt/lists/* \
     && groupadd --system --gid 10001 mt \
-    && useradd --system --uid 10001 --gid 10001 --no-create-home --home-dir /nonexistent --shell /usr/sbin/nologin mt
+    && useradd --system --uid 10001 --gid 10001 --no-create-home --home-dir /nonexistent --shell /usr/sbin/nologin mt \
+    && install -d -o 10001 -g 10001 -m 0750 /var/lib/mtserve
 COPY --from=gpu-builder /opt/venv /opt/venv
 COPY --from=app /app /app
 ENV PATH=/opt/venv/bin:$PATH \
@@ -80,8 +81,10 @@ ENV PATH=/opt/venv/bin:$PATH \
     MT_HOST=0.0.0.0 \
     MT_PORT=8000 \
     MT_MODEL_REPOSITORY=/app/model_repository \
+    MT_STATE_DIR=/var/lib/mtserve \
     MT_PROVIDERS=cuda
 WORKDIR /app
+VOLUME ["/var/lib/mtserve"]
 USER 10001:10001
 EXPOSE 8000
 STOPSIGNAL SIGTERM
@@ -93,7 +96,8 @@ ENTRYPOINT ["/app/deploy/entrypoint.sh"]
 # cpu: runtime image for CPUs; the last stage, so the default target of a plain `docker build .`
 FROM ${PYTHON_IMAGE} AS cpu
 RUN groupadd --system --gid 10001 mt \
-    && useradd --system --uid 10001 --gid 10001 --no-create-home --home-dir /nonexistent --shell /usr/sbin/nologin mt
+    && useradd --system --uid 10001 --gid 10001 --no-create-home --home-dir /nonexistent --shell /usr/sbin/nologin mt \
+    && install -d -o 10001 -g 10001 -m 0750 /var/lib/mtserve
 COPY --from=cpu-builder /opt/venv /opt/venv
 COPY --from=app /app /app
 ENV PATH=/opt/venv/bin:$PATH \
@@ -103,8 +107,10 @@ ENV PATH=/opt/venv/bin:$PATH \
     MT_HOST=0.0.0.0 \
     MT_PORT=8000 \
     MT_MODEL_REPOSITORY=/app/model_repository \
+    MT_STATE_DIR=/var/lib/mtserve \
     MT_PROVIDERS=cpu
 WORKDIR /app
+VOLUME ["/var/lib/mtserve"]
 USER 10001:10001
 EXPOSE 8000
 STOPSIGNAL SIGTERM

@@ -28,6 +28,7 @@ from service.registry import LoadedModel, Registry, RunnerWrapper
 from service.serving.quality import QualityPolicy
 from service.serving.routing import Detector
 from service.settings import LanguageSettings, Settings
+from service.state import StateStore, open_store
 
 log = logging.getLogger(__name__)
 
@@ -44,6 +45,15 @@ class AppState:
     reloads: set[asyncio.Task] = field(default_factory=set, repr=False)  # SIGHUP reloads in progress
     load_task: asyncio.Task | None = field(default=None, repr=False)
     key_rates: KeyRates = field(default_factory=lambda: KeyRates(0.0, 1))  # per-API-key rate limits (token buckets)
+    _store: StateStore | None = field(default=None, repr=False)
+
+    @property
+    def store(self) -> StateStore:
+        """The state store (service/state/), opened on first use: a server that never stores anything never
+        creates MT_STATE_DIR. Raises StateUnavailable when the directory cannot be used."""
+        if self._store is None:
+            self._store = open_store(self.settings.state.state_dir)
+        return self._store
 
 
 def create_app(settings: Settings | None = None, wrap_runner: RunnerWrapper | None = None) -> FastAPI:
@@ -70,6 +80,8 @@ def create_app(settings: Settings | None = None, wrap_runner: RunnerWrapper | No
         if state.load_task and not state.load_task.done():
             state.load_task.cancel()
         await state.registry.stop()
+        if state._store is not None:
+            await state._store.close()
 
     # Swagger UI and ReDoc from files installed with fastapi-offline (no CDN): /docs works on a closed network
     app = FastAPIOffline(

@@ -205,6 +205,16 @@ class ProtocolSettings(SettingsGroup):
     libretranslate_api: bool = Field(True, description="serve LibreTranslate's /translate, /detect and /languages")
 
 
+class StateSettings(SettingsGroup):
+    """Where state that outlives a request is kept (service/state/): stored glossaries, document jobs, quotas."""
+
+    state_dir: Path = Field(
+        REPO_ROOT / "state",
+        description="directory of the embedded state store (SQLite and files), kept across restarts; in the image a "
+        "volume",
+    )
+
+
 class Settings(BaseModel):
     """Every setting, in its group; ``Settings()`` reads the environment (each group its own variables)."""
 
@@ -217,6 +227,7 @@ class Settings(BaseModel):
     access: AccessSettings = Field(default_factory=AccessSettings)
     languages: LanguageSettings = Field(default_factory=LanguageSettings)
     protocols: ProtocolSettings = Field(default_factory=ProtocolSettings)
+    state: StateSettings = Field(default_factory=StateSettings)
 
 
 def _groups() -> dict[str, type[SettingsGroup]]:

@@ -27,6 +27,7 @@ SERVICE_LAYERS = [
         "service.language",
         "service.logs",
         "service.metrics",
+        "service.state",
         "service.tools",
     ),
     ("service.scheduling.errors", "service.scheduling.runners"),  # what the worker raises and what it implements

@@ -30,6 +30,7 @@ from service.scheduling.errors import (
 from service.serving.attention import OutOfRange
 from service.serving.quality import LanguageMismatch
 from service.serving.routing import UnservedPair
+from service.state import StateUnavailable
 
 log = logging.getLogger(__name__)
 
@@ -140,6 +141,11 @@ def install(app: FastAPI) -> None:
             message = f"{exc.detail}: {request.method} {path}"
             return JSONResponse(error_body(path, message, exc.status_code), exc.status_code, headers=exc.headers)
         return await http_exception_handler(request, exc)
+
+    @app.exception_handler(StateUnavailable)
+    async def state_unavailable(_: Request, exc: StateUnavailable) -> JSONResponse:
+        log.warning("state store unavailable: %s", exc)
+        return JSONResponse({"detail": str(exc)}, status_code=503, headers={"Retry-After": str(exc.retry_after)})
 
     @app.exception_handler(SourceTooLongError)
     async def too_long(_: Request, exc: SourceTooLongError) -> JSONResponse:

@@ -61,6 +61,7 @@ DEFAULTS = {
     "MT_V2_API": True,
     "MT_LIBRETRANSLATE_API": True,
     "MT_DETECT_LANGUAGES": ["de", "en", "zh"],
+    "MT_STATE_DIR": REPO_ROOT / "state",
 }
 
 
