@@ -7,6 +7,7 @@ import signal
 import socket
 import subprocess
 import sys
+import tempfile
 import time
 from pathlib import Path
 
@@ -41,6 +42,8 @@ class LiveServer:
             "OMP_NUM_THREADS": "1",
             **(env or {}),
         }
+        if "MT_STATE_DIR" not in (env or {}):  # each server its own state store, never the checkout's state/
+            self.env["MT_STATE_DIR"] = tempfile.mkdtemp(prefix="mt-state-")
         self.command = command or [sys.executable, "-m", "service"]
         self.log_path = log_path
         self.process: subprocess.Popen | None = None

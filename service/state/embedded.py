@@ -46,7 +46,9 @@ class EmbeddedStore:
             self._db.execute("PRAGMA journal_mode=WAL")
             self._db.executescript(SCHEMA)
         except (OSError, sqlite3.Error) as exc:
-            raise StateUnavailable(f"the state directory {self.state_dir} cannot be used (MT_STATE_DIR): {exc}")
+            raise StateUnavailable(
+                f"the state directory {self.state_dir} cannot be used (MT_STATE_DIR): {exc}"
+            ) from exc
 
     async def _run(self, fn, *args: Any) -> Any:
         def locked() -> Any:
@@ -123,13 +125,16 @@ class EmbeddedStore:
     def _add(self, namespace: str, key: str, amount: int, limit: int | None) -> CounterChange:
         self._db.execute("BEGIN IMMEDIATE")
         try:
-            row = self._db.execute("SELECT value FROM counters WHERE namespace=? AND key=?", (namespace, key)).fetchone()
+            row = self._db.execute(
+                "SELECT value FROM counters WHERE namespace=? AND key=?", (namespace, key)
+            ).fetchone()
             value = 0 if row is None else row[0]
             if limit is not None and value + amount > limit:
                 self._db.execute("ROLLBACK")
                 return CounterChange(False, value)
             self._db.execute(
-                "INSERT OR REPLACE INTO counters (namespace, key, value) VALUES (?, ?, ?)", (namespace, key, value + amount)
+                "INSERT OR REPLACE INTO counters (namespace, key, value) VALUES (?, ?, ?)",
+                (namespace, key, value + amount),
             )
             self._db.execute("COMMIT")
         except BaseException:

@@ -76,4 +76,3 @@ class StateStore(Protocol):
     async def close(self) -> None:
         """Release connections; the store is not used afterwards."""
         ...
-

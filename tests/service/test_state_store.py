@@ -29,7 +29,10 @@ def test_records_put_get_delete_list_and_survive_a_reopen(tmp_path):
 
     async def second():
         store = open_store(tmp_path)
-        assert await store.records("glossaries") == {"a": {"name": "A"}, "b": {"name": "B", "entries": {"Arzt": "physician"}}}
+        assert await store.records("glossaries") == {
+            "a": {"name": "A"},
+            "b": {"name": "B", "entries": {"Arzt": "physician"}},
+        }
         assert await store.get("glossaries", "b") == {"name": "B", "entries": {"Arzt": "physician"}}
         await store.close()
 
