@@ -3,8 +3,10 @@
 The queue is a list of ``Queued`` sentences, oldest first. A batch holds sentences with equal keys (the work's
 options) only, at most ``max_sentences`` of them and at most ``max_tokens`` padded tokens (sentences x the
 longest). It is built around the oldest sentence from the sentences closest to it in length (less padding;
-the oldest always goes, so nothing starves). It is dispatched when a full batch of the oldest sentence's key
-is waiting or the oldest sentence has waited ``max_wait_s``. The plumbing around it is ``service/scheduling/``.
+the oldest always goes, so nothing starves). It is dispatched at once when an engine worker is idle (a lone request
+pays nothing for batching; batches form from what queues while the workers are busy), else when a full batch of the
+oldest sentence's key is waiting or the oldest sentence has waited ``max_wait_s``. The plumbing around it is
+``service/scheduling/``.
 
 Fairness between clients (API keys, ``Queued.client``): ``fair_order`` takes the waiting sentences from the clients
 in turn, each client's oldest first, starting after the client served last. A batch is built around the first
@@ -30,6 +32,7 @@ class BatchLimits:
     max_sentences: int = 32
     max_tokens: int = 4096
     max_wait_s: float = 0.005
+    dispatch_when_idle: bool = True  # an idle worker takes the queue at once (``wait_before_dispatch``)
     max_queue: int = 1024
     workers: int = 1
     max_queue_per_client: int = 0  # sentences one client (API key) may have waiting; 0 = no per-client cap
@@ -66,9 +69,12 @@ def fair_order(queue: Sequence[Queued], last_client: str | None = None) -> list[
     return [q for q in chain.from_iterable(turns) if q is not None]
 
 
-def wait_before_dispatch(queue: Sequence[Queued], limits: BatchLimits, now: float) -> float:
-    """Seconds to wait before taking a batch: 0 when a full batch of the oldest sentence's key waits, or the
+def wait_before_dispatch(queue: Sequence[Queued], limits: BatchLimits, now: float, idle_workers: int = 0) -> float:
+    """Seconds to wait before taking a batch: 0 when an engine worker is idle (waiting could only delay it: nothing
+    else runs that the wait would let finish), when a full batch of the oldest sentence's key waits, or when the
     oldest has waited max_wait_s; otherwise the rest of its wait. The queue must not be empty."""
+    if idle_workers > 0 and limits.dispatch_when_idle:
+        return 0.0
     oldest = queue[0]
     same = sum(1 for q in queue if q.key == oldest.key)
     if same >= limits.max_sentences:

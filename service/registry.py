@@ -144,6 +144,7 @@ class Registry:
             max_sentences=1 if b.scheduler == "off" else b.max_batch_sentences,
             max_tokens=b.max_batch_tokens,
             max_wait_s=b.max_wait_ms / 1000.0,
+            dispatch_when_idle=b.dispatch_when_idle,
             max_queue=b.max_queue_sentences,
             workers=self.settings.engine.engine_workers,
             max_queue_per_client=key_queue_cap(b.max_queue_sentences, access.key_queue_share) if access.api_keys else 0,

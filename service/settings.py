@@ -91,7 +91,18 @@ class SchedulingSettings(SettingsGroup):
     batching: bool = Field(True, description="false = MT_SCHEDULER=off (the older switch)")
     max_batch_sentences: int = Field(32, ge=1, le=4096)
     max_batch_tokens: int = Field(4096, ge=16)
-    max_wait_ms: float = Field(5.0, ge=0, le=10_000)
+    max_wait_ms: float = Field(
+        5.0,
+        ge=0,
+        le=10_000,
+        description="dynamic: how long the oldest waiting sentence waits for companions while every engine worker is "
+        "busy (with MT_DISPATCH_WHEN_IDLE, an idle worker takes the queue at once)",
+    )
+    dispatch_when_idle: bool = Field(
+        True,
+        description="dynamic: an idle engine worker takes what waits at once (a lone request pays no batching wait); "
+        "false = always wait MT_MAX_WAIT_MS or for a full batch",
+    )
     max_queue_sentences: int = Field(1024, ge=1)
     max_live_rows: int = Field(128, ge=1, le=65536, description="continuous: rows of one decoder step (beam 4 = 4)")
     max_cache_mb: float = Field(

@@ -1,10 +1,10 @@
 """Dynamic batching (MT_SCHEDULER=dynamic, or off: one sentence per batch): a batch is formed once and decoded to
 its end.
 
-An asyncio loop waits as ``batch_policy.wait_before_dispatch`` says (a full batch, or the oldest sentence waited
-max_wait), takes the batch ``select_batch`` builds around the sentence whose turn it is, and runs it in one of
-MT_ENGINE_WORKERS worker threads, off the event loop. A request whose deadline passes before its work starts fails
-with DeadlineExceeded and costs no engine work.
+An asyncio loop waits as ``batch_policy.wait_before_dispatch`` says (not at all while a worker is idle; else a full
+batch, or the oldest sentence waited max_wait), takes the batch ``select_batch`` builds around the sentence whose
+turn it is, and runs it in one of MT_ENGINE_WORKERS worker threads, off the event loop. A request whose deadline
+passes before its work starts fails with DeadlineExceeded and costs no engine work.
 """
 
 from __future__ import annotations
@@ -35,6 +35,7 @@ class DynamicDriver:
         self._executor = ThreadPoolExecutor(max_workers=workers, thread_name_prefix=f"engine-{queue.model}")
         self._task: asyncio.Task | None = None
         self._running: set[asyncio.Task] = set()
+        self._busy = 0  # batches running in the worker threads
 
     @property
     def mode(self) -> str:
@@ -84,6 +85,7 @@ class DynamicDriver:
             if not batch:
                 self._workers.release()
                 continue
+            self._busy += 1
             task = asyncio.get_running_loop().create_task(self._run(batch))
             self._running.add(task)
             task.add_done_callback(self._running.discard)
@@ -91,7 +93,8 @@ class DynamicDriver:
     async def _wait_for_fill(self) -> None:
         """Wait as long as the batch policy says (a full batch waits, or the oldest sentence waited max_wait)."""
         while self.queue.items and not self.queue.closing:
-            remaining = wait_before_dispatch(self.queue.items, self.queue.limits, time.monotonic())
+            idle = self.queue.limits.workers - self._busy
+            remaining = wait_before_dispatch(self.queue.items, self.queue.limits, time.monotonic(), idle)
             if remaining <= 0:
                 return
             self._wakeup.clear()
@@ -121,6 +124,7 @@ class DynamicDriver:
             self.queue.fail(batch, batch_id, "batch", exc, self.withdraw)
             return
         finally:
+            self._busy -= 1
             self._workers.release()
             self._wakeup.set()
         self.queue.finish(batch, results, stats, batch_id, time.monotonic() - started)

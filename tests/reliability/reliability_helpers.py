@@ -70,8 +70,14 @@ def rss_mb(pid: int) -> float:
     return int(match.group(1)) / 1024
 
 
-# one request of 4 texts fills a queue of 4 sentences and waits MT_MAX_WAIT_MS for companions that cannot come
-FULL_QUEUE_ENV = {"MT_MAX_QUEUE_SENTENCES": "4", "MT_MAX_BATCH_SENTENCES": "64", "MT_MAX_WAIT_MS": "3000"}
+# one request of 4 texts fills a queue of 4 sentences and waits MT_MAX_WAIT_MS for companions that cannot come (the
+# idle engine does not take it at once: MT_DISPATCH_WHEN_IDLE=false)
+FULL_QUEUE_ENV = {
+    "MT_MAX_QUEUE_SENTENCES": "4",
+    "MT_MAX_BATCH_SENTENCES": "64",
+    "MT_MAX_WAIT_MS": "3000",
+    "MT_DISPATCH_WHEN_IDLE": "false",
+}
 
 
 @contextmanager

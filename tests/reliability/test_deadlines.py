@@ -2,7 +2,8 @@
 without engine work and counted in mt_dropped_requests_total{reason}; the deadline comes from timeout_s or
 X-Request-Timeout and is capped by MT_MAX_REQUEST_TIMEOUT_S.
 
-The server holds a lone sentence for MAX_WAIT_MS (batches of up to 64 wait to fill), far longer than the
+The server holds a lone sentence for MAX_WAIT_MS (batches of up to 64 wait to fill, even while the engine is idle:
+MT_DISPATCH_WHEN_IDLE=false), far longer than the
 deadlines used here, so nothing reaches the engine unless a test wants it to.
 """
 
@@ -31,6 +32,7 @@ BODY = {"texts": ["der hund"], "beam_size": 1}
 def held_server(tiny_repository, tmp_path_factory):
     env = {
         "MT_MAX_WAIT_MS": str(int(MAX_WAIT_S * 1000)),
+        "MT_DISPATCH_WHEN_IDLE": "false",
         "MT_MAX_BATCH_SENTENCES": "64",
         "MT_MAX_REQUEST_TIMEOUT_S": str(CAP_S),
     }

@@ -29,6 +29,7 @@ def _post_all(url: str) -> list[httpx.Response]:
 def test_sigterm_drains_accepted_requests_then_exits_0(tiny_repository, tmp_path):
     env = {
         "MT_MAX_WAIT_MS": str(int(MAX_WAIT_S * 1000)),
+        "MT_DISPATCH_WHEN_IDLE": "false",
         "MT_MAX_BATCH_SENTENCES": "64",
         "MT_DRAIN_SECONDS": str(DRAIN_S),
     }

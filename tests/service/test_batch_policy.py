@@ -52,6 +52,15 @@ def test_wait_until_a_full_batch_or_the_oldest_waited_max_wait():
     assert wait_before_dispatch(full, limits, now=10.0) == 0.0
 
 
+def test_an_idle_worker_takes_the_queue_at_once():
+    limits = BatchLimits(max_sentences=3, max_wait_s=0.5)
+    q = queue(("a", 5), start=10.0)
+    assert wait_before_dispatch(q, limits, now=10.0, idle_workers=1) == 0.0
+    assert abs(wait_before_dispatch(q, limits, now=10.0, idle_workers=0) - 0.5) < 1e-9
+    always_wait = BatchLimits(max_sentences=3, max_wait_s=0.5, dispatch_when_idle=False)
+    assert abs(wait_before_dispatch(q, always_wait, now=10.0, idle_workers=1) - 0.5) < 1e-9
+
+
 def test_retry_after_only_when_the_queue_overflows():
     limits = BatchLimits(max_queue=10)
     assert retry_after(depth=6, n_items=4, limits=limits, seconds_per_sentence=1.0, workers=2) is None

@@ -30,6 +30,7 @@ def constrained(tiny_repository, tmp_path_factory):
             "MT_MAX_QUEUE_SENTENCES": str(QUEUE_LIMIT),
             "MT_MAX_TOKENS_PER_TEXT": str(TOKEN_LIMIT),
             "MT_MAX_WAIT_MS": str(MAX_WAIT_MS),
+            "MT_DISPATCH_WHEN_IDLE": "false",
             "MT_LOAD_DELAY_S": "3",
         },
         log_path=tmp_path_factory.mktemp("constrained") / "service.log",
