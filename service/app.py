@@ -14,7 +14,7 @@ from fastapi.middleware.cors import CORSMiddleware
 from fastapi_offline import FastAPIOffline
 
 from core.bundle import BundleError
-from service.api import errors, viewer
+from service.api import documents, errors, viewer
 from service.api.admin import build_admin_router
 from service.api.libretranslate import build_libretranslate_router
 from service.api.middleware import install as install_middleware
@@ -25,6 +25,7 @@ from service.language import UnknownLanguage, detect, detect_among
 from service.language import detector as language_detector
 from service.metrics import Metrics
 from service.registry import LoadedModel, Registry, RunnerWrapper
+from service.serving.document_jobs import DocumentJobs
 from service.serving.quality import QualityPolicy
 from service.serving.routing import Detector
 from service.settings import LanguageSettings, Settings
@@ -46,6 +47,7 @@ class AppState:
     load_task: asyncio.Task | None = field(default=None, repr=False)
     key_rates: KeyRates = field(default_factory=lambda: KeyRates(0.0, 1))  # per-API-key rate limits (token buckets)
     _store: StateStore | None = field(default=None, repr=False)
+    documents: DocumentJobs | None = field(default=None, repr=False)  # document jobs (service/serving/document_jobs.py)
 
     @property
     def store(self) -> StateStore:
@@ -64,6 +66,8 @@ def create_app(settings: Settings | None = None, wrap_runner: RunnerWrapper | No
     registry = Registry(settings, metrics, wrap_runner)
     state = AppState(settings, metrics, registry, detector=detect_among, quality=quality)
     state.key_rates = KeyRates(settings.access.key_rate_per_s, settings.access.key_burst)
+    chunk = settings.scheduling.max_batch_sentences
+    state.documents = DocumentJobs(state, registry, metrics, settings.documents, chunk)
 
     @asynccontextmanager
     async def lifespan(app: FastAPI):
@@ -79,6 +83,7 @@ def create_app(settings: Settings | None = None, wrap_runner: RunnerWrapper | No
         state.draining = True
         if state.load_task and not state.load_task.done():
             state.load_task.cancel()
+        await state.documents.stop()  # unfinished jobs stay in the store; the next start resumes them
         await state.registry.stop()
         if state._store is not None:
             await state._store.close()
@@ -93,7 +98,9 @@ def create_app(settings: Settings | None = None, wrap_runner: RunnerWrapper | No
     )
     app.state.mt = state
     errors.install(app)
+    documents.install_errors(app)
     app.include_router(build_router(app))
+    app.include_router(documents.build_documents_router(app))
     app.include_router(build_admin_router())
     if settings.protocols.v2_api:
         app.include_router(build_v2_router(app))
@@ -136,6 +143,7 @@ def _warm_language_detectors(settings: LanguageSettings, models: dict[str, Loade
 async def _load(state: AppState) -> None:
     try:
         await state.registry.load(functools.partial(_warm_language_detectors, state.settings.languages))
+        state.documents.start()  # resumes the jobs a previous run left unfinished
     except asyncio.CancelledError:
         raise
     except Exception as exc:  # the process exits non-zero (see service.__main__)

@@ -13,6 +13,11 @@ in turn, each client's oldest first, starting after the client served last. A ba
 sentence of that order instead of the oldest, and continuous batching admits in that order, so one client's
 backlog never sits ahead of another client's work. With one client (no API keys) the order is the queue's.
 
+Priority (``Queued.priority``: 0 interactive requests, 1 background work such as document jobs): the order above is
+kept within a priority, and a more urgent sentence always comes first. A batch holds sentences of one priority (the
+most urgent waiting), so a short request never waits behind, nor decodes beside, a document's sentences; background
+work runs when no interactive sentence waits (continuous batching admits it behind them, within the step's budgets).
+
 Continuous batching (``MT_SCHEDULER=continuous``): before every decoder step, ``admit`` lets waiting sentences
 join the live decode, oldest first, while the step's rows and its padded key/value cache stay within
 ``LiveLimits``; ``next_work`` alternates decoder steps with whole batches of the other work (embeddings,
@@ -51,22 +56,37 @@ class Queued:
     rows: int = 1  # continuous batching: decoder rows it takes (its beam size)
     positions: int = 0  # continuous batching: the cache positions it may reach (its length limit)
     client: str = ""  # who sent it: an API key's label (service/keys.py), "" without API keys
+    priority: int = 0  # 0 interactive; higher waits for every more urgent sentence (BACKGROUND: document jobs)
+
+
+INTERACTIVE, BACKGROUND = 0, 1
+
+
+def most_urgent(queue: Sequence[Queued]) -> list[Queued]:
+    """The waiting sentences of the most urgent priority present, in queue order (a batch's candidates)."""
+    if not queue:
+        return []
+    top = min(q.priority for q in queue)
+    return [q for q in queue if q.priority == top]
 
 
 def fair_order(queue: Sequence[Queued], last_client: str | None = None) -> list[Queued]:
     """The sentences taken from the clients in turn (round robin), each client's in queue order (oldest first);
-    the turn starts with the first client after ``last_client`` in label order. One client: the queue's order."""
+    the turn starts with the first client after ``last_client`` in label order. One client: the queue's order.
+    More urgent sentences (lower ``priority``) come before less urgent ones, the order kept within each."""
     by_client: dict[str, list[Queued]] = {}
     for q in queue:
         by_client.setdefault(q.client, []).append(q)
     if len(by_client) <= 1:
-        return list(queue)
-    clients = sorted(by_client)
-    if last_client is not None:
-        after = [c for c in clients if c > last_client]
-        clients = after + [c for c in clients if c <= last_client]
-    turns = zip_longest(*(by_client[c] for c in clients))
-    return [q for q in chain.from_iterable(turns) if q is not None]
+        order = list(queue)
+    else:
+        clients = sorted(by_client)
+        if last_client is not None:
+            after = [c for c in clients if c > last_client]
+            clients = after + [c for c in clients if c <= last_client]
+        turns = zip_longest(*(by_client[c] for c in clients))
+        order = [q for q in chain.from_iterable(turns) if q is not None]
+    return sorted(order, key=lambda q: q.priority)  # stable: the turns kept within a priority
 
 
 def wait_before_dispatch(queue: Sequence[Queued], limits: BatchLimits, now: float, idle_workers: int = 0) -> float:

@@ -94,3 +94,21 @@ class Metrics:
             ["model"],
             registry=r,
         )
+        # document translation (service/serving/document_jobs.py)
+        self.document_jobs = Counter(
+            "mt_document_jobs_total",
+            "Document jobs that ended, by format and outcome (done, failed)",
+            ["format", "outcome"],
+            registry=r,
+        )
+        self.document_jobs_active = Gauge(
+            "mt_document_jobs_active", "Document jobs being translated by this process now", registry=r
+        )
+        self.document_sentences_remaining = Gauge(
+            "mt_document_sentences_remaining",
+            "Sentences of the document jobs this process translates now still to translate (their progress)",
+            registry=r,
+        )
+        self.document_sentences = Counter(
+            "mt_document_sentences_translated_total", "Sentences of documents translated", ["format"], registry=r
+        )

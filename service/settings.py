@@ -226,6 +226,20 @@ class StateSettings(SettingsGroup):
     )
 
 
+class DocumentSettings(SettingsGroup):
+    """Document translation (docs/documents.md): what an upload may hold, how long results are kept."""
+
+    max_document_bytes: int = Field(20 << 20, ge=1024, description="largest uploaded file; beyond it 413")
+    max_document_chars: int = Field(
+        1_000_000, ge=1, description="text characters a document may hold (its translatable text); beyond it 413"
+    )
+    max_document_pages: int = Field(500, ge=1, description="slides a presentation may hold; beyond it 413")
+    document_retention_s: float = Field(
+        3600.0, gt=0, description="a finished or failed job and its files are deleted this long after it ended"
+    )
+    document_workers: int = Field(1, ge=1, le=64, description="documents translated at once by one process")
+
+
 class Settings(BaseModel):
     """Every setting, in its group; ``Settings()`` reads the environment (each group its own variables)."""
 
@@ -239,6 +253,7 @@ class Settings(BaseModel):
     languages: LanguageSettings = Field(default_factory=LanguageSettings)
     protocols: ProtocolSettings = Field(default_factory=ProtocolSettings)
     state: StateSettings = Field(default_factory=StateSettings)
+    documents: DocumentSettings = Field(default_factory=DocumentSettings)
 
 
 def _groups() -> dict[str, type[SettingsGroup]]:

@@ -22,6 +22,7 @@ SERVICE_LAYERS = [
     ("service.engine",),  # bundles, onnxruntime sessions, search, the live decode
     (  # leaves: no other module of the service
         "service.batch_policy",
+        "service.documents",  # document formats: read into units, written back (no model)
         "service.http_protocol",
         "service.keys",
         "service.language",

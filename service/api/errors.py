@@ -14,7 +14,7 @@ from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
 from starlette.exceptions import HTTPException
 
-from service.api.middleware.body import BodyTooLarge, too_large
+from service.api.middleware.body import BodyTooLarge, body_limit, too_large
 from service.api.middleware.paths import error_body
 from service.engine.engine import SourceTooLongError
 from service.registry import UnknownModel
@@ -125,7 +125,8 @@ def install(app: FastAPI) -> None:
 
     @app.exception_handler(BodyTooLarge)
     async def body_too_large(request: Request, _: BodyTooLarge) -> JSONResponse:
-        return JSONResponse({"detail": too_large(request.app.state.mt.settings.limits.max_body_bytes)}, status_code=413)
+        limit = body_limit(request.app.state.mt.settings, request.url.path)
+        return JSONResponse({"detail": too_large(limit)}, status_code=413)
 
     @app.exception_handler(HTTPException)
     async def http_error(request: Request, exc: HTTPException):

@@ -19,8 +19,10 @@ import time
 from typing import Any
 
 from fastapi import APIRouter, FastAPI, Request
+from fastapi.responses import Response
 from pydantic import BaseModel, Field
 
+from service.api.documents import result_response, upload_of
 from service.api.protocol import ProtocolError, ProtocolRoute, check_unicode, context_of, error_schema
 from service.api.requests import registry_of
 from service.keys import match_key
@@ -253,6 +255,39 @@ def build_libretranslate_router(app: FastAPI) -> APIRouter:
         if alternatives > 0:
             answer["alternatives"] = [r.alternatives for r in results] if batch else results[0].alternatives
         return answer
+
+    @router.post(
+        "/translate_file",
+        responses=ERRORS,
+        summary="Translate a file (multipart: file, source, target); answers the translated file's URL",
+    )
+    async def translate_file(request: Request) -> dict[str, str]:
+        registry_of(request)
+        data, filename, fields = await upload_of(request)
+        label = _check_key(request, fields)
+        _check_rate(request, label)
+        source, target = _string(fields, "source"), _string(fields, "target")
+        state = request.app.state.mt
+        jobs = state.documents
+        record = await jobs.submit(
+            data, filename, None if source == "auto" else source, target, None, label, state.detector
+        )
+        request.scope["state"]["model"] = record["model"]
+        record = await jobs.wait(record["id"], s.limits.max_request_timeout_s)
+        if record["status"] == "failed":
+            raise ProtocolError(500, f"the file could not be translated: {record['error']}")
+        if record["status"] != "done":
+            where = f"/v1/documents/{record['id']}"
+            raise ProtocolError(504, f"the file is still being translated; its status and result are at {where}")
+        name = f"{record['id']}.{record['filename']}"
+        return {"translatedFileUrl": str(request.url_for("download_file", filename=name))}
+
+    @router.get("/download_file/{filename}", responses=ERRORS, summary="A file /translate_file translated")
+    async def download_file(filename: str, request: Request) -> Response:
+        record, path = await request.app.state.mt.documents.result(filename.split(".", 1)[0])
+        if record["status"] != "done":
+            raise ProtocolError(404, f"{filename} is not translated (yet)")
+        return result_response(record, path)
 
     return router
 

@@ -19,12 +19,14 @@ from pydantic import ValidationError
 from starlette.exceptions import HTTPException
 
 from service.api.errors import NotReady, scheduler_status
-from service.api.middleware.body import BodyTooLarge, too_large
+from service.api.middleware.body import BodyTooLarge, body_limit, too_large
 from service.api.requests import InvalidDeadline, deadline_s, request_context
+from service.documents import DocumentError
 from service.engine.engine import SourceTooLongError
 from service.registry import UnknownModel
 from service.scheduling.errors import BatchFailed, EngineRestarted, QueueFull, SchedulerError
 from service.serving.context import RequestContext
+from service.serving.document_jobs import JobNotFound
 from service.serving.routing import UnservedPair
 
 log = logging.getLogger(__name__)
@@ -68,7 +70,11 @@ def status_of(exc: Exception, request: Request) -> tuple[int, str, dict[str, str
     if isinstance(exc, RequestValidationError | ValidationError):
         return 400, validation_message(exc), {}
     if isinstance(exc, BodyTooLarge):
-        return 413, too_large(request.app.state.mt.settings.limits.max_body_bytes), {}
+        return 413, too_large(body_limit(request.app.state.mt.settings, request.url.path)), {}
+    if isinstance(exc, DocumentError):
+        return exc.status, str(exc), {}
+    if isinstance(exc, JobNotFound):
+        return 404, str(exc), {}
     if isinstance(exc, HTTPException):  # raised by Starlette itself, e.g. a malformed multipart form: 400
         return exc.status_code, str(exc.detail), dict(exc.headers or {})
     if isinstance(exc, SourceTooLongError):

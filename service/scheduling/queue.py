@@ -16,7 +16,7 @@ import time
 from collections.abc import Callable, Hashable, Sequence
 from typing import Any
 
-from service.batch_policy import BatchLimits, Queued, fair_order, retry_after, select_batch
+from service.batch_policy import BatchLimits, Queued, fair_order, most_urgent, retry_after, select_batch
 from service.keys import key_retry_after
 from service.metrics import Metrics
 from service.scheduling.errors import (
@@ -59,9 +59,10 @@ class RequestQueue:
         batch_ids: list[int] | None,
         listener: Listener | None,
         client: str,
+        priority: int = 0,
     ) -> tuple[Ticket, list[Queued]]:
         """A request's ticket and its sentences, not yet queued; raises what refuses it (nothing is counted then,
-        but a key's refusal in mt_key_rejections_total)."""
+        but a key's refusal in mt_key_rejections_total). ``priority``: batch_policy's (0 interactive)."""
         if self.closing:
             raise ShuttingDown("the service is shutting down; retry on another instance")
         if len(payloads) > self.limits.max_queue:
@@ -82,7 +83,9 @@ class RequestQueue:
         ticket.results = [None] * len(payloads)
         ticket.remaining = len(payloads)
         pairs = enumerate(zip(payloads, lengths, strict=True))
-        return ticket, [Queued(key, n, ticket.enqueued, ticket, i, p, client=client) for i, (p, n) in pairs]
+        return ticket, [
+            Queued(key, n, ticket.enqueued, ticket, i, p, client=client, priority=priority) for i, (p, n) in pairs
+        ]
 
     def refusal(self, n_items: int = 1, client: str = "") -> QueueFull | None:
         """The QueueFull a request of ``n_items`` sentences would get now (Retry-After estimated from the queue
@@ -141,7 +144,9 @@ class RequestQueue:
         return {q.ticket for q in self.items if q.ticket.deadline <= now}
 
     def fair_batch(self, candidates: list[Queued]) -> list[Queued]:
-        """The batch built around the sentence whose turn it is (``fair_order``: clients in turn)."""
+        """The batch built around the sentence whose turn it is (``fair_order``: clients in turn), from the
+        sentences of the most urgent priority waiting."""
+        candidates = most_urgent(candidates)
         if not candidates:
             return []
         anchor = fair_order(candidates, self._last_client)[0]

@@ -71,6 +71,7 @@ class Scheduler:
         batch_ids: list[int] | None = None,
         listener: Listener | None = None,
         client: str = "",
+        priority: int = 0,
     ) -> list[Any]:
         """Queue one request's sentences and wait for their results (in order).
 
@@ -78,9 +79,12 @@ class Scheduler:
         work (for the access log). At the deadline, work that has not started is dropped (504). ``listener``, when
         given, hears each sentence's result as it comes (and its streamed tokens, with continuous batching).
         ``client`` (an API key's label) is whose work it is: each client has its share of the queue, and clients
-        are served in turn.
+        are served in turn. ``priority`` 0 is interactive; background work (1, document jobs) runs when no
+        interactive sentence waits (service/batch_policy.py).
         """
-        ticket, items = self.queue.open(key, payloads, lengths, timeout_s, request_id, batch_ids, listener, client)
+        ticket, items = self.queue.open(
+            key, payloads, lengths, timeout_s, request_id, batch_ids, listener, client, priority
+        )
         self.driver.put(items)
         timer = asyncio.get_running_loop().call_later(timeout_s, self.driver.deadline_passed, ticket)
         try:

@@ -53,7 +53,8 @@ async def _wait(
 ) -> list[Any]:
     lengths = [s.length for s in sources]
     submit = model.scheduler.submit(
-        options, sources, lengths, ctx.timeout_s, ctx.request_id, ctx.batch_ids, listener=listener, client=ctx.client
+        options, sources, lengths, ctx.timeout_s, ctx.request_id, ctx.batch_ids, listener=listener, client=ctx.client,
+        priority=ctx.priority,
     )
     task = asyncio.ensure_future(submit)
     try:

@@ -114,6 +114,7 @@ class HtmlPlan:
         stripped = body.strip()
         self.leading, self.trailing = body[: len(body) - len(body.lstrip())], body[len(body.rstrip()) :]
         self.document = bool(_DOCUMENT.match(stripped))
+        self.has_doctype = stripped[:9].lower() == "<!doctype"  # lxml reports a default doctype when none was given
         self.units: list[_Unit] = []
         self.tree = None
         if not stripped:
@@ -229,7 +230,7 @@ class HtmlPlan:
                 links.extend(None if link is None else s + link for link in local)
             _render_unit(unit, target, links, bounds, target_language)
         if self.document:
-            doctype = self.tree.getroottree().docinfo.doctype
+            doctype = self.tree.getroottree().docinfo.doctype if self.has_doctype else None
             out = lxml.html.tostring(self.tree, encoding="unicode", doctype=doctype or None)
         else:
             out = html_lib.escape(self.tree.text or "", quote=False)

@@ -127,3 +127,31 @@ def test_continuous_admission_takes_the_clients_in_turn():
     assert joins[0] == ["f0", "f1"]
     assert "q" in joins[1], joins  # it joined as soon as rows freed, ahead of the 8 older flood sentences
     assert sorted(t for j in joins for t in j) == sorted(["q", *(f"f{i}" for i in range(10))])
+
+
+def test_background_work_waits_for_interactive_sentences_and_never_shares_their_batch():
+    """A document job's sentences (priority BACKGROUND) queued first: a short request that arrives later runs in
+    the next batch, alone, and the background sentences all run afterwards."""
+    from service.batch_policy import BACKGROUND
+
+    async def scenario():
+        runner = FakeRunner()
+        scheduler, _ = make_dynamic(runner, max_sentences=4)
+        blocker = await hold_worker(scheduler, runner)
+        document = asyncio.ensure_future(
+            scheduler.submit(KEY_A, payloads([f"d{i}" for i in range(12)]), [5] * 12, 30.0, priority=BACKGROUND)
+        )
+        await until_queued(scheduler, 12)
+        short = asyncio.ensure_future(send(scheduler, ["s"], ""))
+        await until_queued(scheduler, 13)
+        runner.gate.set()
+        answers = await asyncio.gather(short, document)
+        await blocker
+        await scheduler.stop()
+        return runner, answers
+
+    runner, answers = asyncio.run(scenario())
+    assert answers[0] == [(KEY_A, "s")] and len(answers[1]) == 12
+    batches = runner.texts()
+    assert batches[:2] == [["blocker"], ["s"]], batches  # oldest-first would put it behind three document batches
+    assert sum(len(texts) for texts in batches) == 14

@@ -1,11 +1,13 @@
 """The body limit (MT_MAX_BODY_BYTES): a declared Content-Length over it is refused before anything is read, and a
-body that streams past it (chunked, or a length that lied) stops the request where it gets there (413)."""
+body that streams past it (chunked, or a length that lied) stops the request where it gets there (413). Document
+uploads (``DOCUMENT_UPLOAD_PATHS``) have MT_MAX_DOCUMENT_BYTES (and room for the form) instead."""
 
 from __future__ import annotations
 
 from starlette.exceptions import HTTPException
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
+from service.api.middleware.paths import DOCUMENT_UPLOAD_PATHS
 from service.api.middleware.replies import header, send_error
 
 
@@ -22,24 +24,35 @@ def too_large(limit: int, length: str | None = None) -> str:
     return f"request body{size} exceeds the limit of {limit} bytes; send fewer or shorter texts"
 
 
+MULTIPART_ROOM = 64 << 10  # an upload's body: the file and its form fields
+
+
+def body_limit(settings, path: str) -> int:
+    """The body limit of a request to ``path``."""
+    if path in DOCUMENT_UPLOAD_PATHS:
+        return settings.documents.max_document_bytes + MULTIPART_ROOM
+    return settings.limits.max_body_bytes
+
+
 class BodyCap:
     def __init__(self, app: ASGIApp, state) -> None:
-        self.app, self.limit = app, state.settings.limits.max_body_bytes
+        self.app, self.settings = app, state.settings
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] != "http":
             await self.app(scope, receive, send)
             return
+        limit = body_limit(self.settings, scope["path"])
         length = header(scope, b"content-length")
-        if length is not None and length.isdigit() and int(length) > self.limit:
-            await send_error(send, scope, 413, too_large(self.limit, length))
+        if length is not None and length.isdigit() and int(length) > limit:
+            await send_error(send, scope, 413, too_large(limit, length))
             return
         try:
-            await self.app(scope, self._limited(receive), send)
+            await self.app(scope, self._limited(receive, limit), send)
         except BodyTooLarge:
-            await send_error(send, scope, 413, too_large(self.limit))
+            await send_error(send, scope, 413, too_large(limit))
 
-    def _limited(self, receive: Receive) -> Receive:
+    def _limited(self, receive: Receive, limit: int) -> Receive:
         seen = 0
 
         async def limited() -> Message:
@@ -47,7 +60,7 @@ class BodyCap:
             message = await receive()
             if message["type"] == "http.request":
                 seen += len(message.get("body", b""))
-                if seen > self.limit:
+                if seen > limit:
                     raise BodyTooLarge
             return message
 

@@ -7,10 +7,14 @@ import re
 
 WORK_PATHS = ("/v1/translate", "/v1/embed", "/v1/attention")  # requests that queue engine work
 OPERATIONS_PATHS = ("/healthz", "/readyz", "/metrics")  # open by default (MT_OPEN_PATHS), closable with API keys
-KNOWN_ENDPOINTS = {"/v1/translate", "/v1/embed", "/v1/attention", "/v1/models", "/healthz", "/readyz", "/metrics", "/"}
+KNOWN_ENDPOINTS = {
+    "/v1/translate", "/v1/embed", "/v1/attention", "/v1/models", "/v1/documents", "/healthz", "/readyz", "/metrics", "/"
+}  # fmt: skip
+# uploads of whole files (service/api/documents.py): their body limit is MT_MAX_DOCUMENT_BYTES
+DOCUMENT_UPLOAD_PATHS = ("/v1/documents", "/translate_file")
 # Open Inference Protocol v2 (service/api/v2.py) and the LibreTranslate API (service/api/libretranslate.py):
 # their errors are {"error": ...}; v2 needs an API key like /v1, LibreTranslate's key is checked in its handlers.
-LIBRETRANSLATE_PATHS = ("/translate", "/detect", "/languages", "/health")
+LIBRETRANSLATE_PATHS = ("/translate", "/detect", "/languages", "/health", "/translate_file")
 _V2_ENDPOINTS = [
     (re.compile(r"^/v2/models/[^/]+(/versions/[^/]+)?/infer$"), "/v2/models/{name}/infer"),
     (re.compile(r"^/v2/models/[^/]+(/versions/[^/]+)?/ready$"), "/v2/models/{name}/ready"),

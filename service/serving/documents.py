@@ -1,0 +1,71 @@
+"""A document's units translated through the model's scheduler, in chunks, at background priority.
+
+Every unit is HTML markup (service/documents/): it is planned with ``HtmlPlan``, its sentences are tokenized and
+submitted a chunk at a time (one engine batch's worth, ``chunk`` sentences), each chunk queued behind every
+interactive request (``batch_policy.BACKGROUND``) and awaited before the next is queued, so a long document never
+fills the queue. After each chunk ``progress(done, total)`` is awaited. A sentence longer than the model's limit is
+kept as it is (counted in ``Translated.untranslated``), not a failure of the whole document.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Awaitable, Callable, Sequence
+from dataclasses import dataclass
+
+from service.engine.engine import SourceTooLongError, TranslateOptions
+from service.registry import LoadedModel
+from service.serving.context import RequestContext
+from service.serving.html import Aligned, HtmlPlan, align_words
+from service.serving.prepared import html_options, run_sources, tokenize_sentences
+
+Progress = Callable[[int, int], Awaitable[None]]
+
+
+@dataclass
+class Translated:
+    units: list[str]
+    sentences: int
+    untranslated: int  # sentences over the model's limit, kept in the source language
+    model: LoadedModel  # the version that ran the last chunk
+
+
+def plan_units(model: LoadedModel, units: Sequence[str]) -> list[HtmlPlan]:
+    return [HtmlPlan(unit, model.languages[0]) for unit in units]
+
+
+async def translate_units(
+    model: LoadedModel,
+    plans: Sequence[HtmlPlan],
+    options: TranslateOptions,
+    ctx: RequestContext,
+    chunk: int,
+    progress: Progress,
+) -> Translated:
+    sentences = [s for plan in plans for s in plan.sentences]
+    aligned: list[Aligned] = []
+    untranslated, used = 0, model
+    for start in range(0, len(sentences), chunk):
+        part = sentences[start : start + chunk]
+        sources, kept = [], {}
+        for k, sentence in enumerate(part):
+            try:
+                sources.extend(tokenize_sentences(used, [sentence], [k], ctx))
+            except SourceTooLongError:
+                kept[k] = sentence
+        results, used = await run_sources(used, sources, html_options(options), ctx)
+        found = iter(results)
+        for k, sentence in enumerate(part):
+            if k in kept:
+                words = sentence.split()
+                aligned.append((words, list(range(len(words)))))
+                untranslated += 1
+            else:
+                aligned.append(align_words(used, next(found), len(sentence.split())))
+        await progress(start + len(part), len(sentences))
+    target = model.languages[1]
+    out, k = [], 0
+    for plan in plans:
+        n = len(plan.sentences)
+        out.append(plan.render(aligned[k : k + n], target))
+        k += n
+    return Translated(out, len(sentences), untranslated, used)
