@@ -23,6 +23,7 @@ SERVICE_LAYERS = [
     (  # leaves: no other module of the service
         "service.batch_policy",
         "service.http_protocol",
+        "service.inference_stats",
         "service.keys",
         "service.language",
         "service.logs",

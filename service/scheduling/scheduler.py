@@ -9,6 +9,7 @@ continuous.py.
 from __future__ import annotations
 
 import asyncio
+import time
 from collections.abc import Hashable, Sequence
 from typing import Any, Protocol
 
@@ -71,6 +72,7 @@ class Scheduler:
         batch_ids: list[int] | None = None,
         listener: Listener | None = None,
         client: str = "",
+        timing: Any = None,
     ) -> list[Any]:
         """Queue one request's sentences and wait for their results (in order).
 
@@ -78,18 +80,23 @@ class Scheduler:
         work (for the access log). At the deadline, work that has not started is dropped (504). ``listener``, when
         given, hears each sentence's result as it comes (and its streamed tokens, with continuous batching).
         ``client`` (an API key's label) is whose work it is: each client has its share of the queue, and clients
-        are served in turn.
+        are served in turn. ``timing`` (service/inference_stats.py RequestTiming), when given, gets the seconds the
+        request waited in the queue and those from its first sentence taken to its answer.
         """
         ticket, items = self.queue.open(key, payloads, lengths, timeout_s, request_id, batch_ids, listener, client)
         self.driver.put(items)
         timer = asyncio.get_running_loop().call_later(timeout_s, self.driver.deadline_passed, ticket)
         try:
-            return await ticket.future
+            results = await ticket.future
         except asyncio.CancelledError:
             self.cancel(ticket)
             raise
         finally:
             timer.cancel()
+        if timing is not None and ticket.started:
+            timing.queue_s += ticket.started_at - ticket.enqueued
+            timing.infer_s += time.monotonic() - ticket.started_at
+        return results
 
     def cancel(self, ticket: Ticket) -> None:
         """The client went away: withdraw the request's sentences."""
