@@ -230,10 +230,10 @@ class Registry:
         warm-up failed) with the current version still serving; UnknownModel for a model that is not loaded.
         """
         if name not in self.models:
-            raise UnknownModel(self._missing(name))
+            raise UnknownModel(self.why_missing(name))
         async with self._swap_lock:
             if name not in self.models:  # unloaded meanwhile
-                raise UnknownModel(self._missing(name))
+                raise UnknownModel(self.why_missing(name))
             old = self.models[name]
             path = self._version_path(name, version)
             bundle = await asyncio.to_thread(load_bundle, path, True)
@@ -283,7 +283,7 @@ class Registry:
         finishes, then its scheduler stops and its engine is dropped. Returns the model that served."""
         async with self._swap_lock:
             if name not in self.models:
-                raise UnknownModel(self._missing(name))
+                raise UnknownModel(self.why_missing(name))
             model = self.models.pop(name)
             model.unloaded = True
             self.unloaded[name] = model.version
@@ -293,7 +293,7 @@ class Registry:
             log.info("model %s: version %s unloaded", name, model.bundle.version)
             return model
 
-    def _missing(self, name: str) -> str:
+    def why_missing(self, name: str) -> str:
         """Why ``name`` is not served: unloaded (and how to serve it again), or unknown."""
         if name in self.unloaded:
             return (
@@ -324,7 +324,7 @@ class Registry:
     def get(self, name: str | None) -> LoadedModel:
         name = name or self.settings.repository.default_model
         if name not in self.models:
-            raise UnknownModel(self._missing(name))
+            raise UnknownModel(self.why_missing(name))
         return self.models[name]
 
     def info(self, name: str) -> dict[str, Any]:
