@@ -149,6 +149,23 @@ def _config_version(config: Any) -> str | None:
     raise ProtocolError(400, "version_policy must be {'latest': {'num_versions': 1}} or one specific version")
 
 
+def _body(properties: dict[str, Any], description: str) -> dict[str, Any]:
+    """The OpenAPI request body of a load or unload: Triton's ``{"parameters": {...}}``, optional."""
+    schema = {"type": "object", "properties": {"parameters": {"type": "object", "properties": properties}}}
+    return {"requestBody": {"required": False, "description": description,
+                            "content": {"application/json": {"schema": schema}}}}  # fmt: skip
+
+
+LOAD_BODY = _body(
+    {
+        "config": {"type": "string", "description": "a Triton model config (JSON); only version_policy is honoured"},
+        "version": {"type": "string", "pattern": "^[0-9]{1,9}$", "description": "ours: the version folder"},
+    },
+    "optional; the highest version on disk when no version is named",
+)
+UNLOAD_BODY = _body({"unload_dependents": {"type": "boolean"}}, "optional; nothing depends on another model here")
+
+
 def add_repository_routes(router: APIRouter) -> None:
     @router.post(
         "/repository/index",
@@ -175,6 +192,7 @@ def add_repository_routes(router: APIRouter) -> None:
         response_model_exclude_none=True,
         responses=ADMIN_ERRORS,
         summary="Load a model, or another version of it (admin)",
+        openapi_extra=LOAD_BODY,
     )
     async def load(request: Request, model_name: str) -> dict[str, str]:
         _admin(request)
@@ -198,6 +216,7 @@ def add_repository_routes(router: APIRouter) -> None:
         response_model_exclude_none=True,
         responses=ADMIN_ERRORS,
         summary="Take a model out of service (admin)",
+        openapi_extra=UNLOAD_BODY,
     )
     async def unload(request: Request, model_name: str) -> dict[str, str]:
         _admin(request)

@@ -7,9 +7,10 @@ import asyncio
 import threading
 import time
 
-from service.batch_policy import BatchLimits
+from service.batch_policy import BatchLimits, LiveLimits
 from service.inference_stats import InferenceStatistics, RequestTiming
 from service.metrics import Metrics
+from service.scheduling.continuous import continuous_scheduler
 from service.scheduling.dynamic import dynamic_scheduler
 
 ENGINE_S = 0.05
@@ -70,3 +71,28 @@ def test_statistics_in_tritons_shape():
     assert batch["batch_size"] == 3 and batch["compute_infer"] == {"count": 2, "ns": 4_000_000}
     unseen = stats.snapshot("de-en", "embed", "2", "de-en-embed")
     assert unseen["inference_count"] == 0 and unseen["inference_stats"]["success"] == {"count": 0, "ns": 0}
+
+
+def test_continuous_batching_reports_each_decoder_step_as_an_execution_of_its_live_rows():
+    from test_continuous_scheduler import Decode, FakeLive  # the continuous scheduler's fake live decode
+
+    executions: list[tuple[object, int]] = []
+
+    async def run() -> RequestTiming:
+        live = FakeLive()
+        limits = BatchLimits(max_wait_s=0.0)
+        observe = lambda key, size, seconds: executions.append((key, size))  # noqa: E731
+        scheduler = continuous_scheduler("m", live.run_batch, limits, Metrics(), live, LiveLimits(64, 1 << 30), observe)
+        scheduler.start()
+        timing = RequestTiming()
+        payloads = [{"text": "a", "steps": 3}, {"text": "b", "steps": 2}]
+        assert await scheduler.submit(Decode(1), payloads, [5, 5], 10.0, timing=timing) == [
+            (Decode(1), "a"),
+            (Decode(1), "b"),
+        ]
+        await scheduler.stop()
+        return timing
+
+    timing = asyncio.run(run())
+    assert executions == [(None, 2), (None, 2), (None, 1)]  # b leaves after the step it finishes
+    assert timing.infer_s > 0 and timing.queue_s >= 0
