@@ -12,6 +12,7 @@ from typing import Any
 from core.bundle import Bundle, BundleError, discover, load_bundle, versions_of
 from service.batch_policy import BatchLimits, LiveLimits
 from service.engine import Engine
+from service.inference_stats import InferenceStatistics
 from service.keys import key_queue_cap
 from service.metrics import Metrics
 from service.scheduling.continuous import continuous_scheduler
@@ -19,6 +20,7 @@ from service.scheduling.dynamic import dynamic_scheduler
 from service.scheduling.errors import QueueFull
 from service.scheduling.scheduler import Scheduler
 from service.settings import Settings
+from service.work import EmbedOptions
 from service.worker import EngineWorker, RunnerWrapper
 
 log = logging.getLogger(__name__)
@@ -37,6 +39,7 @@ class LoadedModel:
     variant: str
     max_source_subwords: int  # per text, EOS excluded: the model's limit and MT_MAX_TOKENS_PER_TEXT, the lower
     replaced_by: LoadedModel | None = None  # set when a newer version took over; late work follows it
+    unloaded: bool = False  # taken out of service (Registry.unload); late work is told so
 
     @property
     def engine(self) -> Engine:
@@ -92,6 +95,8 @@ class Registry:
     warm it up, start its scheduler, switch new requests to it, then let the old scheduler finish what it
     accepted before it is dropped. Work that reaches the old scheduler after the switch follows
     ``LoadedModel.replaced_by`` to the new one. A bundle that fails any step is refused and the old one serves on.
+    ``unload`` takes a model out of service the same way (what it accepted finishes); ``load_model`` brings it back,
+    or starts a model of the repository that was not loaded, or swaps the version of a loaded one.
     """
 
     def __init__(self, settings: Settings, metrics: Metrics, wrap_runner: RunnerWrapper | None = None) -> None:
@@ -102,6 +107,8 @@ class Registry:
         self.failed: str | None = None
         self._swap_lock = asyncio.Lock()
         self.reasons: dict[str, str] = {}  # why each model serves the version it serves (/v1/models, logs)
+        self.unloaded: dict[str, str] = {}  # models taken out of service -> the version they served
+        self.stats = InferenceStatistics()  # the v2 statistics extension: fed by requests and the schedulers
 
     def verify(self) -> None:
         """Find and hash-check every bundle to load; raises BundleError naming the bad file."""
@@ -180,17 +187,24 @@ class Registry:
         """MT_SCHEDULER's scheduler; continuous batching falls back to dynamic for a bundle without an
         interface-3 decoder step graph (exported before it existed: re-export it)."""
         b = self.settings.scheduling
+
+        def observe(key: object, size: int, seconds: float) -> None:  # an engine execution, for the statistics
+            kind = "embed" if isinstance(key, EmbedOptions) else "translate"  # attention runs on the translator
+            self.stats.execution(name, kind, bundle.version, size, seconds)
+
         if b.scheduler == "continuous":
             if worker.live is not None:
                 limits = LiveLimits(b.max_live_rows, int(b.max_cache_mb * (1 << 20)))
-                return continuous_scheduler(name, worker.run_batch, self._limits(), self.metrics, worker.live, limits)
+                return continuous_scheduler(
+                    name, worker.run_batch, self._limits(), self.metrics, worker.live, limits, observe
+                )
             log.warning(
                 "model %s v%s: MT_SCHEDULER=continuous needs a decoder_step graph of interface 3, which this bundle "
                 "lacks; it is served with dynamic batching until it is re-exported (python -m export.cli export)",
                 name,
                 bundle.version,
             )
-        return dynamic_scheduler(name, worker.run_batch, self._limits(), self.metrics)
+        return dynamic_scheduler(name, worker.run_batch, self._limits(), self.metrics, observe)
 
     def _fatal(self, reason: str) -> None:
         """A model's engine could not be restarted: the process exits non-zero (service/__main__.py)."""
@@ -217,8 +231,10 @@ class Registry:
         warm-up failed) with the current version still serving; UnknownModel for a model that is not loaded.
         """
         if name not in self.models:
-            raise UnknownModel(f"unknown model {name!r}; available: {sorted(self.models)}")
+            raise UnknownModel(self.why_missing(name))
         async with self._swap_lock:
+            if name not in self.models:  # unloaded meanwhile
+                raise UnknownModel(self.why_missing(name))
             old = self.models[name]
             path = self._version_path(name, version)
             bundle = await asyncio.to_thread(load_bundle, path, True)
@@ -237,6 +253,55 @@ class Registry:
                 self.metrics.model_info.remove(name, old.bundle.version, old.variant, old.engine.providers[0])
             log.info("model %s: version %s replaced version %s", name, new.bundle.version, old.bundle.version)
             return new, old.bundle.version
+
+    async def load_model(self, name: str, version: str | None, reason: str) -> tuple[LoadedModel, str | None]:
+        """Serve ``version`` of ``name`` (the highest on disk when None): swap the version of a loaded model, or start
+        one that is not loaded (unloaded, or in the repository but not in MT_MODELS). Returns (the model, the version
+        it replaced or None). Raises as ``load_version`` does; UnknownModel for a name the repository lacks."""
+        if name in self.models:
+            return await self.load_version(name, version, reason)
+        if name not in discover(self.settings.repository.model_repository):  # a folder name: never a path of the client
+            raise UnknownModel(f"unknown model {name!r}: the model repository has no such model")
+        async with self._swap_lock:
+            if name in self.models:  # loaded meanwhile by another call
+                return self.models[name], None
+            path = self._version_path(name, version)
+            bundle = await asyncio.to_thread(load_bundle, path, True)
+            if bundle.name != name:
+                raise BundleError(f"{path}: the manifest names model {bundle.name!r}, not {name!r}")
+            try:
+                model = await self._start(name, bundle)
+            except Exception as exc:
+                raise RuntimeError(f"{path}: loading or warm-up failed ({type(exc).__name__}: {exc})") from exc
+            self.bundles[name], self.models[name] = bundle, model
+            self.reasons[name] = reason.format(name=name)
+            self.unloaded.pop(name, None)
+            log.info("model %s: version %s loaded", name, bundle.version)
+            return model, None
+
+    async def unload(self, name: str) -> LoadedModel:
+        """Take ``name`` out of service: new requests for it are refused (UnknownModel: unloaded), what it accepted
+        finishes, then its scheduler stops and its engine is dropped. Returns the model that served."""
+        async with self._swap_lock:
+            if name not in self.models:
+                raise UnknownModel(self.why_missing(name))
+            model = self.models.pop(name)
+            model.unloaded = True
+            self.unloaded[name] = model.version
+            self.reasons.pop(name, None)
+            await model.scheduler.stop()  # accepted work finishes
+            self.metrics.model_info.remove(name, model.bundle.version, model.variant, model.engine.providers[0])
+            log.info("model %s: version %s unloaded", name, model.bundle.version)
+            return model
+
+    def why_missing(self, name: str) -> str:
+        """Why ``name`` is not served: unloaded (and how to serve it again), or unknown."""
+        if name in self.unloaded:
+            return (
+                f"model {name!r} is unloaded (it served version {self.unloaded[name]}); an admin can load it again "
+                f"with POST /v2/repository/models/{name}/load; loaded: {sorted(self.models)}"
+            )
+        return f"unknown model {name!r}; available: {sorted(self.models)}"
 
     async def reload_all(self) -> None:
         """SIGHUP: every loaded model to its pinned or highest version on disk; a bad one is logged and kept."""
@@ -260,8 +325,7 @@ class Registry:
     def get(self, name: str | None) -> LoadedModel:
         name = name or self.settings.repository.default_model
         if name not in self.models:
-            known = sorted(self.bundles)
-            raise UnknownModel(f"unknown model {name!r}; available: {known}")
+            raise UnknownModel(self.why_missing(name))
         return self.models[name]
 
     def info(self, name: str) -> dict[str, Any]:

@@ -66,7 +66,11 @@ class RepositorySettings(SettingsGroup):
     model_versions: CsvMap = Field(
         default_factory=dict, description="pinned versions, e.g. 'de-en=1'; unpinned models serve their highest version"
     )
-    admin_key: str = Field("", description="key for POST /v1/models/{name}/load (X-Admin-Key); empty = admin off")
+    admin_key: str = Field(
+        "",
+        description="key for the admin calls (X-Admin-Key): POST /v1/models/{name}/load, "
+        "/v2/repository/models/{name}/load and /unload; empty = admin off",
+    )
 
 
 class EngineSettings(SettingsGroup):

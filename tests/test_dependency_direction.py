@@ -24,6 +24,7 @@ SERVICE_LAYERS = [
         "service.batch_policy",
         "service.documents",  # document formats: read into units, written back (no model)
         "service.http_protocol",
+        "service.inference_stats",
         "service.keys",
         "service.language",
         "service.logs",

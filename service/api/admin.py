@@ -26,14 +26,21 @@ class LoadResponse(BaseModel):
     seconds: float = Field(description="verify, load, warm up and switch")
 
 
-def _denied(request: Request) -> JSONResponse | None:
+def admin_refusal(request: Request) -> str | None:
+    """Why the request may not make an admin call (403), or None: MT_ADMIN_KEY set and sent as X-Admin-Key. Every
+    API's admin calls (/v1 here, the v2 model repository extension) ask this."""
     key = request.app.state.mt.settings.repository.admin_key
     given = request.headers.get("x-admin-key", "")
     if not key:
-        return JSONResponse({"detail": "admin calls are off: set MT_ADMIN_KEY to enable them"}, status_code=403)
-    if not hmac.compare_digest(given.encode(), key.encode()):
-        return JSONResponse({"detail": "missing or wrong admin key: send 'X-Admin-Key: <key>'"}, status_code=403)
+        return "admin calls are off: set MT_ADMIN_KEY to enable them"
+    if not hmac.compare_digest(given.encode("utf-8", "replace"), key.encode()):
+        return "missing or wrong admin key: send 'X-Admin-Key: <key>'"
     return None
+
+
+def _denied(request: Request) -> JSONResponse | None:
+    refusal = admin_refusal(request)
+    return None if refusal is None else JSONResponse({"detail": refusal}, status_code=403)
 
 
 def build_admin_router() -> APIRouter:

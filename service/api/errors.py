@@ -138,7 +138,7 @@ def install(app: FastAPI) -> None:
                 {"detail": [{"type": "json_invalid", "loc": ["body"], "msg": message, "input": None}]}, status_code=422
             )
         path = request.url.path
-        if path == "/v2" or path.startswith("/v2/"):  # an unrouted v2 path or method: the protocol's error form
+        if path == "/v2" or path.startswith("/v2/"):  # unrouted under /v2: the inference protocol's or DeepL's form
             message = f"{exc.detail}: {request.method} {path}"
             return JSONResponse(error_body(path, message, exc.status_code), exc.status_code, headers=exc.headers)
         return await http_exception_handler(request, exc)

@@ -9,7 +9,9 @@ limit (and, as /v1 does, 413 for a body over the limit, 503 while loading or dra
 Honoured fields (docs/protocols.md): ``q`` (a string, or a list of strings: a JSON list or a repeated field),
 ``source`` (a code or "auto"), ``target``, ``format`` ("text" | "html"), ``alternatives`` (plain text),
 ``api_key`` (with MT_API_KEYS; also accepted as 'Authorization: Bearer' or X-API-Key). Other fields are
-ignored, as LibreTranslate ignores them.
+ignored, as LibreTranslate ignores them. Ours beside LibreTranslate's: a plain-text answer carries /v1's
+``warnings`` (a list per text) and, when there are any, the X-MT-Warnings header (``<text index>:<code>``, comma-
+separated); with MT_LANGUAGE_MISMATCH=reject a text not in the named ``source`` is a 400.
 """
 
 from __future__ import annotations
@@ -18,8 +20,7 @@ import json
 import time
 from typing import Any
 
-from fastapi import APIRouter, FastAPI, Request
-from fastapi.responses import Response
+from fastapi import APIRouter, FastAPI, Request, Response
 from pydantic import BaseModel, Field
 
 from service.api.documents import result_response, upload_of
@@ -27,6 +28,7 @@ from service.api.protocol import ProtocolError, ProtocolRoute, check_unicode, co
 from service.api.requests import registry_of
 from service.keys import match_key
 from service.serving import libretranslate as serving
+from service.serving.quality import WARNINGS_HEADER, warnings_header
 
 FORM_TYPES = ("application/x-www-form-urlencoded", "multipart/form-data")
 
@@ -42,10 +44,18 @@ class Detection(BaseModel):
     language: str
 
 
+class TextWarning(BaseModel):
+    code: str
+    message: str
+
+
 class LibreTranslateResponse(BaseModel):
     translatedText: str | list[str]  # noqa: N815 (LibreTranslate's field names)
     detectedLanguage: Detection | list[Detection] | None = None  # noqa: N815
     alternatives: list[str] | list[list[str]] | None = None
+    warnings: list[TextWarning] | list[list[TextWarning]] | None = Field(
+        None, description="ours, not LibreTranslate's: /v1's warnings of each text (format text only)"
+    )
 
 
 ERRORS = {
@@ -219,7 +229,7 @@ def build_libretranslate_router(app: FastAPI) -> APIRouter:
         summary="Translate text or HTML",
         openapi_extra=_json_body(translate_schema, {"q": "Ein Hund läuft.", "source": "de", "target": "en"}),
     )
-    async def translate(request: Request) -> dict[str, Any]:
+    async def translate(request: Request, response: Response) -> dict[str, Any]:
         fields, is_json = await _fields(request)
         _check_rate(request, _check_key(request, fields))
         q = fields.get("q")
@@ -254,6 +264,12 @@ def build_libretranslate_router(app: FastAPI) -> APIRouter:
             answer["detectedLanguage"] = [r.detected for r in results] if batch else results[0].detected
         if alternatives > 0:
             answer["alternatives"] = [r.alternatives for r in results] if batch else results[0].alternatives
+        if fmt == "text":
+            found = [r.warnings or [] for r in results]
+            answer["warnings"] = found if batch else found[0]
+            header = warnings_header(found)
+            if header is not None:
+                response.headers[WARNINGS_HEADER] = header
         return answer
 
     @router.post(

@@ -27,6 +27,7 @@ from service.registry import UnknownModel
 from service.scheduling.errors import BatchFailed, EngineRestarted, QueueFull, SchedulerError
 from service.serving.context import RequestContext
 from service.serving.document_jobs import JobNotFound
+from service.serving.quality import LanguageMismatch
 from service.serving.routing import UnservedPair
 
 log = logging.getLogger(__name__)
@@ -83,6 +84,8 @@ def status_of(exc: Exception, request: Request) -> tuple[int, str, dict[str, str
         return 404, str(exc), {}
     if isinstance(exc, UnservedPair):
         return 400, str(exc), {}
+    if isinstance(exc, LanguageMismatch):  # MT_LANGUAGE_MISMATCH=reject
+        return 400, f"text {exc.index}: {exc}", {}
     if isinstance(exc, NotReady):
         return 503, str(exc), {"Retry-After": "2"}
     if isinstance(exc, SchedulerError):
@@ -118,13 +121,16 @@ class ProtocolRoute(APIRoute):
         return protocol_handler
 
 
-def context_of(request: Request, timeout_s: float | None = None) -> RequestContext:
-    """The serving layer's context; ``timeout_s`` is the protocol's own deadline parameter, when it has one. A bad
-    X-Request-Timeout is a 400."""
+def context_of(request: Request, timeout_s: float | None = None, timing: Any = None) -> RequestContext:
+    """The serving layer's context, with /v1's language policy (warnings, MT_LANGUAGE_MISMATCH); ``timeout_s`` is the
+    protocol's own deadline parameter, when it has one; ``timing`` (service/inference_stats.py RequestTiming) gets
+    where the time went. A bad X-Request-Timeout is a 400."""
     try:
-        return request_context(request, deadline_s(request, timeout_s))
+        ctx = request_context(request, deadline_s(request, timeout_s), request.app.state.mt.quality)
     except InvalidDeadline as exc:
         raise ProtocolError(400, str(exc)) from None
+    ctx.timing = timing
+    return ctx
 
 
 def error_schema(description: str) -> dict[str, Any]:

@@ -12,6 +12,7 @@ from __future__ import annotations
 import json
 import math
 import struct
+import time
 from typing import Annotated, Any, Literal
 
 import numpy as np
@@ -27,13 +28,16 @@ from service.api.protocol import (
     error_schema,
 )
 from service.api.requests import registry_of
+from service.api.v2_extensions import add_repository_routes, add_statistics_routes
+from service.inference_stats import RequestTiming
 from service.serving import inference_v2
+from service.serving.quality import WARNINGS_HEADER, warnings_header
 from service.settings import LimitSettings
 
 BINARY_HEADER = "inference-header-content-length"
 SERVER_NAME = "mtserve"
 SERVER_VERSION = "0.1.0"
-EXTENSIONS = ["binary_tensor_data", "model_repository"]
+EXTENSIONS = ["binary_tensor_data", "model_repository", "statistics"]
 
 
 def inline_refs(schema: dict) -> dict:
@@ -167,12 +171,6 @@ class ModelReady(BaseModel):
     ready: bool
 
 
-class RepositoryModel(BaseModel):
-    name: str
-    version: str
-    state: str
-
-
 ERRORS = {
     400: error_schema("invalid request: the message names the field"),
     401: error_schema("missing or invalid API key (when keys are configured)"),
@@ -282,6 +280,42 @@ def _encode_output(name: str, array: np.ndarray, binary: bool) -> tuple[dict[str
     return entry, b""
 
 
+def _infer_response(parsed, view, used, arrays, names, wanted, params) -> Response:
+    """The outputs asked for (all when none is named), as JSON or binary tensors; X-MT-Warnings names each text's
+    warnings (service/serving/quality.py warnings_header) when it has any."""
+    shape = list(parsed.inputs[0].shape)
+    entries, blobs = [], []
+    binary_by_name = {o.name: bool(o.parameters and o.parameters.binary_data) for o in wanted}
+    for name in [o.name for o in wanted] or names:
+        array = arrays[name]
+        if name != "EMBEDDING":
+            array = array.reshape(shape)
+        entry, blob = _encode_output(name, array, binary_by_name.get(name, params.binary_data_output))
+        entries.append(entry)
+        blobs.append(blob)
+    answer: dict[str, Any] = {"model_name": view.name, "model_version": used.version, "outputs": entries}
+    if parsed.id is not None:
+        answer["id"] = parsed.id
+    headers = {}
+    if "WARNINGS" in arrays:
+        header = warnings_header([json.loads(w) for w in arrays["WARNINGS"]])
+        if header is not None:
+            headers[WARNINGS_HEADER] = header
+    header = json.dumps(answer).encode()  # ASCII: \u escapes, also for whatever a client put in id
+    if not any(blobs):
+        return Response(header, media_type="application/json", headers=headers)
+    headers["Inference-Header-Content-Length"] = str(len(header))
+    return Response(header + b"".join(blobs), media_type="application/octet-stream", headers=headers)
+
+
+def stats_of(request: Request):
+    return request.app.state.mt.registry.stats
+
+
+def _since(started: float) -> float:
+    return time.perf_counter() - started
+
+
 # --- routes -------------------------------------------------------------------------------------------------
 def build_v2_router(app: FastAPI) -> APIRouter:
     limits = app.state.mt.settings.limits
@@ -329,12 +363,8 @@ def build_v2_router(app: FastAPI) -> APIRouter:
             return JSONResponse({"ready": False}, status_code=503, headers={"Retry-After": "2"})
         return JSONResponse({"ready": True})
 
-    @router.post("/repository/index", response_model=list[RepositoryModel], responses=ERRORS, summary="Models")
-    async def repository_index(request: Request) -> list[dict[str, str]]:
-        return [
-            {"name": v.name, "version": v.model.version, "state": "READY"}
-            for v in inference_v2.views(registry_of(request))
-        ]
+    add_repository_routes(router)
+    add_statistics_routes(router)  # before /models/{model_name}, which would take "stats" for a model name
 
     async def metadata(request: Request, model_name: str, model_version: str | None) -> dict[str, Any]:
         view = inference_v2.view_of(registry_of(request), model_name, model_version)
@@ -364,30 +394,19 @@ def build_v2_router(app: FastAPI) -> APIRouter:
         for out in wanted:
             if out.name not in names:
                 raise ProtocolError(400, f"model {view.name} has no output {out.name}; its outputs are {names}")
-        timeout = params.timeout / 1e6 if params.timeout is not None else None
-        ctx = context_of(request, timeout)
-        arrays, used = await inference_v2.infer(view, texts, params.model_dump(exclude_unset=True), ctx)
-        shape = list(parsed.inputs[0].shape)
-        entries, blobs = [], []
-        binary_by_name = {o.name: bool(o.parameters and o.parameters.binary_data) for o in wanted}
-        for name in [o.name for o in wanted] or names:
-            array = arrays[name]
-            if name != "EMBEDDING":
-                array = array.reshape(shape)
-            entry, blob = _encode_output(name, array, binary_by_name.get(name, params.binary_data_output))
-            entries.append(entry)
-            blobs.append(blob)
-        answer: dict[str, Any] = {"model_name": view.name, "model_version": used.version, "outputs": entries}
-        if parsed.id is not None:
-            answer["id"] = parsed.id
-        header = json.dumps(answer).encode()  # ASCII: \u escapes, also for whatever a client put in id
-        if not any(blobs):
-            return Response(header, media_type="application/json")
-        return Response(
-            header + b"".join(blobs),
-            media_type="application/octet-stream",
-            headers={"Inference-Header-Content-Length": str(len(header))},
-        )
+        # a valid request reaches the model from here: it counts in the statistics, as a success or a failure
+        started, timing, version = time.perf_counter(), RequestTiming(), view.model.version
+        try:
+            timeout = params.timeout / 1e6 if params.timeout is not None else None
+            ctx = context_of(request, timeout, timing)
+            arrays, used = await inference_v2.infer(view, texts, params.model_dump(exclude_unset=True), ctx)
+            version = used.version
+            response = _infer_response(parsed, view, used, arrays, names, wanted, params)
+        except BaseException:
+            stats_of(request).request(view.model.name, view.kind, version, False, _since(started), timing, len(texts))
+            raise
+        stats_of(request).request(view.model.name, view.kind, version, True, _since(started), timing, len(texts))
+        return response
 
     # the same three operations with and without /versions/{model_version}
     model_path, version_path = "/models/{model_name}", "/models/{model_name}/versions/{model_version}"

@@ -21,16 +21,23 @@ from typing import Any
 from service.batch_policy import BatchLimits, LiveLimits, LiveLoad, Queued, admit, fair_order, next_work
 from service.metrics import Metrics
 from service.scheduling.errors import EngineRestarted
-from service.scheduling.queue import RequestQueue
+from service.scheduling.queue import Observer, RequestQueue
 from service.scheduling.runners import BatchRunner, LiveRunner
 from service.scheduling.scheduler import Scheduler
 from service.scheduling.tickets import Ticket, deadline_exceeded
 
 
 def continuous_scheduler(
-    model: str, runner: BatchRunner, limits: BatchLimits, metrics: Metrics, live: LiveRunner, live_limits: LiveLimits
+    model: str,
+    runner: BatchRunner,
+    limits: BatchLimits,
+    metrics: Metrics,
+    live: LiveRunner,
+    live_limits: LiveLimits,
+    observe: Observer | None = None,
 ) -> Scheduler:
-    queue = RequestQueue(model, limits, metrics, workers=1)  # one engine thread, whatever MT_ENGINE_WORKERS says
+    # one engine thread, whatever MT_ENGINE_WORKERS says
+    queue = RequestQueue(model, limits, metrics, workers=1, observe=observe)
     return Scheduler(queue, ContinuousDriver(queue, runner, live, live_limits))
 
 
@@ -190,6 +197,8 @@ class ContinuousDriver:
         if out.rows:
             self._step_rows.observe(out.rows)
             self._step_seconds.observe(out.seconds)
+            if self.queue.observe is not None:  # one execution: newcomers' encoder and the step for every live row
+                self.queue.observe(None, out.rows, now - started)
         if joining or finished:  # the live rows change only then
             self._live_rows.set(self.live.rows)
         if out.generated_tokens:

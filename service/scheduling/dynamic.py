@@ -15,14 +15,16 @@ from concurrent.futures import ThreadPoolExecutor
 
 from service.batch_policy import BatchLimits, Queued, wait_before_dispatch
 from service.metrics import Metrics
-from service.scheduling.queue import RequestQueue
+from service.scheduling.queue import Observer, RequestQueue
 from service.scheduling.runners import BatchRunner
 from service.scheduling.scheduler import Scheduler
 from service.scheduling.tickets import Ticket, deadline_exceeded
 
 
-def dynamic_scheduler(model: str, runner: BatchRunner, limits: BatchLimits, metrics: Metrics) -> Scheduler:
-    queue = RequestQueue(model, limits, metrics, limits.workers)
+def dynamic_scheduler(
+    model: str, runner: BatchRunner, limits: BatchLimits, metrics: Metrics, observe: Observer | None = None
+) -> Scheduler:
+    queue = RequestQueue(model, limits, metrics, limits.workers, observe)
     return Scheduler(queue, DynamicDriver(queue, runner))
 
 

@@ -32,11 +32,18 @@ from service.scheduling.tickets import Listener, Ticket
 
 log = logging.getLogger(__name__)
 
+# observe(work key (None for a decoder step), sentences or rows, seconds): one engine execution happened
+Observer = Callable[[Hashable | None, int, float], None]
+
 
 class RequestQueue:
-    def __init__(self, model: str, limits: BatchLimits, metrics: Metrics, workers: int) -> None:
-        """``workers``: the batches or decodes that run at once (a full queue's Retry-After divides by it)."""
+    def __init__(
+        self, model: str, limits: BatchLimits, metrics: Metrics, workers: int, observe: Observer | None = None
+    ) -> None:
+        """``workers``: the batches or decodes that run at once (a full queue's Retry-After divides by it);
+        ``observe`` hears of every engine execution of this queue's work (the inference statistics)."""
         self.model, self.limits, self.metrics, self.workers = model, limits, metrics, workers
+        self.observe = observe
         self.items: list[Queued] = []  # oldest first; replaced or extended under ``cond``, never edited in place
         self.cond = threading.Condition()  # guards ``items`` and ``closing``; the continuous engine thread waits on it
         self.closing = False
@@ -136,7 +143,7 @@ class RequestQueue:
         now = time.monotonic()
         for q in chosen:
             if not q.ticket.started:
-                q.ticket.started = True
+                q.ticket.started, q.ticket.started_at = True, now
                 self.metrics.queue_wait.labels(self.model).observe(now - q.ticket.enqueued)
 
     def expired(self, now: float) -> set[Ticket]:
@@ -174,6 +181,8 @@ class RequestQueue:
         self.learn(elapsed / len(batch))
         m = self.model
         self.metrics.batch_size.labels(m).observe(len(batch))
+        if self.observe is not None:
+            self.observe(batch[0].key, len(batch), elapsed)
         for stage in ("encode", "decode"):
             if stage in stats:
                 self.metrics.inference.labels(m, stage).observe(stats[stage])

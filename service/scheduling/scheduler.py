@@ -9,6 +9,7 @@ continuous.py.
 from __future__ import annotations
 
 import asyncio
+import time
 from collections.abc import Hashable, Sequence
 from typing import Any, Protocol
 
@@ -72,6 +73,7 @@ class Scheduler:
         listener: Listener | None = None,
         client: str = "",
         priority: int = 0,
+        timing: Any = None,
     ) -> list[Any]:
         """Queue one request's sentences and wait for their results (in order).
 
@@ -80,7 +82,9 @@ class Scheduler:
         given, hears each sentence's result as it comes (and its streamed tokens, with continuous batching).
         ``client`` (an API key's label) is whose work it is: each client has its share of the queue, and clients
         are served in turn. ``priority`` 0 is interactive; background work (1, document jobs) runs when no
-        interactive sentence waits (service/batch_policy.py).
+        interactive sentence waits (service/batch_policy.py). ``timing`` (service/inference_stats.py RequestTiming),
+        when given, gets the seconds the request waited in the queue and those from its first sentence taken to its
+        answer.
         """
         ticket, items = self.queue.open(
             key, payloads, lengths, timeout_s, request_id, batch_ids, listener, client, priority
@@ -88,12 +92,16 @@ class Scheduler:
         self.driver.put(items)
         timer = asyncio.get_running_loop().call_later(timeout_s, self.driver.deadline_passed, ticket)
         try:
-            return await ticket.future
+            results = await ticket.future
         except asyncio.CancelledError:
             self.cancel(ticket)
             raise
         finally:
             timer.cancel()
+        if timing is not None and ticket.started:
+            timing.queue_s += ticket.started_at - ticket.enqueued
+            timing.infer_s += time.monotonic() - ticket.started_at
+        return results
 
     def cancel(self, ticket: Ticket) -> None:
         """The client went away: withdraw the request's sentences."""

@@ -33,6 +33,7 @@ class Ticket:
     results: list[Any] = field(default_factory=list)
     remaining: int = 0
     started: bool = False
+    started_at: float = 0.0  # when the engine took its first sentence (time.monotonic)
     cancelled: bool = False
     request_id: str = ""
     batch_ids: list[int] = field(default_factory=list)

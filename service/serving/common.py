@@ -7,7 +7,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from service.engine.engine import SourceTooLongError
-from service.registry import LoadedModel
+from service.registry import LoadedModel, UnknownModel
 from service.scheduling.errors import ShuttingDown
 from service.serving.context import RequestContext
 from service.work import Source, WorkOptions
@@ -43,6 +43,9 @@ async def run_work(
         try:
             return await _wait(model, options, sources, ctx, listener), model
         except ShuttingDown:
+            if model.unloaded and model.replaced_by is None:
+                message = f"model {model.name!r} was unloaded before this request's work could start"
+                raise UnknownModel(message) from None
             if model.replaced_by is None:
                 raise
             model = model.replaced_by
@@ -53,7 +56,15 @@ async def _wait(
 ) -> list[Any]:
     lengths = [s.length for s in sources]
     submit = model.scheduler.submit(
-        options, sources, lengths, ctx.timeout_s, ctx.request_id, ctx.batch_ids, listener=listener, client=ctx.client,
+        options,
+        sources,
+        lengths,
+        ctx.timeout_s,
+        ctx.request_id,
+        ctx.batch_ids,
+        listener=listener,
+        client=ctx.client,
+        timing=ctx.timing,
         priority=ctx.priority,
     )
     task = asyncio.ensure_future(submit)

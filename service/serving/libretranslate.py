@@ -20,6 +20,7 @@ from service.engine.engine import TranslateOptions
 from service.registry import LoadedModel, Registry
 from service.serving.context import RequestContext
 from service.serving.prepared import prepare
+from service.serving.quality import check_languages, text_assessment
 from service.serving.routing import UnservedPair, route
 
 _TAG = re.compile(r"<[^>]*>")
@@ -31,6 +32,7 @@ class Translated:
     text: str
     alternatives: list[str]
     detected: dict[str, Any] | None  # {"confidence": 0..100, "language": code} for source "auto"
+    warnings: list[dict[str, str]] | None = None  # /v1's warnings (plain text; HTML is not assessed)
 
 
 def languages(registry: Registry) -> list[dict[str, Any]]:
@@ -79,8 +81,10 @@ async def translate(
     detect_languages: Sequence[str],
     ctx: RequestContext,
 ) -> tuple[list[Translated], LoadedModel]:
-    """Translations of ``texts`` (with up to ``alternatives`` other hypotheses each, plain text only), and the
-    model of the first text (the metrics label)."""
+    """Translations of ``texts`` (with up to ``alternatives`` other hypotheses each, plain text only) and their
+    warnings, and the model of the first text (the metrics label). The language policy applies as on /v1: with
+    MT_LANGUAGE_MISMATCH=reject a text that is not in the named ``source`` raises LanguageMismatch (not for "auto",
+    whose languages are detected)."""
     detected: list[dict[str, Any] | None] = [None] * len(texts)
     if source == "auto":
         codes, found = await _detect_sources(registry, texts, target, fmt, detect_languages)
@@ -88,6 +92,8 @@ async def translate(
         detected = list(found)
     else:
         models, _ = route(registry, texts, None, source, target)
+        if ctx.quality is not None:
+            check_languages(models, texts, ctx.quality)
     n_best = alternatives + 1 if fmt == "text" else 1
     options = TranslateOptions(beam_size=min(max(DEFAULT_BEAM, n_best), max_beam_size), num_hypotheses=n_best)
     groups: dict[str, list[int]] = {}
@@ -105,5 +111,6 @@ async def translate(
             for text, _, _ in t.hypotheses[1:]:
                 if text != t.text and text not in others:
                     others.append(text)
-            out[i] = Translated(t.text, others[:alternatives], detected[i])
+            warnings = text_assessment(used, texts[i], t, options, ctx.quality, True)[1] if fmt == "text" else None
+            out[i] = Translated(t.text, others[:alternatives], detected[i], warnings)
     return out, first  # type: ignore[return-value]

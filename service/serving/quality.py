@@ -21,6 +21,7 @@ from dataclasses import dataclass
 from core.confidence import confidence
 from service.engine.engine import TranslateOptions, Translation
 from service.registry import LoadedModel
+from service.serving.segmentation import split_text
 
 LOW_CONFIDENCE = 0.5
 BYTE_PIECE = re.compile(r"^<0x[0-9A-Fa-f]{2}>$")
@@ -139,3 +140,26 @@ def assess(
             )
         )
     return value, warnings
+
+
+def text_assessment(
+    model: LoadedModel,
+    text: str,
+    translation: Translation,
+    options: TranslateOptions,
+    policy: QualityPolicy | None,
+    split: bool,
+) -> tuple[float | None, list[dict[str, str]]]:
+    """``assess`` of a plain text as every API translates it: split into sentences (``split``), or whole."""
+    sentences = 1 if split else len(split_text(text, model.languages[0], True).sentences)
+    return assess(model, text, translation, options, policy, sentences)
+
+
+WARNINGS_HEADER = "X-MT-Warnings"
+
+
+def warnings_header(warnings: Sequence[Sequence[dict[str, str]]]) -> str | None:
+    """The X-MT-Warnings header of an answer's texts (protocols without room for them in the body, and everyone
+    who reads headers only): ``<text index>:<code>`` pairs, comma-separated, in text order; None when none."""
+    pairs = [f"{i}:{w['code']}" for i, found in enumerate(warnings) for w in found]
+    return ",".join(pairs) or None

@@ -10,9 +10,8 @@ from service.engine.engine import TranslateOptions, Translation, alignment
 from service.registry import LoadedModel, Registry
 from service.serving.context import RequestContext
 from service.serving.prepared import prepare
-from service.serving.quality import assess, check_languages
+from service.serving.quality import check_languages, text_assessment
 from service.serving.routing import Detector, route
-from service.serving.segmentation import split_text
 
 
 def options_of(body: Any) -> TranslateOptions:
@@ -89,8 +88,7 @@ def text_out(
     out = translation_out(used, t, body, detected)
     split, fmt = getattr(body, "split_sentences", True), getattr(body, "format", "text")
     if fmt == "text":
-        sentences = 1 if split else len(split_text(body.texts[i], used.languages[0], True).sentences)
-        value, warnings = assess(used, body.texts[i], t, options, ctx.quality, sentences)
+        value, warnings = text_assessment(used, body.texts[i], t, options, ctx.quality, split)
         out.update(confidence=value, warnings=warnings)
     return out
 

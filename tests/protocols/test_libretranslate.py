@@ -42,7 +42,8 @@ def test_json_batch_auto_alternatives(api):
     assert len(answer["alternatives"]) == 2 and all(len(a) <= 2 for a in answer["alternatives"])
     assert all(text not in alts for text, alts in zip(answer["translatedText"], answer["alternatives"], strict=True))
     single = api.post("/translate", json={"q": TEXT, "source": "de", "target": "en"}).json()
-    assert set(single) == {"translatedText"} and isinstance(single["translatedText"], str)
+    assert set(single) == {"translatedText", "warnings"} and isinstance(single["translatedText"], str)
+    assert single["warnings"] == v1_translate(api, [TEXT])[0]["warnings"]  # ours beside LibreTranslate's fields
 
 
 def test_form_body_with_line_breaks(api):
@@ -111,7 +112,7 @@ def test_fields_in_the_query_string_a_repeated_q_and_health(api):
     expected = v1_translate(api, [TEXT, "Eine Katze."])
     in_url = api.post("/translate", params={"q": TEXT, "source": "de", "target": "en"})
     assert in_url.status_code == 200, in_url.text
-    assert in_url.json() == {"translatedText": expected[0]["text"]}
+    assert in_url.json() == {"translatedText": expected[0]["text"], "warnings": expected[0]["warnings"]}
     form_batch = api.post("/translate", data={"q": [TEXT, "Eine Katze."], "source": "de", "target": "en"})
     assert form_batch.status_code == 200 and form_batch.json()["translatedText"] == [t["text"] for t in expected]
     multipart_batch = api.post(
@@ -129,6 +130,6 @@ def test_fields_in_the_query_string_a_repeated_q_and_health(api):
     twice = api.post("/translate", data={"q": TEXT, "source": ["de", "en"], "target": "en"})
     assert twice.status_code == 400 and "source given more than once" in twice.json()["error"]
     json_wins = api.post("/translate", params={"q": "ignored"}, json={"q": TEXT, "source": "de", "target": "en"})
-    assert json_wins.json() == {"translatedText": expected[0]["text"]}  # a JSON body alone, as LibreTranslate
+    assert json_wins.json()["translatedText"] == expected[0]["text"]  # a JSON body alone, as LibreTranslate
     assert api.get("/health").json() == {"status": "ok"}
     assert api.post("/health").status_code == 405

@@ -44,6 +44,7 @@ def test_triton_health_and_metadata(client):
     assert [(o["name"], o["datatype"], o["shape"]) for o in meta["outputs"]] == [
         ("TRANSLATION", "BYTES", [-1]),
         ("SCORE", "FP32", [-1]),
+        ("WARNINGS", "BYTES", [-1]),
     ]
     embed = client.get_model_metadata("de-en-embed", model_version="1")
     [(name, datatype, shape)] = [(o["name"], o["datatype"], o["shape"]) for o in embed["outputs"]]

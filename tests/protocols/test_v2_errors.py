@@ -90,7 +90,7 @@ def test_binary_request_and_response(api):
     length = int(response.headers["inference-header-content-length"])
     meta = json.loads(response.content[:length])
     sizes = [o["parameters"]["binary_data_size"] for o in meta["outputs"]]
-    assert [o["name"] for o in meta["outputs"]] == ["TRANSLATION", "SCORE"] and sizes[1] == 8
+    assert [o["name"] for o in meta["outputs"]] == ["TRANSLATION", "SCORE", "WARNINGS"] and sizes[1] == 8
     assert len(response.content) == length + sum(sizes)
     truncated = api.post(
         "/v2/models/de-en/infer",
@@ -110,7 +110,8 @@ def test_server_endpoints(api):
     "method, path, status",
     [
         ("GET", "/v2/models/de-en/config", 404),
-        ("GET", "/v2/models/de-en/stats", 404),
+        ("GET", "/v2/models/de-en/trace/setting", 404),
+        ("GET", "/v2/repository/models/de-en/load", 405),
         ("GET", "/v2/no/such/path", 404),
         ("GET", "/v2/models/de-en/infer", 405),
         ("DELETE", "/v2", 405),
