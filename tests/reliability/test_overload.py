@@ -19,7 +19,12 @@ BODY = {"texts": ["der hund", "ein mann spielt", f"die katze {SLOW_BATCH_MARKER}
 
 
 def test_burst_beyond_the_queue_is_shed_fast_and_the_service_recovers(tiny_repository, tmp_path):
-    env = {"MT_MAX_QUEUE_SENTENCES": str(QUEUE), "MT_MAX_BATCH_SENTENCES": "8", "MT_MAX_WAIT_MS": "100", "MT_DISPATCH_WHEN_IDLE": "false"}
+    env = {
+        "MT_MAX_QUEUE_SENTENCES": str(QUEUE),
+        "MT_MAX_BATCH_SENTENCES": "8",
+        "MT_MAX_WAIT_MS": "100",
+        "MT_DISPATCH_WHEN_IDLE": "false",
+    }
     server = start_server(tiny_repository, env, tmp_path / "service.log", command=COMMAND)
     try:
         url = server.url
