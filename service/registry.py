@@ -102,6 +102,8 @@ class Registry:
         self.failed: str | None = None
         self._swap_lock = asyncio.Lock()
         self.reasons: dict[str, str] = {}  # why each model serves the version it serves (/v1/models, logs)
+        # told (name, version, reason) after each swap: service/announce.py tells the other replicas
+        self.on_swap: Callable[[str, str, str], None] | None = None
 
     def verify(self) -> None:
         """Find and hash-check every bundle to load; raises BundleError naming the bad file."""
@@ -235,6 +237,8 @@ class Registry:
             if old.bundle.version != new.bundle.version:
                 self.metrics.model_info.remove(name, old.bundle.version, old.variant, old.engine.providers[0])
             log.info("model %s: version %s replaced version %s", name, new.bundle.version, old.bundle.version)
+            if self.on_swap is not None:
+                self.on_swap(name, new.bundle.version, self.reasons[name])
             return new, old.bundle.version
 
     async def reload_all(self) -> None:

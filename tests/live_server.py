@@ -39,6 +39,9 @@ class LiveServer:
             "MT_PROVIDERS": "cpu",
             "MT_LOG_LEVEL": "info",
             "OMP_NUM_THREADS": "1",
+            # the translation cache answers repeats without the engine: off unless a test asks for it, so tests
+            # that send one text twice to exercise the engine, its queue or its faults still reach it
+            "MT_CACHE_MB": "0",
             **(env or {}),
         }
         self.command = command or [sys.executable, "-m", "service"]

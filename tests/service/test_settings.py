@@ -62,6 +62,10 @@ DEFAULTS = {
     "MT_LIBRETRANSLATE_API": True,
     "MT_DETECT_LANGUAGES": ["de", "en", "zh"],
     "MT_STATE_DIR": REPO_ROOT / "state",
+    "MT_REDIS_URL": "",
+    "MT_REDIS_TIMEOUT_S": 0.5,
+    "MT_REPLICAS": 1,
+    "MT_CACHE_MB": 64.0,
 }
 
 
