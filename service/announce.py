@@ -11,6 +11,7 @@ A version the replica cannot load (not on its disk, bad files) is logged and the
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import logging
 import os
@@ -103,10 +104,8 @@ class VersionAnnouncer:
         except Exception:
             log.exception("model %s: announced version %s refused; the current version serves on", name, version)
         finally:
-            try:
+            with contextlib.suppress(StateUnavailable):
                 await self.link.call(lambda c: c.delete(lock))
-            except StateUnavailable:
-                pass
 
     async def _listen(self) -> None:
         """Subscribe (on a connection of its own, without the per-call deadline) and follow each announcement;
