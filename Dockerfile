@@ -22,12 +22,11 @@ ARG PYTHON_IMAGE=python:3.11-slim-bookworm
 ARG CUDA_IMAGE=nvidia/cuda:13.0.2-cudnn-runtime-ubuntu24.04
 
 # ---------------------------------------------------------------------------------------------------
-# requirements: the serving dependency lists, generated from pyproject.toml (one source of truth)
+# requirements: the GPU image's serving list, generated from pyproject.toml (the CPU image installs the lock file)
 FROM ${PYTHON_IMAGE} AS requirements
 WORKDIR /src
 COPY pyproject.toml deploy/docker/requirements.py ./
-RUN python requirements.py pyproject.toml > requirements-cpu.txt \
-    && python requirements.py pyproject.toml --without-onnxruntime > requirements-serving-gpu.txt
+RUN python requirements.py pyproject.toml --without-onnxruntime > requirements-serving-gpu.txt
 
 # ---------------------------------------------------------------------------------------------------
 # app: only the files the service needs at run time, owned by root (read-only to the service user)
@@ -39,12 +38,15 @@ COPY model_repository/ /app/model_repository/
 COPY --chmod=0755 deploy/entrypoint.sh /app/deploy/entrypoint.sh
 
 # ---------------------------------------------------------------------------------------------------
-# cpu-builder: a virtual environment with the CPU serving dependencies
+# cpu-builder: a virtual environment with exactly the locked CPU serving dependencies (versions and hashes:
+# deploy/docker/requirements.lock, refreshed with `make lock`), and neither pip nor setuptools in it: the base
+# image's pip installs into the venv from outside (--python)
 FROM ${PYTHON_IMAGE} AS cpu-builder
 ENV PIP_DISABLE_PIP_VERSION_CHECK=1 PIP_NO_CACHE_DIR=1
-COPY --from=requirements /src/requirements-cpu.txt /tmp/requirements.txt
-RUN python -m venv /opt/venv \
-    && /opt/venv/bin/pip install --no-cache-dir -r /tmp/requirements.txt
+COPY deploy/docker/requirements.lock /tmp/requirements.lock
+RUN python -m venv --without-pip /opt/venv \
+    && python -m pip --python /opt/venv/bin/python install --no-cache-dir --require-hashes --no-deps \
+        -r /tmp/requirements.lock
 
 # ---------------------------------------------------------------------------------------------------
 # gpu-builder: the same on the CUDA base, with requirements-gpu.txt's onnxruntime-gpu instead of onnxruntime
@@ -62,7 +64,8 @@ RUN python3 -m venv /opt/venv \
     && /opt/venv/bin/pip install --no-cache-dir -r /tmp/requirements.txt -r /tmp/requirements-gpu.txt
 
 # ---------------------------------------------------------------------------------------------------
-# gpu: runtime image for NVIDIA GPUs (run with --gpus all, or the compose/Kubernetes GPU settings)
+# gpu: runtime image for NVIDIA GPUs (HOME=/tmp in both runtime images: the service user has no home, and
+# libraries that look for one at start, onnxruntime among them, would print a non-JSON line otherwise) (run with --gpus all, or the compose/Kubernetes GPU settings)
 FROM ${CUDA_IMAGE} AS gpu
 ENV DEBIAN_FRONTEND=noninteractive
 # hadolint ignore=DL3008
@@ -82,7 +85,8 @@ ENV PATH=/opt/venv/bin:$PATH \
     MT_PORT=8000 \
     MT_MODEL_REPOSITORY=/app/model_repository \
     MT_STATE_DIR=/var/lib/mtserve \
-    MT_PROVIDERS=cuda
+    MT_PROVIDERS=cuda \
+    HOME=/tmp
 WORKDIR /app
 VOLUME ["/var/lib/mtserve"]
 USER 10001:10001
@@ -108,7 +112,8 @@ ENV PATH=/opt/venv/bin:$PATH \
     MT_PORT=8000 \
     MT_MODEL_REPOSITORY=/app/model_repository \
     MT_STATE_DIR=/var/lib/mtserve \
-    MT_PROVIDERS=cpu
+    MT_PROVIDERS=cpu \
+    HOME=/tmp
 WORKDIR /app
 VOLUME ["/var/lib/mtserve"]
 USER 10001:10001

@@ -7,6 +7,7 @@ command -v chromedriver >/dev/null 2>&1 || need+=(chromium-driver)
 command -v prometheus >/dev/null 2>&1 || need+=(prometheus)
 command -v shellcheck >/dev/null 2>&1 || need+=(shellcheck)
 [ -x /usr/sbin/nginx ] || command -v nginx >/dev/null 2>&1 || need+=(nginx)
+command -v redis-server >/dev/null 2>&1 || need+=(redis-server)
 if [ ${#need[@]} -eq 0 ]; then
   exit 0
 fi

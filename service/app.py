@@ -14,22 +14,24 @@ from fastapi.middleware.cors import CORSMiddleware
 from fastapi_offline import FastAPIOffline
 
 from core.bundle import BundleError
+from service.announce import VersionAnnouncer
 from service.api import documents, errors, viewer
 from service.api.admin import build_admin_router
 from service.api.libretranslate import build_libretranslate_router
 from service.api.middleware import install as install_middleware
 from service.api.routes import build_router
 from service.api.v2 import build_v2_router
-from service.keys import KeyRates
 from service.language import UnknownLanguage, detect, detect_among
 from service.language import detector as language_detector
 from service.metrics import Metrics
 from service.registry import LoadedModel, Registry, RunnerWrapper
+from service.serving.cache import TranslationCache, translation_cache
 from service.serving.document_jobs import DocumentJobs
 from service.serving.quality import QualityPolicy
 from service.serving.routing import Detector
 from service.settings import LanguageSettings, Settings
-from service.state import StateStore, open_store
+from service.state import RedisLink, StateStore, open_store
+from service.state.rates import LocalRates, SharedRates, key_rates
 
 log = logging.getLogger(__name__)
 
@@ -45,7 +47,11 @@ class AppState:
     quality: QualityPolicy | None = None  # language checks and warnings of translations
     reloads: set[asyncio.Task] = field(default_factory=set, repr=False)  # SIGHUP reloads in progress
     load_task: asyncio.Task | None = field(default=None, repr=False)
-    key_rates: KeyRates = field(default_factory=lambda: KeyRates(0.0, 1))  # per-API-key rate limits (token buckets)
+    # per-API-key rate limits (token buckets): in process, or in Redis across replicas (service/state/rates.py)
+    key_rates: LocalRates | SharedRates = field(default_factory=lambda: LocalRates(0.0, 1))
+    link: RedisLink | None = None  # Redis shared by the replicas (MT_REDIS_URL), None = one replica
+    cache: TranslationCache | None = None  # the translation cache (MT_CACHE_MB), None when off
+    announcer: VersionAnnouncer | None = None  # model versions across replicas (with Redis)
     _store: StateStore | None = field(default=None, repr=False)
     documents: DocumentJobs | None = field(default=None, repr=False)  # document jobs (service/serving/document_jobs.py)
 
@@ -54,7 +60,7 @@ class AppState:
         """The state store (service/state/), opened on first use: a server that never stores anything never
         creates MT_STATE_DIR. Raises StateUnavailable when the directory cannot be used."""
         if self._store is None:
-            self._store = open_store(self.settings.state.state_dir)
+            self._store = open_store(self.settings.state, self.link)
         return self._store
 
 
@@ -65,7 +71,13 @@ def create_app(settings: Settings | None = None, wrap_runner: RunnerWrapper | No
     quality = QualityPolicy(detect, tuple(languages.detect_languages), languages.language_mismatch == "reject")
     registry = Registry(settings, metrics, wrap_runner)
     state = AppState(settings, metrics, registry, detector=detect_among, quality=quality)
-    state.key_rates = KeyRates(settings.access.key_rate_per_s, settings.access.key_burst)
+    shared = settings.state
+    if shared.redis_url:
+        state.link = RedisLink(shared.redis_url, shared.redis_timeout_s, lambda up: metrics.state_store_up.set(up))
+        state.announcer = VersionAnnouncer(state.link, registry)
+    access = settings.access
+    state.key_rates = key_rates(access.key_rate_per_s, access.key_burst, state.link, shared.replicas)
+    state.cache = translation_cache(shared.cache_mb, state.link, metrics)
     chunk = settings.scheduling.max_batch_sentences
     state.documents = DocumentJobs(state, registry, metrics, settings.documents, chunk)
 
@@ -85,8 +97,12 @@ def create_app(settings: Settings | None = None, wrap_runner: RunnerWrapper | No
             state.load_task.cancel()
         await state.documents.stop()  # unfinished jobs stay in the store; the next start resumes them
         await state.registry.stop()
+        if state.announcer is not None:
+            await state.announcer.stop()
         if state._store is not None:
-            await state._store.close()
+            await state._store.close()  # closes the link too (the Redis store owns it then)
+        elif state.link is not None:
+            await state.link.close()
 
     # Swagger UI and ReDoc from files installed with fastapi-offline (no CDN): /docs works on a closed network
     app = FastAPIOffline(
@@ -144,6 +160,8 @@ async def _load(state: AppState) -> None:
     try:
         await state.registry.load(functools.partial(_warm_language_detectors, state.settings.languages))
         state.documents.start()  # resumes the jobs a previous run left unfinished
+        if state.announcer is not None:
+            state.announcer.start()
     except asyncio.CancelledError:
         raise
     except Exception as exc:  # the process exits non-zero (see service.__main__)

@@ -112,3 +112,17 @@ class Metrics:
         self.document_sentences = Counter(
             "mt_document_sentences_translated_total", "Sentences of documents translated", ["format"], registry=r
         )
+        # scale-out (service/state/, service/serving/cache.py)
+        self.cache_hits = Counter(
+            "mt_cache_hits_total", "Sentences answered from the translation cache (no queue)", ["model"], registry=r
+        )
+        self.cache_misses = Counter(
+            "mt_cache_misses_total", "Sentences looked up in the translation cache and not found", ["model"], registry=r
+        )
+        self.state_store_up = Gauge(
+            "mt_state_store_up",
+            "1 while the shared state store (Redis, MT_REDIS_URL) answers, 0 while this replica runs degraded on its "
+            "local state; 1 with the embedded store",
+            registry=r,
+        )
+        self.state_store_up.set(1)

@@ -109,6 +109,8 @@ class Registry:
         self.reasons: dict[str, str] = {}  # why each model serves the version it serves (/v1/models, logs)
         self.unloaded: dict[str, str] = {}  # models taken out of service -> the version they served
         self.stats = InferenceStatistics()  # the v2 statistics extension: fed by requests and the schedulers
+        # told (name, version, reason) after each swap: service/announce.py tells the other replicas
+        self.on_swap: Callable[[str, str, str], None] | None = None
 
     def verify(self) -> None:
         """Find and hash-check every bundle to load; raises BundleError naming the bad file."""
@@ -252,6 +254,8 @@ class Registry:
             if old.bundle.version != new.bundle.version:
                 self.metrics.model_info.remove(name, old.bundle.version, old.variant, old.engine.providers[0])
             log.info("model %s: version %s replaced version %s", name, new.bundle.version, old.bundle.version)
+            if self.on_swap is not None:
+                self.on_swap(name, new.bundle.version, self.reasons[name])
             return new, old.bundle.version
 
     async def load_model(self, name: str, version: str | None, reason: str) -> tuple[LoadedModel, str | None]:

@@ -221,12 +221,33 @@ class ProtocolSettings(SettingsGroup):
 
 
 class StateSettings(SettingsGroup):
-    """Where state that outlives a request is kept (service/state/): stored glossaries, document jobs, quotas."""
+    """Where state that outlives a request is kept (service/state/): stored glossaries, document jobs, quotas; with
+    Redis, shared by replicas (and the translation cache with them)."""
 
     state_dir: Path = Field(
         REPO_ROOT / "state",
         description="directory of the embedded state store (SQLite and files), kept across restarts; in the image a "
         "volume",
+    )
+    redis_url: str = Field(
+        "",
+        description="Redis shared by replicas (redis://[:password@]host:6379/0): records, counters, key rate limits, "
+        "the translation cache, model version announcements; empty = the embedded store (one replica)",
+    )
+    redis_timeout_s: float = Field(
+        0.5, gt=0, le=30, description="deadline of one Redis call; beyond it the replica degrades to its local state"
+    )
+    replicas: int = Field(
+        1,
+        ge=1,
+        description="replicas sharing the state: while Redis is down each replica limits a key to "
+        "MT_KEY_RATE_PER_S / MT_REPLICAS",
+    )
+    cache_mb: float = Field(
+        64.0,
+        ge=0,
+        description="translation cache bound, MiB (exact repeats skip the queue); in process, or in Redis with "
+        "MT_REDIS_URL (shared); 0 = no cache",
     )
 
 

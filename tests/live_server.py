@@ -40,6 +40,9 @@ class LiveServer:
             "MT_PROVIDERS": "cpu",
             "MT_LOG_LEVEL": "info",
             "OMP_NUM_THREADS": "1",
+            # the translation cache answers repeats without the engine: off unless a test asks for it, so tests
+            # that send one text twice to exercise the engine, its queue or its faults still reach it
+            "MT_CACHE_MB": "0",
             **(env or {}),
         }
         if "MT_STATE_DIR" not in (env or {}):  # each server its own state store, never the checkout's state/

@@ -37,6 +37,7 @@ SERVICE_LAYERS = [
     ("service.scheduling",),  # tickets, the request queue, the schedulers' drivers
     ("service.settings", "service.registry"),  # the loaded models and their schedulers
     ("service.serving",),
+    ("service.announce",),  # model versions across replicas (the registry's swaps, over Redis)
     ("service.api", "service.app", "service.__main__"),
 ]
 

@@ -17,7 +17,6 @@ separated); with MT_LANGUAGE_MISMATCH=reject a text not in the named ``source`` 
 from __future__ import annotations
 
 import json
-import time
 from typing import Any
 
 from fastapi import APIRouter, FastAPI, Request, Response
@@ -148,10 +147,10 @@ def _check_key(request: Request, fields: dict[str, Any]) -> str:
     return label
 
 
-def _check_rate(request: Request, label: str) -> None:
+async def _check_rate(request: Request, label: str) -> None:
     """A key over its rate limit (MT_KEY_RATE_PER_S) gets 429 with Retry-After, as on /v1 and /v2."""
     state = request.app.state.mt
-    limited = state.key_rates.check(label, time.monotonic()) if label else None
+    limited = await state.key_rates.check(label) if label else None
     if limited is not None:
         state.metrics.key_rejections.labels(label, "rate_limit").inc()
         raise ProtocolError(429, str(limited), {"Retry-After": str(limited.retry_after)})
@@ -231,7 +230,7 @@ def build_libretranslate_router(app: FastAPI) -> APIRouter:
     )
     async def translate(request: Request, response: Response) -> dict[str, Any]:
         fields, is_json = await _fields(request)
-        _check_rate(request, _check_key(request, fields))
+        await _check_rate(request, _check_key(request, fields))
         q = fields.get("q")
         if q is None or q == "" or q == []:
             raise ProtocolError(400, "Invalid request: missing q parameter")

@@ -54,4 +54,5 @@ def request_context(request: Request, timeout_s: float, quality=None) -> Request
         logged_texts=logged,  # opt-in debugging only: texts go to the access log
         quality=quality,
         client=state.get("api_key", ""),  # set by the middleware (or LibreTranslate's key check)
+        cache=request.app.state.mt.cache,  # the translation cache (MT_CACHE_MB), None when off
     )

@@ -131,7 +131,10 @@ def build_router(app: FastAPI) -> APIRouter:
         if restarting:  # after an engine fault (service/worker.py); queued work waits for the fresh engine
             detail = f"engine restarting after a fault: {', '.join(restarting)}"
             return JSONResponse({"status": detail}, status_code=503, headers={"Retry-After": "2"})
-        return JSONResponse({"status": "ready", "models": sorted(state.registry.models)})
+        answer = {"status": "ready", "models": sorted(state.registry.models)}
+        if state.link is not None:  # Redis down never makes a replica unready: it serves on, degraded
+            answer["state_store"] = "redis" if state.link.up else "degraded: Redis unreachable, local state"
+        return JSONResponse(answer)
 
     @router.get("/metrics", summary="Prometheus metrics", response_class=Response)
     async def metrics(request: Request) -> Response:

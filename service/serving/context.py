@@ -23,3 +23,4 @@ class RequestContext:
     client: str = ""  # whose work it is: the API key's label (service/keys.py), "" without API keys
     priority: int = 0  # service/batch_policy.py: 0 interactive, BACKGROUND for document jobs
     timing: Any = None  # service.inference_stats.RequestTiming: where the time went (the statistics extension)
+    cache: Any = None  # service.serving.cache.TranslationCache, or None (MT_CACHE_MB=0)

@@ -39,7 +39,23 @@ def tokenize_sentences(
 async def run_sources(
     model: LoadedModel, sources: list[Source], options: TranslateOptions, ctx: RequestContext
 ) -> tuple[list[Translation], LoadedModel]:
-    return await run_work(model, options, sources, ctx) if sources else ([], model)
+    """Translations of the sources: those in the translation cache (``ctx.cache``, service/serving/cache.py) at
+    once, the others through the model's scheduler (then cached under the version that ran them)."""
+    if not sources:
+        return [], model
+    cache = ctx.cache
+    if cache is None:
+        return await run_work(model, options, sources, ctx)
+    found = await cache.lookup(model, options, sources)
+    missing = [i for i, t in enumerate(found) if t is None]
+    used = model
+    if missing:
+        asked = [sources[i] for i in missing]
+        results, used = await run_work(model, options, asked, ctx)
+        await cache.store_results(used, options, asked, results)
+        for i, t in zip(missing, results, strict=True):
+            found[i] = t
+    return found, used  # type: ignore[return-value]
 
 
 def mark_truncated(model: LoadedModel, t: Translation, options: TranslateOptions) -> Translation:

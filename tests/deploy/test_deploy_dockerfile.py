@@ -92,7 +92,11 @@ def test_gpu_builder_installs_onnxruntime_gpu_and_cpu_builder_plain_onnxruntime(
     assert "COPY requirements-gpu.txt /tmp/requirements-gpu.txt" in found["gpu-builder"][1]
     assert "-r /tmp/requirements.txt -r /tmp/requirements-gpu.txt" in gpu_build
     assert "requirements-serving-gpu.txt" in gpu_build and "requirements-cpu.txt" not in gpu_build
-    assert "requirements-cpu.txt" in cpu_build and "requirements-gpu.txt" not in cpu_build
+    assert "requirements-gpu.txt" not in cpu_build
+    # the CPU image: exactly the lock file (hashes), into a venv without pip or setuptools
+    assert "COPY deploy/docker/requirements.lock /tmp/requirements.lock" in found["cpu-builder"][1]
+    assert "python -m venv --without-pip /opt/venv" in cpu_build
+    assert "--require-hashes --no-deps" in cpu_build and "-r /tmp/requirements.lock" in cpu_build
     req = " ".join(found["requirements"][1])
     assert "--without-onnxruntime > requirements-serving-gpu.txt" in req
     assert "torch" not in DOCKERFILE.read_text().replace("no torch", "")

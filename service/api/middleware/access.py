@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-import time
-
 from starlette.types import ASGIApp, Receive, Scope, Send
 
 from service.api.middleware.paths import is_protected, is_work_path
@@ -50,7 +48,7 @@ class Auth:
 
 class KeyRate:
     """A key over its rate limit (MT_KEY_RATE_PER_S, MT_KEY_BURST) is refused its work requests before anything
-    is read."""
+    is read; with Redis the limit holds across replicas (service/state/rates.py)."""
 
     def __init__(self, app: ASGIApp, state) -> None:
         self.app, self.state = app, state
@@ -60,7 +58,7 @@ class KeyRate:
         if scope["type"] != "http" or not label or scope["method"] != "POST" or not is_work_path(scope["path"]):
             await self.app(scope, receive, send)
             return
-        limited = self.state.key_rates.check(label, time.monotonic())
+        limited = await self.state.key_rates.check(label)
         if limited is None:
             await self.app(scope, receive, send)
             return
