@@ -14,8 +14,9 @@ from fastapi.middleware.cors import CORSMiddleware
 from fastapi_offline import FastAPIOffline
 
 from core.bundle import BundleError
-from service.api import errors, viewer
+from service.api import errors, glossaries, viewer
 from service.api.admin import build_admin_router
+from service.api.glossaries import build_glossary_router
 from service.api.libretranslate import build_libretranslate_router
 from service.api.middleware import install as install_middleware
 from service.api.routes import build_router
@@ -94,6 +95,8 @@ def create_app(settings: Settings | None = None, wrap_runner: RunnerWrapper | No
     app.state.mt = state
     errors.install(app)
     app.include_router(build_router(app))
+    app.include_router(build_glossary_router())
+    glossaries.install(app)
     app.include_router(build_admin_router())
     if settings.protocols.v2_api:
         app.include_router(build_v2_router(app))

@@ -213,6 +213,13 @@ class StateSettings(SettingsGroup):
         description="directory of the embedded state store (SQLite and files), kept across restarts; in the image a "
         "volume",
     )
+    glossary_max_entries: int = Field(
+        5000, ge=1, description="entries of one glossary, stored or inline (docs/glossaries.md); beyond it 413"
+    )
+    glossary_max_term_chars: int = Field(200, ge=1, description="characters of one glossary term; beyond it 422")
+    glossaries_per_key: int = Field(
+        100, ge=1, description="stored glossaries per API key (per server without API keys); beyond it 409"
+    )
 
 
 class Settings(BaseModel):

@@ -239,5 +239,3 @@ def _allocate(by_bank: dict[int, list[tuple[float, int, int, _State]]], k: int) 
             if queue and len(chosen) < k:
                 chosen.append(queue.pop(0))
     return sorted(chosen, key=lambda c: (-c[0], c[1], c[2]))
-
-

@@ -53,6 +53,7 @@ class TranslateOptions:
     num_hypotheses: int = 1
     length_penalty: float = 0.6
     return_attention: bool = False
+    constrained: bool = False  # its sources carry constraints: whole batches only (no live decode)
 
 
 @dataclass
@@ -64,6 +65,7 @@ class Translation:
     hypotheses: list[tuple[str, float, list[int]]] = field(default_factory=list)  # (text, score, ids), best first
     attention: np.ndarray | None = None  # cross-attention (layers, heads, target, source)
     truncated: bool = False  # stopped at its length limit without EOS (set by the serving layer, which knows it)
+    missing: list = field(default_factory=list)  # glossary terms / spans it lacks (service/serving/terms.py Use)
 
 
 def pad_batch(sequences: Sequence[Sequence[int]]) -> np.ndarray:

@@ -21,3 +21,4 @@ class RequestContext:
     logged_texts: list[str] | None = None  # when set (opt-in debugging), the request's texts are appended
     quality: Any = None  # service.serving.quality.QualityPolicy: language checks of translations
     client: str = ""  # whose work it is: the API key's label (service/keys.py), "" without API keys
+    terms: Any = None  # service.serving.terms.Terms: glossary and do-not-translate spans of the request

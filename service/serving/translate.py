@@ -13,6 +13,7 @@ from service.serving.prepared import prepare
 from service.serving.quality import assess, check_languages
 from service.serving.routing import Detector, route
 from service.serving.segmentation import split_text
+from service.serving.terms import warnings as term_warnings
 
 
 def options_of(body: Any) -> TranslateOptions:
@@ -50,6 +51,9 @@ def plan(registry: Registry, body: Any, ctx: RequestContext, detect: Detector | 
     )
     if ctx.quality is not None:
         check_languages(models, body.texts, ctx.quality)
+    if ctx.terms is not None:
+        for model in models:
+            ctx.terms.check_pair(model.name, model.languages)
     groups: dict[str, list[int]] = {}
     for i, model in enumerate(models):
         groups.setdefault(model.name, []).append(i)
@@ -91,7 +95,9 @@ def text_out(
     if fmt == "text":
         sentences = 1 if split else len(split_text(body.texts[i], used.languages[0], True).sentences)
         value, warnings = assess(used, body.texts[i], t, options, ctx.quality, sentences)
-        out.update(confidence=value, warnings=warnings)
+        out.update(confidence=value, warnings=warnings + term_warnings(t))
+    elif t.missing:
+        out.update(warnings=term_warnings(t))
     return out
 
 
