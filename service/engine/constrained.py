@@ -55,6 +55,7 @@ class _State:
     met: frozenset[int] = frozenset()
     doing: int = -1
     prefix: tuple[int, ...] = ()
+    just_met: bool = False  # its last token completed a constraint: the next one must end the word
 
     def bank(self, constraints: list[Constraint]) -> int:
         return sum(constraints[c].size for c in self.met) + len(self.prefix)
@@ -79,17 +80,17 @@ class _State:
             prefix = (*self.prefix, token)
             alternatives = constraints[self.doing].alternatives
             if prefix in alternatives:
-                return _State(self.met | {self.doing})
+                return _State(self.met | {self.doing}, just_met=True)
             if any(a[: len(prefix)] == prefix for a in alternatives):
                 return _State(self.met, self.doing, prefix)
         for c, con in enumerate(constraints):  # not (or no longer) inside a constraint: does one start here?
             if c in self.met:
                 continue
             if (token,) in con.alternatives:
-                return _State(self.met | {c})
+                return _State(self.met | {c}, just_met=True)
             if any(a[0] == token for a in con.alternatives):
                 return _State(self.met, c, (token,))
-        return _State(self.met) if self.doing >= 0 else self
+        return _State(self.met) if self.doing >= 0 or self.just_met else self
 
 
 def constrained_beam_size(beam_size: int, constraints: list[list[Constraint]]) -> int:
@@ -122,10 +123,13 @@ def constrained_beam_search(
     n_best: int,
     constraints: list[list[Constraint]],
     max_limit: int | None = None,
+    after_term: np.ndarray | None = None,
 ) -> list[list[Hypothesis]]:
     """n-best hypotheses of each sentence (best first), each sentence with ``beam_size`` rows (sentence-major, as
     beam_search) and its ``constraints``. A sentence's length limit grows by its constraints' longest alternatives
-    (never beyond ``max_limit``). ``step`` must give full (rows, vocab) log-probabilities."""
+    (never beyond ``max_limit``). ``step`` must give full (rows, vocab) log-probabilities. ``after_term`` (vocab,)
+    bool: the tokens that may follow a completed constraint (those that begin a word, punctuation, EOS, an
+    inflection suffix), so that a term is never glued to the start of another word; None: any token."""
     k = beam_size
     if not 1 <= n_best <= k:
         raise ValueError(f"n_best must be in 1..beam_size ({k}), got {n_best}")
@@ -142,6 +146,11 @@ def constrained_beam_search(
         out = step(last, rows)
         if isinstance(out, TopCandidates):
             raise ValueError("constrained search needs the decoder's full log-probabilities")
+        if after_term is not None:
+            ended = [p * k + b for p, i in enumerate(active) for b in range(k) if sentences[i].states[b].just_met]
+            if ended:
+                out = out.copy()
+                out[np.ix_(ended, np.flatnonzero(~after_term))] = -np.inf
         top = top_candidates(out, min(2 * k, out.shape[1]))
         top_ids, top_lps = top.ids.tolist(), top.log_probs.tolist()
         next_rows, next_tokens, still = [], [], []

@@ -231,6 +231,7 @@ class Engine:
         self.providers = self.encoder.get_providers()
         self.max_source_tokens = int(self.config["max_positions"])  # EOS included
         self.device_runner: DeviceRunner | None = None
+        self._after_term: np.ndarray | None = None
         if io_binding is None:
             io_binding = wants_device_search(self.providers, self.step_decoder)
         if io_binding:
@@ -367,6 +368,7 @@ class Engine:
             min(options.num_hypotheses, k),
             cons,
             self.max_source_tokens - 1,
+            self.after_term(),
         )
         stats["decode"] = stats.get("decode", 0.0) + time.perf_counter() - started
         for i, nbest in zip(bound, found, strict=True):
@@ -375,6 +377,20 @@ class Engine:
         if options.return_attention:
             self.attach_attention([results[i] for i in bound])
         return results  # type: ignore[return-value]
+
+    def after_term(self) -> np.ndarray:
+        """(vocab,) bool: tokens that may follow a glossary term or span (constrained.py): a piece that begins a
+        word ("▁..."), one without letters or digits (punctuation), EOS, or an English inflection ("s", "es",
+        "'s"). Computed once."""
+        if self._after_term is None:
+            pieces = self.tokenizer.pieces(range(self.tokenizer.vocab_size))
+            allowed = [
+                p.startswith("\u2581") or not any(c.isalnum() for c in p) or p in ("s", "es", "'s")
+                for p in pieces
+            ]
+            allowed[EOS_ID] = True
+            self._after_term = np.asarray(allowed, dtype=bool)
+        return self._after_term
 
     @staticmethod
     def empty_translation(source: Sequence[int], options: TranslateOptions) -> Translation:
