@@ -214,7 +214,7 @@ class StateSettings(SettingsGroup):
         "volume",
     )
     glossary_max_entries: int = Field(
-        5000, ge=1, description="entries of one glossary, stored or inline (docs/glossaries.md); beyond it 413"
+        5000, ge=1, description="entries of one glossary, stored or inline (docs/glossaries.md); beyond it 422"
     )
     glossary_max_term_chars: int = Field(200, ge=1, description="characters of one glossary term; beyond it 422")
     glossaries_per_key: int = Field(
