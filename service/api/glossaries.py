@@ -129,7 +129,11 @@ def install(app: FastAPI) -> None:
 
 def build_glossary_router() -> APIRouter:
     router = APIRouter()
-    responses = {**ERROR_RESPONSES, 404: {"description": "no glossary of this id for this API key"}}
+    responses = {
+        **ERROR_RESPONSES,
+        404: {"description": "no glossary of this id for this API key"},
+        422: {"description": "an invalid glossary: the detail's loc names the field (docs/glossaries.md)"},
+    }
 
     @router.post(
         "/v1/glossaries",
