@@ -15,8 +15,9 @@ from fastapi_offline import FastAPIOffline
 
 from core.bundle import BundleError
 from service.announce import VersionAnnouncer
-from service.api import documents, errors, viewer
+from service.api import documents, errors, glossaries, viewer
 from service.api.admin import build_admin_router
+from service.api.glossaries import build_glossary_router
 from service.api.libretranslate import build_libretranslate_router
 from service.api.middleware import install as install_middleware
 from service.api.routes import build_router
@@ -117,6 +118,8 @@ def create_app(settings: Settings | None = None, wrap_runner: RunnerWrapper | No
     documents.install_errors(app)
     app.include_router(build_router(app))
     app.include_router(documents.build_documents_router(app))
+    app.include_router(build_glossary_router())
+    glossaries.install(app)
     app.include_router(build_admin_router())
     if settings.protocols.v2_api:
         app.include_router(build_v2_router(app))

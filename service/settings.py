@@ -250,6 +250,13 @@ class StateSettings(SettingsGroup):
         "MT_REDIS_URL (shared); 0 = no cache",
     )
 
+    glossary_max_entries: int = Field(
+        5000, ge=1, description="entries of one glossary, stored or inline (docs/glossaries.md); beyond it 422"
+    )
+    glossary_max_term_chars: int = Field(200, ge=1, description="characters of one glossary term; beyond it 422")
+    glossaries_per_key: int = Field(
+        100, ge=1, description="stored glossaries per API key (per server without API keys); beyond it 409"
+    )
 
 class DocumentSettings(SettingsGroup):
     """Document translation (docs/documents.md): what an upload may hold, how long results are kept."""

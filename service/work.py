@@ -34,6 +34,7 @@ WorkOptions = TranslateOptions | EmbedOptions | AttentionOptions
 class Source:
     ids: list[int]  # subword ids + EOS
     target_ids: list[int] | None = None  # a given target (attention), EOS excluded
+    constraints: tuple = ()  # target token sequences the translation must hold (service/engine/constrained.py)
 
     @property
     def length(self) -> int:
@@ -47,7 +48,8 @@ def engine_runner(engine: Engine) -> BatchRunner:
         stats: Stats = {}
         ids = [s.ids for s in sources]
         if isinstance(options, TranslateOptions):
-            return engine.translate_ids(ids, options, stats), stats
+            constraints = [s.constraints for s in sources] if options.constrained else None
+            return engine.translate_ids(ids, options, stats, constraints), stats
         if isinstance(options, EmbedOptions):
             return list(engine.embed_ids(ids, options.pooling, options.normalize, stats)), stats
         if isinstance(options, AttentionOptions):

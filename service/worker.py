@@ -169,8 +169,9 @@ class SupervisedLive:
 
     @staticmethod
     def accepts(options: Any) -> bool:
-        """Translations decode live; embeddings and attention run as whole batches."""
-        return isinstance(options, TranslateOptions)
+        """Translations decode live; embeddings, attention and constrained translations (glossaries,
+        do-not-translate spans: service/engine/constrained.py) run as whole batches."""
+        return isinstance(options, TranslateOptions) and not options.constrained
 
     def cost(self, options: TranslateOptions, source: Source) -> tuple[int, int]:
         """(decoder rows, cache positions it may reach) of one sentence: its beam size and its length limit."""

@@ -30,6 +30,7 @@ from service.scheduling.errors import (
 from service.serving.attention import OutOfRange
 from service.serving.quality import LanguageMismatch
 from service.serving.routing import UnservedPair
+from service.serving.terms import TermsError
 from service.state import StateUnavailable
 
 log = logging.getLogger(__name__)
@@ -160,6 +161,10 @@ def install(app: FastAPI) -> None:
 
     @app.exception_handler(UnservedPair)
     async def unserved_pair(_: Request, exc: UnservedPair) -> JSONResponse:
+        return _unprocessable(["body", exc.field], str(exc))
+
+    @app.exception_handler(TermsError)
+    async def unusable_terms(_: Request, exc: TermsError) -> JSONResponse:
         return _unprocessable(["body", exc.field], str(exc))
 
     @app.exception_handler(OutOfRange)

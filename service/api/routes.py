@@ -9,6 +9,7 @@ from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 
 from service.api import streaming
 from service.api.errors import ERROR_RESPONSES, NotReady
+from service.api.glossaries import request_terms
 from service.api.requests import InvalidDeadline, deadline_s, registry_of, request_context
 from service.api.schemas import AttentionResponse, EmbedResponse, ModelsResponse, TranslateResponse, request_models
 from service.registry import LoadedModel
@@ -36,6 +37,13 @@ def _context(request: Request, body: Any) -> RequestContext:
     except InvalidDeadline as exc:
         raise _header_error("X-Request-Timeout", str(exc)) from None
     return request_context(request, timeout_s, request.app.state.mt.quality)
+
+
+async def _translate_context(request: Request, body: Any) -> RequestContext:
+    """The context of a translate request, with its glossary and do-not-translate spans."""
+    ctx = _context(request, body)
+    ctx.terms = await request_terms(request, body)
+    return ctx
 
 
 def build_router(app: FastAPI) -> APIRouter:
@@ -92,8 +100,10 @@ def build_router(app: FastAPI) -> APIRouter:
         state = request.app.state.mt
         if getattr(body, "stream", False):  # text/event-stream (service/api/streaming.py)
             request.scope["state"]["model"] = body.model or state.settings.repository.default_model
-            return await streaming.translate_events(registry_of(request), body, _context(request, body), state.detector)
-        answer = await translate_serving.translate(registry_of(request), body, _context(request, body), state.detector)
+            ctx = await _translate_context(request, body)
+            return await streaming.translate_events(registry_of(request), body, ctx, state.detector)
+        ctx = await _translate_context(request, body)
+        answer = await translate_serving.translate(registry_of(request), body, ctx, state.detector)
         request.scope["state"]["model"] = answer["model"]
         return answer
 

@@ -49,7 +49,8 @@ class TranslationOut(BaseModel):
     warnings: list[TranslationWarning] | None = Field(
         None,
         description="what to know about this translation: language_mismatch, truncated, low_confidence, "
-        "unknown_characters, multiple_sentences (empty list when none)",
+        "unknown_characters, multiple_sentences, glossary_term_missing, do_not_translate_missing (empty list when "
+        "none)",
     )
 
 
@@ -178,6 +179,22 @@ def request_models(limits: LimitSettings) -> RequestModels:
         )
         format: Literal["text", "html"] = Field(
             "text", description="html: translate the text of an HTML fragment and keep its markup"
+        )
+        glossary: dict[str, str] | None = Field(
+            None,
+            description="source term -> target term: the translation uses each target term where its source term is "
+            "found (whole words, case ignored but for acronyms, German noun endings and umlaut plurals matched); "
+            "a term it cannot place is named in warnings (glossary_term_missing). See docs/glossaries.md",
+        )
+        glossary_id: str | None = Field(
+            None,
+            max_length=64,
+            description="a stored glossary of this API key (POST /v1/glossaries) for the model's language pair; "
+            "inline `glossary` entries win over its entries",
+        )
+        do_not_translate: list[str] | None = Field(
+            None,
+            description="spans copied verbatim into the translation wherever they occur in a text (exact match)",
         )
         stream: bool = Field(
             False,

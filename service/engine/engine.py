@@ -27,6 +27,7 @@ from core.graphs import (
 from core.normalize import source_normalizer
 from core.search import Hypothesis, length_limits
 from core.tokenizer import BOS_ID, EOS_ID, PAD_ID, Tokenizer
+from service.engine.constrained import Constraint, constrained_beam_search, constrained_beam_size
 from service.engine.decoder_cache import decoder_feeds, empty_cache
 from service.engine.device_state import GATHER_GRAPH, DeviceRunner, device_search, wants_device_search
 from service.engine.reorder import ReorderBuffers
@@ -52,6 +53,7 @@ class TranslateOptions:
     num_hypotheses: int = 1
     length_penalty: float = 0.6
     return_attention: bool = False
+    constrained: bool = False  # its sources carry constraints: whole batches only (no live decode)
 
 
 @dataclass
@@ -63,6 +65,7 @@ class Translation:
     hypotheses: list[tuple[str, float, list[int]]] = field(default_factory=list)  # (text, score, ids), best first
     attention: np.ndarray | None = None  # cross-attention (layers, heads, target, source)
     truncated: bool = False  # stopped at its length limit without EOS (set by the serving layer, which knows it)
+    missing: list = field(default_factory=list)  # glossary terms / spans it lacks (service/serving/terms.py Use)
 
 
 def pad_batch(sequences: Sequence[Sequence[int]]) -> np.ndarray:
@@ -228,6 +231,7 @@ class Engine:
         self.providers = self.encoder.get_providers()
         self.max_source_tokens = int(self.config["max_positions"])  # EOS included
         self.device_runner: DeviceRunner | None = None
+        self._after_term: np.ndarray | None = None
         if io_binding is None:
             io_binding = wants_device_search(self.providers, self.step_decoder)
         if io_binding:
@@ -290,14 +294,27 @@ class Engine:
         return dict(zip(names, self.decoder.run(names, feeds), strict=True))
 
     # --- translate ---------------------------------------------------------------------------
-    def translate(self, texts: Sequence[str], options: TranslateOptions | None = None) -> list[Translation]:
-        return self.translate_ids(self.source_ids(texts), options)
+    def translate(
+        self,
+        texts: Sequence[str],
+        options: TranslateOptions | None = None,
+        constraints: Sequence[Sequence[Constraint]] | None = None,
+    ) -> list[Translation]:
+        return self.translate_ids(self.source_ids(texts), options, constraints=constraints)
 
     def translate_ids(
-        self, sources: list[list[int]], options: TranslateOptions | None = None, stats: dict[str, float] | None = None
+        self,
+        sources: list[list[int]],
+        options: TranslateOptions | None = None,
+        stats: dict[str, float] | None = None,
+        constraints: Sequence[Sequence[Constraint]] | None = None,
     ) -> list[Translation]:
-        """``stats``, when given, receives encode / decode seconds and generated_tokens of this call."""
+        """``stats``, when given, receives encode / decode seconds and generated_tokens of this call.
+        ``constraints``: per source, target token sequences its translation must hold (service/engine/constrained.py);
+        sources with constraints decode with the constrained beam search, the others as usual."""
         options = options or TranslateOptions()
+        if constraints is not None and any(constraints):
+            return self._translate_constrained(sources, options, stats, [list(c) for c in constraints])
         stats = stats if stats is not None else {}
         results: list[Translation | None] = [None] * len(sources)
         work = [i for i, s in enumerate(sources) if len(s) > 1]  # an empty text translates to an empty text
@@ -313,6 +330,67 @@ class Engine:
                 self.attach_attention([results[i] for i in work])
                 stats["decode"] = stats.get("decode", 0.0) + time.perf_counter() - started
         return results  # type: ignore[return-value]
+
+    def _translate_constrained(
+        self,
+        sources: list[list[int]],
+        options: TranslateOptions,
+        stats: dict[str, float] | None,
+        constraints: list[list[Constraint]],
+    ) -> list[Translation]:
+        """The free sources as usual, the constrained ones (non-empty) through the constrained beam search."""
+        stats = stats if stats is not None else {}
+        free = [i for i, c in enumerate(constraints) if not c or len(sources[i]) <= 1]
+        bound = [i for i, c in enumerate(constraints) if c and len(sources[i]) > 1]
+        results: list[Translation | None] = [None] * len(sources)
+        if free:
+            for i, t in zip(free, self.translate_ids([sources[i] for i in free], options, stats), strict=True):
+                results[i] = t
+        started = time.perf_counter()
+        enc = self.run_encoder([sources[i] for i in bound])
+        stats["encode"] = stats.get("encode", 0.0) + time.perf_counter() - started
+        started = time.perf_counter()
+        cons = [constraints[i] for i in bound]
+        k = constrained_beam_size(options.beam_size, cons)
+        limits = length_limits([len(sources[i]) for i in bound], self.max_source_tokens, options.max_length)
+        session, lean = (self.step_decoder, True) if self.step_decoder is not None else (self.decoder, False)
+        rows = np.repeat(np.arange(len(bound)), k)
+        state = _DecoderState(session, enc["cross_keys"], enc["cross_values"], enc["src_mask"], lean, row_sources=rows)
+        if state.fetch_top:  # a graph that ranks its own top tokens: ask for the full distribution instead
+            state.fetch_top, state._top_k_input = False, np.array([0], dtype=np.int64)
+        found = constrained_beam_search(
+            state.step,
+            limits,
+            BOS_ID,
+            EOS_ID,
+            k,
+            options.length_penalty,
+            min(options.num_hypotheses, k),
+            cons,
+            self.max_source_tokens - 1,
+            self.after_term(),
+        )
+        stats["decode"] = stats.get("decode", 0.0) + time.perf_counter() - started
+        for i, nbest in zip(bound, found, strict=True):
+            results[i] = self.translation(sources[i], nbest)
+            stats["generated_tokens"] = stats.get("generated_tokens", 0) + sum(len(h.tokens) + 1 for h in nbest)
+        if options.return_attention:
+            self.attach_attention([results[i] for i in bound])
+        return results  # type: ignore[return-value]
+
+    def after_term(self) -> np.ndarray:
+        """(vocab,) bool: tokens that may follow a glossary term or span (constrained.py): a piece that begins a
+        word ("▁..."), one without letters or digits (punctuation), EOS, or an English inflection ("s", "es",
+        "'s"). Computed once."""
+        if self._after_term is None:
+            pieces = self.tokenizer.pieces(range(self.tokenizer.vocab_size))
+            allowed = [
+                p.startswith("\u2581") or not any(c.isalnum() for c in p) or p in ("s", "es", "'s")
+                for p in pieces
+            ]
+            allowed[EOS_ID] = True
+            self._after_term = np.asarray(allowed, dtype=bool)
+        return self._after_term
 
     @staticmethod
     def empty_translation(source: Sequence[int], options: TranslateOptions) -> Translation:

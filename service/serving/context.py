@@ -24,3 +24,4 @@ class RequestContext:
     priority: int = 0  # service/batch_policy.py: 0 interactive, BACKGROUND for document jobs
     timing: Any = None  # service.inference_stats.RequestTiming: where the time went (the statistics extension)
     cache: Any = None  # service.serving.cache.TranslationCache, or None (MT_CACHE_MB=0)
+    terms: Any = None  # service.serving.terms.Terms: glossary and do-not-translate spans of the request

@@ -21,19 +21,38 @@ from service.serving.common import run_work, tokenize
 from service.serving.context import RequestContext
 from service.serving.html import HtmlPlan, align_words
 from service.serving.segmentation import Layout, merge, split_text
+from service.serving.terms import Use, constraints, settle
 from service.work import Source
 
 
 def tokenize_sentences(
     model: LoadedModel, sentences: list[str], owners: list[int], ctx: RequestContext
-) -> list[Source]:
-    """Sources of the sentences; one over the model's limit is reported with the index of its text
-    (``owners[i]``: the request index of sentence i's text)."""
+) -> tuple[list[Source], list[list[Use]]]:
+    """Sources of the sentences, each with the constraints of the request's terms found in it (``ctx.terms``), and
+    those uses; one over the model's limit is reported with the index of its text (``owners[i]``: the request index
+    of sentence i's text)."""
     try:
-        return [Source(ids) for ids in tokenize(model, sentences, ctx)] if sentences else []
+        ids = tokenize(model, sentences, ctx) if sentences else []
     except SourceTooLongError as exc:
         exc.index = owners[exc.index]
         raise
+    terms = ctx.terms
+    if not terms:
+        return [Source(i) for i in ids], [[] for _ in ids]
+    uses = [terms.find(s, model.languages[0]) for s in sentences]
+    encode = model.engine.tokenizer.encode
+    return [Source(i, constraints=constraints(u, encode)) for i, u in zip(ids, uses, strict=True)], uses
+
+
+def constrained(options: TranslateOptions, sources: list[Source]) -> TranslateOptions:
+    """The options of sources of which some carry constraints: batched apart, never decoded live."""
+    return dataclasses.replace(options, constrained=True) if any(s.constraints for s in sources) else options
+
+
+def settled(model: LoadedModel, t: Translation, uses: list[Use]) -> Translation:
+    """A sentence's translation checked against its uses (service/serving/terms.py settle)."""
+    tokenizer = model.engine.tokenizer
+    return settle(t, uses, lambda text: tokenizer.decode(tokenizer.encode(text)))
 
 
 async def run_sources(
@@ -43,8 +62,9 @@ async def run_sources(
     once, the others through the model's scheduler (then cached under the version that ran them)."""
     if not sources:
         return [], model
+    options = constrained(options, sources)
     cache = ctx.cache
-    if cache is None:
+    if cache is None or options.constrained:  # a sentence's terms are not in the cache's key: never cached
         return await run_work(model, options, sources, ctx)
     found = await cache.lookup(model, options, sources)
     missing = [i for i, t in enumerate(found) if t is None]
@@ -76,10 +96,13 @@ class Prepared:
     model: LoadedModel
     layouts: list[Layout]
     sources: list[Source]
+    uses: list[list[Use]]
 
     async def run(self, options: TranslateOptions, ctx: RequestContext) -> tuple[list[Translation], LoadedModel]:
         results, used = await run_sources(self.model, self.sources, options, ctx)
-        results = [mark_truncated(self.model, r, options) for r in results]
+        results = [
+            settled(used, mark_truncated(self.model, r, options), u) for r, u in zip(results, self.uses, strict=True)
+        ]
         target = self.model.languages[1]
         out, k = [], 0
         for layout in self.layouts:
@@ -96,9 +119,11 @@ class PreparedHtml:
     model: LoadedModel
     plans: list[HtmlPlan]
     sources: list[Source]
+    uses: list[list[Use]]
 
     async def run(self, options: TranslateOptions, ctx: RequestContext) -> tuple[list[Translation], LoadedModel]:
         results, used = await run_sources(self.model, self.sources, html_options(options), ctx)
+        results = [settled(used, r, u) for r, u in zip(results, self.uses, strict=True)]
         target = self.model.languages[1]
         out, k = [], 0
         for plan in self.plans:
@@ -131,8 +156,8 @@ def prepare(
         plans = [HtmlPlan(text, model.languages[0], split) for text in texts]
         sentences = [s for plan in plans for s in plan.sentences]
         owners = [indices[i] for i, plan in enumerate(plans) for _ in plan.sentences]
-        return PreparedHtml(model, plans, tokenize_sentences(model, sentences, owners, ctx))
+        return PreparedHtml(model, plans, *tokenize_sentences(model, sentences, owners, ctx))
     layouts = [split_text(text, model.languages[0], split) for text in texts]
     sentences = [s for layout in layouts for s in layout.sentences]
     owners = [indices[i] for i, layout in enumerate(layouts) for _ in layout.sentences]
-    return Prepared(model, layouts, tokenize_sentences(model, sentences, owners, ctx))
+    return Prepared(model, layouts, *tokenize_sentences(model, sentences, owners, ctx))

@@ -145,4 +145,5 @@ def merge(layout: Layout, parts: Sequence[Translation], target_language: str, nu
         source_ids=[i for p in parts for i in p.source_ids],
         hypotheses=hypotheses,
         attention=_block_diagonal(parts),
+        missing=[use for p in parts for use in p.missing],
     )

@@ -27,7 +27,7 @@ from service.engine.engine import TranslateOptions, Translation
 from service.registry import LoadedModel, Registry
 from service.serving.common import run_work
 from service.serving.context import RequestContext, never_disconnected
-from service.serving.prepared import mark_truncated, prepare
+from service.serving.prepared import constrained, mark_truncated, prepare, settled
 from service.serving.routing import Detector
 from service.serving.segmentation import Layout, gap, merge
 from service.serving.translate import plan, text_out
@@ -72,8 +72,9 @@ class _Text:
 class _Listener:
     """Hears one model's sentences (service/scheduling/tickets.py Listener), turned into events of their texts."""
 
-    def __init__(self, texts: list[_Text], owner: list[tuple[_Text, int]], stream: _Stream) -> None:
+    def __init__(self, texts: list[_Text], owner: list[tuple[_Text, int]], stream: _Stream, uses: list) -> None:
         self.texts, self.owner, self.stream = texts, owner, stream
+        self.uses = uses  # per sentence: the request's terms found in it (service/serving/terms.py)
         self.model: LoadedModel | None = None  # set by run_work to the version that runs the sentences
 
     def progress(self, index: int, tokens: list[int]) -> None:
@@ -83,7 +84,8 @@ class _Listener:
 
     def result(self, index: int, result: Translation) -> None:
         text, k = self.owner[index]
-        text.done[k] = mark_truncated(self.model, result, self.stream.options)  # type: ignore[arg-type]
+        result = mark_truncated(self.model, result, self.stream.options)  # type: ignore[arg-type]
+        text.done[k] = settled(self.model, result, self.uses[index])  # type: ignore[arg-type]
         self.stream.guard(self._update, text)
         if len(text.done) == len(text.layout.sentences):
             self.stream.guard(self.stream.finish, self.model, text)
@@ -155,7 +157,7 @@ async def translate_stream(
             texts.append(text)
             owner += [(text, k) for k in range(len(layout.sentences))]
             first += len(layout.sentences)
-        work.append((model, prepared, _Listener(texts, owner, stream), indices))
+        work.append((model, prepared, _Listener(texts, owner, stream, prepared.uses), indices))
     for model, prepared, _, _ in work:
         refusal = model.scheduler.refusal(len(prepared.sources))
         if refusal is not None:
@@ -177,7 +179,7 @@ async def _events(stream: _Stream, work: list, options: TranslateOptions, ctx: R
                 stream.finish(model, text)
         if not prepared.sources:
             return model
-        _, used = await run_work(model, options, prepared.sources, ctx, listener)
+        _, used = await run_work(model, constrained(options, prepared.sources), prepared.sources, ctx, listener)
         return used
 
     task = asyncio.ensure_future(asyncio.gather(*(run(*w) for w in work)))

@@ -12,6 +12,7 @@ from service.serving.context import RequestContext
 from service.serving.prepared import prepare
 from service.serving.quality import check_languages, text_assessment
 from service.serving.routing import Detector, route
+from service.serving.terms import warnings as term_warnings
 
 
 def options_of(body: Any) -> TranslateOptions:
@@ -49,6 +50,9 @@ def plan(registry: Registry, body: Any, ctx: RequestContext, detect: Detector | 
     )
     if ctx.quality is not None:
         check_languages(models, body.texts, ctx.quality)
+    if ctx.terms is not None:
+        for model in models:
+            ctx.terms.check_pair(model.name, model.languages)
     groups: dict[str, list[int]] = {}
     for i, model in enumerate(models):
         groups.setdefault(model.name, []).append(i)
@@ -89,7 +93,9 @@ def text_out(
     split, fmt = getattr(body, "split_sentences", True), getattr(body, "format", "text")
     if fmt == "text":
         value, warnings = text_assessment(used, body.texts[i], t, options, ctx.quality, split)
-        out.update(confidence=value, warnings=warnings)
+        out.update(confidence=value, warnings=warnings + term_warnings(t))
+    elif t.missing:
+        out.update(warnings=term_warnings(t))
     return out
 
 
