@@ -16,6 +16,7 @@ from fastapi_offline import FastAPIOffline
 from core.bundle import BundleError
 from service.api import errors, viewer
 from service.api.admin import build_admin_router
+from service.api.deepl import build_deepl_router
 from service.api.libretranslate import build_libretranslate_router
 from service.api.middleware import install as install_middleware
 from service.api.routes import build_router
@@ -95,6 +96,8 @@ def create_app(settings: Settings | None = None, wrap_runner: RunnerWrapper | No
     errors.install(app)
     app.include_router(build_router(app))
     app.include_router(build_admin_router())
+    if settings.protocols.deepl_api:  # before v2: its paths are matched first, whatever v2 routes catch
+        app.include_router(build_deepl_router(app))
     if settings.protocols.v2_api:
         app.include_router(build_v2_router(app))
     if settings.protocols.libretranslate_api:

@@ -7,6 +7,7 @@ import signal
 import socket
 import subprocess
 import sys
+import tempfile
 import time
 from pathlib import Path
 
@@ -39,6 +40,8 @@ class LiveServer:
             "MT_PROVIDERS": "cpu",
             "MT_LOG_LEVEL": "info",
             "OMP_NUM_THREADS": "1",
+            # its own state store (quotas, glossaries, documents): beside its log, else a new temporary directory
+            "MT_STATE_DIR": str(log_path.parent / f"state-{self.port}") if log_path else tempfile.mkdtemp(prefix="mt-"),
             **(env or {}),
         }
         self.command = command or [sys.executable, "-m", "service"]

@@ -27,6 +27,7 @@ SERVICE_LAYERS = [
         "service.language",
         "service.logs",
         "service.metrics",
+        "service.quota",
         "service.state",
         "service.tools",
     ),

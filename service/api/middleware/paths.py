@@ -11,6 +11,11 @@ KNOWN_ENDPOINTS = {"/v1/translate", "/v1/embed", "/v1/attention", "/v1/models", 
 # Open Inference Protocol v2 (service/api/v2.py) and the LibreTranslate API (service/api/libretranslate.py):
 # their errors are {"error": ...}; v2 needs an API key like /v1, LibreTranslate's key is checked in its handlers.
 LIBRETRANSLATE_PATHS = ("/translate", "/detect", "/languages", "/health")
+# The DeepL API (service/api/deepl.py) under /v2 beside the inference protocol: its errors are {"message": ...}, a
+# missing or wrong key is 403. The prefixes are DeepL's other resources (glossaries, documents), DeepL's wherever
+# they are served.
+DEEPL_PATHS = ("/v2/translate", "/v2/languages", "/v2/usage")
+DEEPL_PREFIXES = ("/v2/glossaries", "/v2/glossary-language-pairs", "/v2/document")
 _V2_ENDPOINTS = [
     (re.compile(r"^/v2/models/[^/]+(/versions/[^/]+)?/infer$"), "/v2/models/{name}/infer"),
     (re.compile(r"^/v2/models/[^/]+(/versions/[^/]+)?/ready$"), "/v2/models/{name}/ready"),
@@ -21,8 +26,10 @@ _V2_ENDPOINTS = [
 
 def endpoint_label(path: str) -> str:
     """The metrics label of a path: the path of a known endpoint, a template for v2 model paths, else "other"."""
-    if path in KNOWN_ENDPOINTS or path in LIBRETRANSLATE_PATHS:
+    if path in KNOWN_ENDPOINTS or path in LIBRETRANSLATE_PATHS or path in DEEPL_PATHS:
         return path
+    if path.startswith(DEEPL_PREFIXES):
+        return next(p for p in DEEPL_PREFIXES if path.startswith(p))
     for pattern, label in _V2_ENDPOINTS:
         if pattern.match(path):
             return label or path
@@ -31,7 +38,14 @@ def endpoint_label(path: str) -> str:
 
 def is_work_path(path: str) -> bool:
     """Requests that queue engine work (refused up front with 429 when every queue is full)."""
-    return path in WORK_PATHS or path == "/translate" or _V2_ENDPOINTS[0][0].match(path) is not None
+    if path in WORK_PATHS or path in ("/translate", "/v2/translate"):
+        return True
+    return _V2_ENDPOINTS[0][0].match(path) is not None
+
+
+def is_deepl(path: str) -> bool:
+    """A path of the DeepL API: its errors are {"message": ...} and a missing key is 403."""
+    return path in DEEPL_PATHS or path.startswith(DEEPL_PREFIXES)
 
 
 def is_protected(path: str) -> bool:
@@ -40,8 +54,10 @@ def is_protected(path: str) -> bool:
 
 
 def error_body(path: str, message: str, status: int = 0) -> dict:
-    """An error in the form of the path's protocol: {"error": ...} for v2 and LibreTranslate (whose 429 says
-    "Slowdown: ..."), else {"detail": ...}."""
+    """An error in the form of the path's protocol: {"message": ...} for the DeepL API, {"error": ...} for v2 and
+    LibreTranslate (whose 429 says "Slowdown: ..."), else {"detail": ...}."""
+    if is_deepl(path):
+        return {"message": message}
     if path in LIBRETRANSLATE_PATHS:
         return {"error": ("Slowdown: " if status == 429 else "") + message}
     if path == "/v2" or path.startswith("/v2/"):
