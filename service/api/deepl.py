@@ -29,8 +29,7 @@ from service.api.deepl_protocol import (
     string,
     strings,
 )
-from service.api.protocol import context_of
-from service.api.requests import registry_of
+from service.api.requests import InvalidDeadline, deadline_s, registry_of, request_context
 from service.quota import UNLIMITED
 from service.serving import deepl as serving
 from service.serving.html import HTML, Markup
@@ -50,22 +49,27 @@ REFUSED = {
 }
 ALL_METHODS = ["GET", "POST", "PUT", "PATCH", "DELETE", "HEAD", "OPTIONS"]
 
+TAGS = {"anyOf": [{"type": "string"}, {"type": "array", "items": {"type": "string"}}], "description": "comma-separated"}
+BOOLEAN = {"anyOf": [{"type": "boolean"}, {"type": "string", "enum": ["0", "1", "true", "false"]}]}
 TRANSLATE_SCHEMA = {
     "type": "object",
     "required": ["text", "target_lang"],
     "properties": {
-        "text": {"type": "array", "items": {"type": "string"}, "minItems": 1, "description": "texts to translate"},
+        "text": {
+            "anyOf": [{"type": "array", "items": {"type": "string"}, "minItems": 1}, {"type": "string"}],
+            "description": "texts to translate (a form repeats the field)",
+        },
         "source_lang": {"type": "string", "description": "DE, EN, ZH...; left out: detected"},
-        "target_lang": {"type": "string", "description": "EN-US, EN-GB, EN, DE, ZH..."},
-        "split_sentences": {"type": "string", "enum": ["0", "1", "nonewlines"]},
-        "preserve_formatting": {"type": "boolean"},
+        "target_lang": {"type": "string", "minLength": 1, "description": "EN-US, EN-GB, EN, DE, ZH..."},
+        "split_sentences": {"anyOf": [{"type": "string", "enum": list(SPLIT)}, {"type": "integer", "enum": [0, 1]}]},
+        "preserve_formatting": BOOLEAN,
         "formality": {"type": "string", "enum": list(FORMALITY)},
         "tag_handling": {"type": "string", "enum": ["html", "xml"]},
-        "ignore_tags": {"type": "array", "items": {"type": "string"}},
-        "splitting_tags": {"type": "array", "items": {"type": "string"}},
-        "non_splitting_tags": {"type": "array", "items": {"type": "string"}},
-        "outline_detection": {"type": "boolean"},
-        "show_billed_characters": {"type": "boolean"},
+        "ignore_tags": TAGS,
+        "splitting_tags": TAGS,
+        "non_splitting_tags": TAGS,
+        "outline_detection": BOOLEAN,
+        "show_billed_characters": BOOLEAN,
         "context": {"type": "string"},
         "model_type": {"type": "string", "enum": list(MODEL_TYPES)},
     },
@@ -198,7 +202,7 @@ def build_deepl_router(app: FastAPI) -> APIRouter:
         quota, label = quota_of(request), caller(request)
         await quota.reserve(label, sum(billed))  # 456 when it would pass the key's limit; nothing charged then
         try:
-            translations, first = await serving.translate(registry, req, context_of(request))
+            translations, first = await serving.translate(registry, req, _context(request))
         except BaseException:
             await quota.give_back(label, sum(billed))
             raise
@@ -251,7 +255,8 @@ def build_deepl_router(app: FastAPI) -> APIRouter:
     )
     async def languages(request: Request) -> JSONResponse:
         fields, _ = await read_fields(request)  # the deepl client sends type in a form body, even with GET
-        kind = string(fields, "type") or "source"
+        kind = string(fields, "type")
+        kind = "source" if kind is None else kind
         registry = registry_of(request)
         if kind == "source":
             return JSONResponse(serving.source_languages(registry))
@@ -287,6 +292,15 @@ def build_deepl_router(app: FastAPI) -> APIRouter:
         others = [m for m in ALL_METHODS if m not in methods.split(", ") and not (m == "HEAD" and "GET" in methods)]
         router.add_api_route(path, _wrong_method(methods), methods=others, include_in_schema=False)
     return router
+
+
+def _context(request: Request):
+    """The serving layer's context, with the language policy (MT_LANGUAGE_MISMATCH=reject refuses a text in another
+    language than its model's source: 400); a bad X-Request-Timeout is a 400."""
+    try:
+        return request_context(request, deadline_s(request), request.app.state.mt.quality)
+    except InvalidDeadline as exc:
+        raise DeepLError(400, str(exc)) from None
 
 
 def _wrong_method(allowed: str):

@@ -109,13 +109,15 @@ def _no_constant(name: str) -> None:
 
 
 def one(fields: dict[str, list[Any]], name: str, required: bool = False) -> Any:
-    """The field's value (the last one given), or None; 400 when required and missing."""
+    """The field's value (the last one given), or None when it is not given; 400 when it is required and missing or
+    empty, or given as JSON null (no field of the API takes null)."""
     values = fields.get(name) or []
-    if not values or values[-1] is None or values[-1] == "":
-        if required:
-            raise DeepLError(400, f"Parameter '{name}' not specified.")
-        return None
-    return values[-1]
+    if values and values[-1] is None:
+        raise DeepLError(400, f"Value for '{name}' not supported. It must not be null.")
+    value = values[-1] if values else None
+    if required and (value is None or value == ""):
+        raise DeepLError(400, f"Parameter '{name}' not specified.")
+    return value
 
 
 def string(fields: dict[str, list[Any]], name: str, required: bool = False) -> str | None:
@@ -146,8 +148,8 @@ def boolean(fields: dict[str, list[Any]], name: str, default: bool) -> bool:
         return default
     if isinstance(value, bool):
         return value
-    if isinstance(value, str) and value.strip().lower() in ("1", "true", "0", "false"):
-        return value.strip().lower() in ("1", "true")
+    if isinstance(value, str) and value in ("1", "true", "0", "false"):
+        return value in ("1", "true")
     raise DeepLError(400, f"Value for '{name}' not supported. Send true or false (in a form: 1 or 0).")
 
 

@@ -33,6 +33,7 @@ def keyed_server(tiny_repository, tmp_path_factory):
         "MT_KEY_CHARACTER_LIMIT": str(LIMIT),
         "MT_STATE_DIR": str(root / "state"),
         "MT_MAX_WAIT_MS": "5",
+        "MT_LANGUAGE_MISMATCH": "reject",
     }
     server = LiveServer(tiny_repository, env=env, log_path=root / "service.log").start(timeout=240)
     yield server
@@ -137,11 +138,21 @@ def test_quota_per_key_then_exceeded(keyed_server):
     assert translator.get_usage().character.count == used
 
 
+def test_a_text_in_another_language_is_refused_under_reject(keyed_server):
+    translator = client(keyed_server.url, OTHER_KEY)
+    before = translator.get_usage().character.count
+    with pytest.raises(deepl.DeepLException, match="looks like en") as raised:
+        english = "The children are playing in the garden."
+        translator.translate_text(english, source_lang="DE", target_lang="EN-US")
+    assert raised.value.http_status_code == 400
+    assert translator.get_usage().character.count == before
+
+
 def test_quota_is_kept_across_a_restart(keyed_server, tiny_repository):
     """Last of the keyed tests: it stops the module's server and starts another on the same MT_STATE_DIR."""
-    client(keyed_server.url, OTHER_KEY).translate_text("Hallo.", source_lang="DE", target_lang="EN-US")
+    client(keyed_server.url, OTHER_KEY).translate_text(TEXTS[1], source_lang="DE", target_lang="EN-US")
     used = {key: client(keyed_server.url, key).get_usage().character.count for key in (KEY, OTHER_KEY)}
-    assert used[OTHER_KEY] == len("Hallo.")
+    assert used[OTHER_KEY] == len(TEXTS[1])
     keyed_server.stop()
     same = {name: keyed_server.env[name] for name in ("MT_API_KEYS", "MT_KEY_CHARACTER_LIMIT", "MT_STATE_DIR")}
     with LiveServer(tiny_repository, env=same) as restarted:
