@@ -12,7 +12,8 @@ import pytest
 from live_server import LiveServer
 from protocol_helpers import v1_translate
 
-KEY, OTHER_KEY = "deepl-test-key-1", "deepl-test-key-2"
+KEY, OTHER_KEY, BUSY_KEY = "deepl-test-key-1", "deepl-test-key-2", "deepl-test-key-3"
+BURST = 5  # work requests a key may send before its (very slow) rate limit applies
 LIMIT = 60  # characters per key
 TEXTS = ["Ein Hund läuft im Schnee.", "Zwei Katzen schlafen."]
 
@@ -29,7 +30,9 @@ def keyed_server(tiny_repository, tmp_path_factory):
     """API keys and a character limit of LIMIT per key; its state directory is reused by the restart test."""
     root = tmp_path_factory.mktemp("deepl")
     env = {
-        "MT_API_KEYS": f"{KEY},{OTHER_KEY}",
+        "MT_API_KEYS": f"{KEY},{OTHER_KEY},{BUSY_KEY}",
+        "MT_KEY_RATE_PER_S": "0.001",
+        "MT_KEY_BURST": str(BURST),
         "MT_KEY_CHARACTER_LIMIT": str(LIMIT),
         "MT_STATE_DIR": str(root / "state"),
         "MT_MAX_WAIT_MS": "5",
@@ -136,6 +139,19 @@ def test_quota_per_key_then_exceeded(keyed_server):
     with pytest.raises(deepl.DeepLException):  # a failed translation is not charged either
         translator.translate_text("Hallo", source_lang="DE", target_lang="EN-US", formality="less")
     assert translator.get_usage().character.count == used
+
+
+def test_a_key_over_its_rate_limit_gets_429_with_retry_after(keyed_server):
+    body = {"text": ["Hallo"], "source_lang": "DE", "target_lang": "EN-US", "formality": "less"}  # cheap 400s
+    headers = {"Authorization": f"DeepL-Auth-Key {BUSY_KEY}"}
+    for _ in range(BURST):
+        assert httpx.post(keyed_server.url + "/v2/translate", json=body, headers=headers).status_code == 400
+    limited = httpx.post(keyed_server.url + "/v2/translate", json=body, headers=headers)
+    assert limited.status_code == 429 and int(limited.headers["retry-after"]) > 0
+    assert set(limited.json()) == {"message"} and "rate limit" in limited.json()["message"]
+    with pytest.raises(deepl.TooManyRequestsException):
+        client(keyed_server.url, BUSY_KEY).translate_text("Hallo", target_lang="EN-US")
+    assert client(keyed_server.url, BUSY_KEY).get_usage().character.count == 0  # not a work request: answered
 
 
 def test_a_text_in_another_language_is_refused_under_reject(keyed_server):
