@@ -22,9 +22,9 @@ follow the target word aligned to the source word before them.
 XML (``Markup(xml=True)``, the DeepL API's ``tag_handling=xml``) goes the same way with XML's rules instead of
 HTML's: parsed by lxml's XML parser (no DTD, no entity expansion), names kept as written, no tag has a meaning of
 its own; an element whose own text is only whitespace around child elements is structure, and it and its children
-are blocks (translated separately), as are ``splitting_tags``; ``non_splitting_tags`` never are
-(``outline_detection`` false: only ``splitting_tags`` are). ``ignore_tags`` (HTML or XML) are kept untranslated
-like ``code``.
+are blocks (translated separately), as are ``splitting_tags`` and any element holding a block;
+``non_splitting_tags`` never are (``outline_detection`` false: only ``splitting_tags`` and what holds them are).
+``ignore_tags`` (HTML or XML) are kept untranslated like ``code``.
 
 ``HtmlPlan(html, language).sentences`` lists what to translate; ``plan.render(aligned)`` writes the result from
 one ``Aligned`` (target words, source word of each) per sentence (``align_words``). service/serving/prepared.py
@@ -119,10 +119,12 @@ def _is_block(el, markup: Markup = HTML) -> bool:
         name = markup.name(el)
         if name in markup.splitting:
             return True
-        if name in markup.non_splitting or not markup.outline:
+        if name in markup.non_splitting:
             return False
         parent = el.getparent()
-        return _structural(el) or (parent is not None and _structural(parent))
+        if markup.outline and (_structural(el) or (parent is not None and _structural(parent))):
+            return True
+        return not _skipped(el, markup) and any(_is_block(child, markup) for child in el)  # holds a block
     if el.tag.lower() in BLOCK_TAGS:
         return True
     return not _skipped(el, markup) and any(_is_block(child, markup) for child in el)
@@ -206,8 +208,7 @@ class HtmlPlan:
         rules = self.rules
 
         def walk(el, parent: _Node) -> None:
-            skipped = _skipped(el, rules)
-            if skipped or (not rules.xml and el.tag.lower() in VOID_TAGS) or not _has_text(el, rules):
+            if _skipped(el, rules) or (not rules.xml and el.tag.lower() in VOID_TAGS) or not _has_text(el, rules):
                 node = _Node(el, "atom")
                 node.anchor = len(chars)  # a character position for now; turned into a word count below
                 chars.append((" ", None))  # an atom separates words
