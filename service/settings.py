@@ -182,6 +182,18 @@ class AccessSettings(SettingsGroup):
         description="with MT_API_KEYS: the share of MT_MAX_QUEUE_SENTENCES one key's waiting sentences may fill "
         "per model; beyond it 429 naming the key's limit",
     )
+    key_character_limit: int = Field(
+        0,
+        ge=0,
+        description="characters each API key may have translated, counted in the state store across restarts "
+        "(without MT_API_KEYS: the server's one anonymous caller); a translation that would pass it is refused "
+        "(DeepL API: 456); 0 = no limit",
+    )
+    key_character_limits: CsvMap = Field(
+        default_factory=dict,
+        description="per-key exceptions to MT_KEY_CHARACTER_LIMIT, by key label (the first 8 hex digits of the key's "
+        "sha256, as logs and metrics name it): 'label=characters, ...'; 0 = no limit",
+    )
     open_paths: CsvList = Field(
         default_factory=lambda: ["/healthz", "/readyz", "/metrics"], description="paths that need no API key"
     )
@@ -195,6 +207,14 @@ class AccessSettings(SettingsGroup):
         if len({key_label(k) for k in distinct}) != len(distinct):
             raise ValueError("two API keys share the first 8 hex digits of their sha256; replace one of them")
         return keys
+
+    @field_validator("key_character_limits")
+    @classmethod
+    def _counts(cls, limits: dict[str, str]) -> dict[str, str]:
+        for label, value in limits.items():
+            if not value.isdigit():
+                raise ValueError(f"MT_KEY_CHARACTER_LIMITS: the limit of {label} must be a whole number, got {value!r}")
+        return limits
 
 
 class LanguageSettings(SettingsGroup):
@@ -218,6 +238,9 @@ class ProtocolSettings(SettingsGroup):
 
     v2_api: bool = Field(True, description="serve the Open Inference Protocol v2 (KServe / Triton clients) under /v2")
     libretranslate_api: bool = Field(True, description="serve LibreTranslate's /translate, /detect and /languages")
+    deepl_api: bool = Field(
+        True, description="serve the DeepL API's /v2/translate, /v2/languages and /v2/usage (DeepL clients)"
+    )
 
 
 class StateSettings(SettingsGroup):

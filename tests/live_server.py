@@ -43,10 +43,10 @@ class LiveServer:
             # the translation cache answers repeats without the engine: off unless a test asks for it, so tests
             # that send one text twice to exercise the engine, its queue or its faults still reach it
             "MT_CACHE_MB": "0",
+            # its own state store (quotas, glossaries, documents): beside its log, else a new temporary directory
+            "MT_STATE_DIR": str(log_path.parent / f"state-{self.port}") if log_path else tempfile.mkdtemp(prefix="mt-"),
             **(env or {}),
         }
-        if "MT_STATE_DIR" not in (env or {}):  # each server its own state store, never the checkout's state/
-            self.env["MT_STATE_DIR"] = tempfile.mkdtemp(prefix="mt-state-")
         self.command = command or [sys.executable, "-m", "service"]
         self.log_path = log_path
         self.process: subprocess.Popen | None = None

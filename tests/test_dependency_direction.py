@@ -29,6 +29,7 @@ SERVICE_LAYERS = [
         "service.language",
         "service.logs",
         "service.metrics",
+        "service.quota",
         "service.state",
         "service.tools",
     ),

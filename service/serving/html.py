@@ -19,6 +19,13 @@ heads); each element then takes the contiguous run of target words with the most
 (inside its parent's run, after its earlier siblings). Untranslatable inline elements and ``<br>``/``<img>``
 follow the target word aligned to the source word before them.
 
+XML (``Markup(xml=True)``, the DeepL API's ``tag_handling=xml``) goes the same way with XML's rules instead of
+HTML's: parsed by lxml's XML parser (no DTD, no entity expansion), names kept as written, no tag has a meaning of
+its own; an element whose own text is only whitespace around child elements is structure, and it and its children
+are blocks (translated separately), as are ``splitting_tags`` and any element holding a block;
+``non_splitting_tags`` never are (``outline_detection`` false: only ``splitting_tags`` and what holds them are).
+``ignore_tags`` (HTML or XML) are kept untranslated like ``code``.
+
 ``HtmlPlan(html, language).sentences`` lists what to translate; ``plan.render(aligned)`` writes the result from
 one ``Aligned`` (target words, source word of each) per sentence (``align_words``). service/serving/prepared.py
 does both through the model's scheduler.
@@ -31,6 +38,7 @@ import re
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
+import lxml.etree
 import lxml.html
 import numpy as np
 
@@ -54,30 +62,72 @@ _DOCUMENT = re.compile(r"\s*(<!doctype|<html[\s>])", re.IGNORECASE)
 # characters libxml2 refuses (it parses into an XML tree): C0 controls but tab/LF/CR, lone surrogates, U+FFFE/F
 _NOT_XML = re.compile("[\x00-\x08\x0b\x0c\x0e-\x1f\ud800-\udfff\ufffe\uffff]")
 
+_XML_DECLARATION = re.compile(r"\s*<\?xml[^>]*\?>")
+
 Aligned = tuple[list[str], list[int | None]]  # target words, the (sentence-local) source word of each or None
+
+
+class MarkupError(ValueError):
+    """Markup that cannot be parsed (XML that is not well-formed); the message says where."""
+
+
+@dataclass(frozen=True)
+class Markup:
+    """How tags are read: HTML's rules or XML's, and the tags a request names (lower case for HTML)."""
+
+    xml: bool = False
+    ignore: frozenset[str] = frozenset()  # kept untranslated, like <code>
+    splitting: frozenset[str] = frozenset()  # XML: always a block
+    non_splitting: frozenset[str] = frozenset()  # XML: never a block
+    outline: bool = True  # XML: tell structure from whitespace-only text (else only ``splitting`` are blocks)
+
+    def name(self, el) -> str:
+        """The tag name the rules compare: lower case for HTML; as written, without a namespace, for XML."""
+        return lxml.etree.QName(el).localname if self.xml else el.tag.lower()
+
+
+HTML = Markup()
 
 
 def _is_comment(el) -> bool:
     return not isinstance(el.tag, str)
 
 
-def _skipped(el) -> bool:
+def _skipped(el, markup: Markup = HTML) -> bool:
     """Untouched: never translated, content kept as it is (comments and processing instructions too)."""
     if _is_comment(el):
         return True
-    if el.tag.lower() in SKIP_TAGS:
+    name = markup.name(el)
+    if name in markup.ignore or (not markup.xml and name in SKIP_TAGS):
         return True
     if (el.get("translate") or "").strip().lower() == "no":
         return True
-    return "notranslate" in (el.get("class") or "").split()
+    return not markup.xml and "notranslate" in (el.get("class") or "").split()
 
 
-def _is_block(el) -> bool:
+def _structural(el) -> bool:
+    """XML: an element holding child elements and, around them, only whitespace."""
+    if _is_comment(el) or len(el) == 0 or (el.text or "").strip():
+        return False
+    return not any((child.tail or "").strip() for child in el)
+
+
+def _is_block(el, markup: Markup = HTML) -> bool:
     if _is_comment(el):
         return False
+    if markup.xml:
+        name = markup.name(el)
+        if name in markup.splitting:
+            return True
+        if name in markup.non_splitting:
+            return False
+        parent = el.getparent()
+        if markup.outline and (_structural(el) or (parent is not None and _structural(parent))):
+            return True
+        return not _skipped(el, markup) and any(_is_block(child, markup) for child in el)  # holds a block
     if el.tag.lower() in BLOCK_TAGS:
         return True
-    return not _skipped(el) and any(_is_block(child) for child in el)
+    return not _skipped(el, markup) and any(_is_block(child, markup) for child in el)
 
 
 @dataclass(eq=False)
@@ -108,19 +158,21 @@ class _Unit:
 
 
 class HtmlPlan:
-    def __init__(self, markup: str, language: str = "en", split: bool = True) -> None:
-        self.language, self.split = language, split
+    def __init__(self, markup: str, language: str = "en", split: bool = True, rules: Markup = HTML) -> None:
+        self.language, self.split, self.rules = language, split, rules
         body = _NOT_XML.sub("\ufffd", markup)
         stripped = body.strip()
         self.leading, self.trailing = body[: len(body) - len(body.lstrip())], body[len(body.rstrip()) :]
-        self.document = bool(_DOCUMENT.match(stripped))
+        self.document = not rules.xml and bool(_DOCUMENT.match(stripped))
         self.has_doctype = stripped[:9].lower() == "<!doctype"  # lxml reports a default doctype when none was given
         self.units: list[_Unit] = []
         self.tree = None
         if not stripped:
             self.leading, self.trailing = body, ""
             return
-        if self.document:
+        if rules.xml:
+            self.tree = _parse_xml(self, stripped)
+        elif self.document:
             self.tree = lxml.html.document_fromstring(stripped)
         else:
             self.tree = lxml.html.fragment_fromstring(stripped, create_parent="div")
@@ -130,15 +182,19 @@ class HtmlPlan:
     def _container(self, el) -> None:
         """Units of a block element: runs of inline content between its block children."""
         slot, run = (el, "text"), []
+        rules = self.rules
         for child in el:
-            separates = _is_block(child) or (
-                _skipped(child) and not _is_comment(child) and child.tag.lower() in BLOCK_TAGS | SEPARATE_TAGS
+            separates = _is_block(child, rules) or (
+                _skipped(child, rules)
+                and not _is_comment(child)
+                and not rules.xml
+                and child.tag.lower() in BLOCK_TAGS | SEPARATE_TAGS
             )
             if not separates:
                 run.append(child)  # inline: translated with the text around it, or kept whole as an atom
                 continue
             self._unit(slot, run)
-            if not _skipped(child):
+            if not _skipped(child, rules):
                 self._container(child)
             slot, run = (child, "tail"), []
         self._unit(slot, run)
@@ -150,8 +206,10 @@ class HtmlPlan:
         def text(value: str | None, owner: _Node) -> None:
             chars.extend((c, owner) for c in value or "")
 
+        rules = self.rules
+
         def walk(el, parent: _Node) -> None:
-            if _skipped(el) or el.tag.lower() in VOID_TAGS or not _has_text(el):
+            if _skipped(el, rules) or (not rules.xml and el.tag.lower() in VOID_TAGS) or not _has_text(el, rules):
                 node = _Node(el, "atom")
                 node.anchor = len(chars)  # a character position for now; turned into a word count below
                 chars.append((" ", None))  # an atom separates words
@@ -229,7 +287,10 @@ class HtmlPlan:
                 target.extend(words)
                 links.extend(None if link is None else s + link for link in local)
             _render_unit(unit, target, links, bounds, target_language)
-        if self.document:
+        if self.rules.xml:
+            out = html_lib.escape(self.tree.text or "", quote=False)
+            out += "".join(lxml.etree.tostring(child, encoding="unicode") for child in self.tree)
+        elif self.document:
             doctype = self.tree.getroottree().docinfo.doctype if self.has_doctype else None
             out = lxml.html.tostring(self.tree, encoding="unicode", doctype=doctype or None)
         else:
@@ -238,14 +299,32 @@ class HtmlPlan:
         return self.leading + out + self.trailing
 
 
-def _has_text(el) -> bool:
+def _parse_xml(plan: HtmlPlan, text: str):
+    """An XML fragment or document inside a wrapper element (its declaration kept verbatim in front); DTDs and
+    entities are refused, never expanded or fetched."""
+    declaration = _XML_DECLARATION.match(text)
+    if declaration:
+        plan.leading += declaration.group()
+        text = text[declaration.end() :]
+    if "<!DOCTYPE" in text or "<!ENTITY" in text:
+        raise MarkupError("XML with a DOCTYPE or entity declarations is not translated; send the content alone")
+    parser = lxml.etree.XMLParser(resolve_entities=False, no_network=True, load_dtd=False, huge_tree=False)
+    try:
+        return lxml.etree.fromstring(f"<mt-root>{text}</mt-root>", parser)
+    except lxml.etree.XMLSyntaxError as exc:
+        raise MarkupError(f"the XML is not well-formed: {exc}") from None
+
+
+def _has_text(el, markup: Markup = HTML) -> bool:
     """Whether an inline element has words of its own to translate (in its text or its children's)."""
     if (el.text or "").strip():
         return True
     for child in el:
         if (child.tail or "").strip():
             return True
-        if not _skipped(child) and child.tag.lower() not in VOID_TAGS and _has_text(child):
+        if _skipped(child, markup) or (not markup.xml and child.tag.lower() in VOID_TAGS):
+            continue
+        if _has_text(child, markup):
             return True
     return False
 

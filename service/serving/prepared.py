@@ -19,7 +19,7 @@ from service.engine.engine import SourceTooLongError, TranslateOptions, Translat
 from service.registry import LoadedModel
 from service.serving.common import run_work, tokenize
 from service.serving.context import RequestContext
-from service.serving.html import HtmlPlan, align_words
+from service.serving.html import HTML, HtmlPlan, Markup, align_words
 from service.serving.segmentation import Layout, merge, split_text
 from service.serving.terms import Use, constraints, settle
 from service.work import Source
@@ -145,15 +145,17 @@ def prepare(
     model: LoadedModel,
     texts: Sequence[str],
     ctx: RequestContext,
-    split: bool = True,
+    split: bool | str = True,
     fmt: str = "text",
     indices: Sequence[int] | None = None,
+    rules: Markup = HTML,
 ) -> Prepared | PreparedHtml:
-    """Split (``split`` false: each text is one sentence) and tokenize texts of one model, as plain text or
-    (``fmt`` "html") as HTML. ``indices``: the request index of each text (names a text over the model's limit)."""
+    """Split (``split`` false: each text is one sentence; "nonewlines": at punctuation only) and tokenize texts of
+    one model, as plain text or (``fmt`` "html") as markup read by ``rules`` (HTML's, or XML's). ``indices``: the
+    request index of each text (names a text over the model's limit)."""
     indices = list(indices) if indices is not None else list(range(len(texts)))
     if fmt == "html":
-        plans = [HtmlPlan(text, model.languages[0], split) for text in texts]
+        plans = [HtmlPlan(text, model.languages[0], bool(split), rules) for text in texts]
         sentences = [s for plan in plans for s in plan.sentences]
         owners = [indices[i] for i, plan in enumerate(plans) for _ in plan.sentences]
         return PreparedHtml(model, plans, *tokenize_sentences(model, sentences, owners, ctx))

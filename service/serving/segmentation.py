@@ -26,6 +26,8 @@ from service.engine.engine import Translation
 
 NO_SPACE_LANGUAGES = frozenset({"zh", "ja", "th", "lo", "km", "my", "bo"})  # written without spaces between words
 _HORIZONTAL_SPACE = re.compile(r"[^\S\r\n\x0b\x0c\x1c-\x1e\x85\u2028\u2029]*")
+_LINE_BREAK = re.compile(r"[\r\n\x0b\x0c\x1c-\x1e\x85\u2028\u2029]")
+NO_NEWLINES = "nonewlines"  # split at punctuation only: a line break is a space inside a sentence (DeepL's mode)
 
 # A part of a text: ("text", verbatim), ("gap", verbatim whitespace between two sentences of a line),
 # or ("sentence", index into Layout.sentences).
@@ -43,9 +45,12 @@ def segment(text: str, language: str) -> list[str]:
     return [s.strip() for s in sentencex.segment(language, text) if s.strip()]
 
 
-def split_text(text: str, language: str, split: bool = True) -> Layout:
+def split_text(text: str, language: str, split: bool | str = True) -> Layout:
     """The sentences of ``text`` and what lies between them. ``split=False``: the whole text is one sentence
-    (the behaviour before sentence splitting: nothing is stripped or kept aside)."""
+    (the behaviour before sentence splitting: nothing is stripped or kept aside); ``split="nonewlines"``:
+    sentences end at punctuation only (``split_across_lines``)."""
+    if split == NO_NEWLINES:
+        return split_across_lines(text, language)
     if not split:
         return Layout((("sentence", 0),), (text,))
     parts: list[Part] = []
@@ -74,6 +79,35 @@ def split_text(text: str, language: str, split: bool = True) -> Layout:
             parts.append(("sentence", len(sentences)))
             sentences.append(sentence)
         parts.append(("text", content[start + len(body) :] + ending))
+    return Layout(tuple(p for p in parts if p != ("text", "")), tuple(sentences))
+
+
+def split_across_lines(text: str, language: str) -> Layout:
+    """Sentences found as if every line break were a space (a sentence may run over several lines; the model reads
+    it as one line); what lies between two sentences is kept verbatim, line breaks and all."""
+    body = text.strip()
+    if not body:
+        return Layout((("text", text),) if text else (), ())
+    start = text.index(body)
+    flat = _LINE_BREAK.sub(" ", body)  # one space per break character: offsets into ``flat`` are offsets into ``body``
+    parts: list[Part] = [("text", text[:start])]
+    sentences: list[str] = []
+    cursor = 0
+    for sentence in segment(flat, language):
+        at = flat.find(sentence, cursor)
+        if at < 0:  # the segmenter changed the text: one sentence
+            return Layout(
+                tuple(p for p in (("text", text[:start]), ("sentence", 0), ("text", text[start + len(body) :]))
+                      if p != ("text", "")),
+                (flat,),
+            )  # fmt: skip
+        if sentences:
+            between = body[cursor:at]
+            parts.append(("text" if _LINE_BREAK.search(between) else "gap", between))
+        parts.append(("sentence", len(sentences)))
+        sentences.append(sentence)
+        cursor = at + len(sentence)
+    parts.append(("text", body[cursor:] + text[start + len(body) :]))
     return Layout(tuple(p for p in parts if p != ("text", "")), tuple(sentences))
 
 

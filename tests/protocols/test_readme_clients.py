@@ -1,4 +1,4 @@
-"""The README's "Clients" snippets (tritonclient, kserve, libretranslatepy) run against the live server."""
+"""The README's "Clients" snippets (tritonclient, kserve, libretranslatepy, deepl) run against the live server."""
 
 from __future__ import annotations
 
@@ -18,13 +18,17 @@ def snippets() -> list[str]:
     return re.findall(r"```python\n(.*?)```", section, re.DOTALL)
 
 
-def test_readme_has_the_three_clients():
-    found = " ".join(snippets())
-    assert len(snippets()) == 3
-    assert "tritonclient" in found and "kserve" in found and "libretranslatepy" in found
+CLIENTS = ["tritonclient", "kserve", "libretranslatepy", "deepl"]
 
 
-@pytest.mark.parametrize("index", range(3), ids=["tritonclient", "kserve", "libretranslatepy"])
+def test_readme_has_the_four_clients():
+    found = snippets()
+    assert len(found) == len(CLIENTS)
+    for client, code in zip(CLIENTS, found, strict=True):
+        assert f"import {client}" in code or f"from {client}" in code
+
+
+@pytest.mark.parametrize("index", range(len(CLIENTS)), ids=CLIENTS)
 def test_readme_snippet_runs(live_server, index, tmp_path):
     code = snippets()[index].replace("127.0.0.1:8000", live_server.url.removeprefix("http://"))
     script = tmp_path / "snippet.py"

@@ -64,6 +64,15 @@ SEMANTIC_400 = (
     "exceeds text limit",
     "no model translates",
     "is not valid Unicode",
+    # the DeepL API ({"message": ...}): a language code nobody serves, formality without prefer_, the one model type,
+    # more texts than MT_MAX_TEXTS_TRANSLATE, XML that is not well-formed
+    "Value for 'target_lang' not supported",
+    "Value for 'source_lang' not supported",
+    "'formality' is not supported for given 'target_lang'",
+    "Value for 'model_type' not supported. This server has one model",
+    "Too many texts",
+    "not well-formed",
+    "could not be detected",
 )
 KNOWN_V2_MODELS = {"de-en", "de-en-embed"}
 ADMIN_PATHS = {
@@ -72,6 +81,7 @@ ADMIN_PATHS = {
     "/v2/repository/models/{model_name}/unload",
 }
 ADMIN = {"X-Admin-Key": "fuzz-admin"}
+DEEPL_PATHS = ("/v2/translate", "/v2/languages", "/v2/usage")
 
 
 def _protocol(path: str) -> bool:
@@ -122,7 +132,8 @@ def valid_data_accepted(ctx, response, case) -> None:
             assert unknown, f"404 for a known model: {response.text}"
             return
         if status == 400:
-            message = response.json()["error"]
+            answer = response.json()
+            message = answer["message"] if case.operation.path in DEEPL_PATHS else answer["error"]
             assert any(p in message for p in SEMANTIC_400), f"valid data refused: {message}"
             return
         if status == 504:
@@ -199,6 +210,7 @@ def test_fuzz_every_operation(fuzz_server):
     assert {"/translate", "/detect", "/languages"} <= paths
     assert {"/v2/models/stats", "/v2/models/{model_name}/stats", versioned + "/stats"} <= paths
     assert {"/v2/repository/index", "/v2/repository/models/{model_name}/load"} <= paths
+    assert set(DEEPL_PATHS) <= paths
     counts: dict[str, int] = {}
     for operation in operations:
         if FUZZ_PATHS and not operation.path.startswith(FUZZ_PATHS):
@@ -302,6 +314,34 @@ def test_hostile_bodies_on_the_other_protocols(fuzz_server, path, body):
     assert response.status_code in (200, 400, 413), response.text[:500]
     if response.status_code != 200:
         assert set(response.json()) == {"error"} and "Traceback" not in response.text
+    assert fuzz_server.process.poll() is None
+
+
+DEEPL_HOSTILE = [
+    b'{"text": ["\\ud800"], "target_lang": "EN-US"}',
+    b'{"text": ["a"], "target_lang": "\\udfff"}',
+    b'{"text": ["<p>a\\u0000<b>b</b>\\ud800</p>"], "target_lang": "EN-US", "tag_handling": "html"}',
+    b'{"text": ["<a>&xxe;</a>"], "target_lang": "EN-US", "tag_handling": "xml"}',
+    b'{"text": ["<!DOCTYPE a [<!ENTITY e \\"x\\">]><a>&e;</a>"], "target_lang": "EN-US", "tag_handling": "xml"}',
+    b'{"text": ["<"], "target_lang": "EN-US", "tag_handling": "html"}',
+    b'{"text": ["a"], "target_lang": "EN-US", "show_billed_characters": NaN}',
+    b'{"text": ' + b"[" * 50_000 + b"]" * 50_000 + b', "target_lang": "EN-US"}',
+    b'{"text": ["a"], "target_lang": "EN-US", "ignore_tags": [[["x"]]]}',
+    b"\xc3\x28",
+    b"text=%FF%FE&target_lang=EN-US",
+    b"text=a&text=&target_lang=en-us&split_sentences=nonewlines",
+]
+
+
+@pytest.mark.parametrize("body", DEEPL_HOSTILE, ids=[f"{i}" for i in range(len(DEEPL_HOSTILE))])
+def test_hostile_bodies_on_the_deepl_api(fuzz_server, body):
+    content_type = "application/x-www-form-urlencoded" if body.startswith(b"text=") else "application/json"
+    response = httpx.post(
+        fuzz_server.url + "/v2/translate", content=body, headers={"content-type": content_type}, timeout=60
+    )
+    assert response.status_code in (200, 400, 413), response.text[:500]
+    if response.status_code != 200:
+        assert set(response.json()) == {"message"} and "Traceback" not in response.text
     assert fuzz_server.process.poll() is None
 
 

@@ -1,14 +1,31 @@
-"""API keys at the door: a key where MT_API_KEYS asks for one (401), and each key's rate limit (429)."""
+"""API keys at the door: a key where MT_API_KEYS asks for one (401; the DeepL API's 403), and each key's rate limit
+(429)."""
 
 from __future__ import annotations
 
 from starlette.types import ASGIApp, Receive, Scope, Send
 
-from service.api.middleware.paths import is_protected, is_work_path
+from service.api.middleware.paths import is_deepl, is_protected, is_work_path
 from service.api.middleware.replies import discard_body, header, send_error
 from service.keys import match_key
 
 MISSING_KEY = "missing or invalid API key: send 'Authorization: Bearer <key>' or 'X-API-Key: <key>'"
+DEEPL_MISSING_KEY = "Authorization failure: missing or invalid key; send 'Authorization: DeepL-Auth-Key <key>'"
+# DeepL stopped taking keys in the query string or the body (January 2026): so do we, saying what to send instead
+DEEPL_LEGACY_KEY = (
+    "Legacy authentication with auth_key in the query string is not supported; send 'Authorization: DeepL-Auth-Key "
+    "<key>'"
+)
+SCHEMES = ("bearer ", "deepl-auth-key ")  # Authorization schemes that carry a key (DeepL clients send the second)
+
+
+def offered_key(scope: Scope) -> str:
+    """The key a request offers: 'Authorization: Bearer <key>' or 'DeepL-Auth-Key <key>', else X-API-Key, else ""."""
+    auth = header(scope, b"authorization") or ""
+    for scheme in SCHEMES:
+        if auth.lower().startswith(scheme):
+            return auth[len(scheme) :].strip()
+    return header(scope, b"x-api-key") or ""
 
 
 class Auth:
@@ -24,6 +41,10 @@ class Auth:
             await self.app(scope, receive, send)
             return
         authorized, label = self._authorized(scope)
+        if not authorized and is_deepl(scope["path"]):
+            legacy = b"auth_key=" in scope.get("query_string", b"")
+            await send_error(send, scope, 403, DEEPL_LEGACY_KEY if legacy else DEEPL_MISSING_KEY)
+            return
         if not authorized:
             await send_error(send, scope, 401, MISSING_KEY, [(b"www-authenticate", b"Bearer")])
             return
@@ -38,11 +59,7 @@ class Auth:
             return True, ""
         if scope["method"] == "OPTIONS" and s.access.cors_origins and header(scope, b"access-control-request-method"):
             return True, ""  # a CORS preflight: browsers send it without credentials
-        offered = header(scope, b"x-api-key") or ""
-        auth = header(scope, b"authorization") or ""
-        if auth.lower().startswith("bearer "):
-            offered = auth[7:].strip()
-        label = match_key(offered, s.access.api_keys)
+        label = match_key(offered_key(scope), s.access.api_keys)
         return label is not None, label or ""
 
 

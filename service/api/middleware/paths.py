@@ -15,10 +15,11 @@ DOCUMENT_UPLOAD_PATHS = ("/v1/documents", "/translate_file")
 # Open Inference Protocol v2 (service/api/v2.py) and the LibreTranslate API (service/api/libretranslate.py):
 # their errors are {"error": ...}; v2 needs an API key like /v1, LibreTranslate's key is checked in its handlers.
 LIBRETRANSLATE_PATHS = ("/translate", "/detect", "/languages", "/health", "/translate_file")
-# DeepL's API lives under /v2 too, beside the inference protocol (no path collides): its paths, by prefix, answer
-# DeepL's error form {"message": ...}; every other /v2 path is the inference protocol's, {"error": ...}
-DEEPL_PREFIXES = ("/v2/translate", "/v2/languages", "/v2/usage", "/v2/glossaries", "/v2/glossary-language-pairs",
-                  "/v2/document", "/v2/write")  # fmt: skip
+# The DeepL API (service/api/deepl.py) under /v2 beside the inference protocol (no path collides): its errors are
+# {"message": ...}, a missing or wrong key is 403. The prefixes are DeepL's other resources (glossaries, documents),
+# DeepL's wherever they are served; every other /v2 path is the inference protocol's, {"error": ...}.
+DEEPL_PATHS = ("/v2/translate", "/v2/languages", "/v2/usage")
+DEEPL_PREFIXES = ("/v2/glossaries", "/v2/glossary-language-pairs", "/v2/document", "/v2/write")
 _V2_ENDPOINTS = [
     (re.compile(r"^/v2/models/[^/]+(/versions/[^/]+)?/infer$"), "/v2/models/{name}/infer"),
     (re.compile(r"^/v2/models/stats$"), None),
@@ -32,8 +33,10 @@ _V2_ENDPOINTS = [
 
 def endpoint_label(path: str) -> str:
     """The metrics label of a path: the path of a known endpoint, a template for v2 model paths, else "other"."""
-    if path in KNOWN_ENDPOINTS or path in LIBRETRANSLATE_PATHS:
+    if path in KNOWN_ENDPOINTS or path in LIBRETRANSLATE_PATHS or path in DEEPL_PATHS:
         return path
+    if path.startswith(DEEPL_PREFIXES):
+        return next(p for p in DEEPL_PREFIXES if path.startswith(p))
     for pattern, label in _V2_ENDPOINTS:
         if pattern.match(path):
             return label or path
@@ -42,7 +45,14 @@ def endpoint_label(path: str) -> str:
 
 def is_work_path(path: str) -> bool:
     """Requests that queue engine work (refused up front with 429 when every queue is full)."""
-    return path in WORK_PATHS or path == "/translate" or _V2_ENDPOINTS[0][0].match(path) is not None
+    if path in WORK_PATHS or path in ("/translate", "/v2/translate"):
+        return True
+    return _V2_ENDPOINTS[0][0].match(path) is not None
+
+
+def is_deepl(path: str) -> bool:
+    """A path of the DeepL API: its errors are {"message": ...} and a missing key is 403."""
+    return any(path == p or path.startswith(p + "/") for p in DEEPL_PATHS + DEEPL_PREFIXES)
 
 
 def is_protected(path: str) -> bool:
@@ -50,23 +60,18 @@ def is_protected(path: str) -> bool:
     return path.startswith(("/v1/", "/v2/")) or path == "/v2" or path in OPERATIONS_PATHS
 
 
-def is_deepl_path(path: str) -> bool:
-    """A path of DeepL's API (whose errors are {"message": ...})."""
-    return any(path == p or path.startswith(p + "/") for p in DEEPL_PREFIXES)
-
-
 def is_inference_protocol_path(path: str) -> bool:
     """A path of the Open Inference Protocol: /v2 and below, but DeepL's paths."""
-    return (path == "/v2" or path.startswith("/v2/")) and not is_deepl_path(path)
+    return (path == "/v2" or path.startswith("/v2/")) and not is_deepl(path)
 
 
 def error_body(path: str, message: str, status: int = 0) -> dict:
-    """An error in the form of the path's protocol: {"error": ...} for the inference protocol and LibreTranslate
-    (whose 429 says "Slowdown: ..."), {"message": ...} for DeepL's, else {"detail": ...}."""
+    """An error in the form of the path's protocol: {"message": ...} for the DeepL API, {"error": ...} for v2 and
+    LibreTranslate (whose 429 says "Slowdown: ..."), else {"detail": ...}."""
+    if is_deepl(path):
+        return {"message": message}
     if path in LIBRETRANSLATE_PATHS:
         return {"error": ("Slowdown: " if status == 429 else "") + message}
-    if is_deepl_path(path):
-        return {"message": message}
     if is_inference_protocol_path(path):
         return {"error": message}
     return {"detail": message}
