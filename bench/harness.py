@@ -115,6 +115,9 @@ class ServerProcess:
             "MT_PORT": str(self.port),
             "MT_PROVIDERS": os.environ.get("MT_PROVIDERS", "cpu"),
             "OMP_NUM_THREADS": "1",
+            # benchmarks measure the engine and the server, not repeats answered from the translation cache; the
+            # cache's own effect is bench/scale_out.py's, which sets MT_CACHE_MB itself
+            "MT_CACHE_MB": os.environ.get("MT_CACHE_MB", "0"),
             **({"MT_MODEL_REPOSITORY": str(Path(repository).resolve())} if repository else {}),
             **env,
         }
