@@ -25,8 +25,20 @@ FORMATS: dict[str, tuple[str, str]] = {
     ".pptx": ("pptx", "application/vnd.openxmlformats-officedocument.presentationml.presentation"),
     ".odt": ("odt", "application/vnd.oasis.opendocument.text"),
     ".odp": ("odp", "application/vnd.oasis.opendocument.presentation"),
+    ".epub": ("epub", "application/epub+zip"),
 }
-ZIPPED = {"docx": "word/document.xml", "pptx": "ppt/presentation.xml", "odt": "mimetype", "odp": "mimetype"}
+ZIPPED = {
+    "docx": "word/document.xml",
+    "pptx": "ppt/presentation.xml",
+    "odt": "mimetype",
+    "odp": "mimetype",
+    "epub": "mimetype",
+}
+MIMETYPES = {  # a zip's ``mimetype`` entry -> its format (OpenDocument and EPUB packages start with one)
+    b"application/vnd.oasis.opendocument.text": "odt",
+    b"application/vnd.oasis.opendocument.presentation": "odp",
+    b"application/epub+zip": "epub",
+}
 
 __all__ = [
     "FORMATS",
@@ -62,10 +74,8 @@ def _sniff_zip(data: bytes) -> str | None:
     if "ppt/presentation.xml" in names:
         return "pptx"
     if "mimetype" in names:
-        mimetype = zipfile.ZipFile(io.BytesIO(data)).read("mimetype")
-        return {b"application/vnd.oasis.opendocument.text": "odt"}.get(
-            mimetype.strip(), "odp" if b"presentation" in mimetype else None
-        )
+        mimetype = zipfile.ZipFile(io.BytesIO(data)).read("mimetype").strip()
+        return MIMETYPES.get(mimetype, "odp" if b"presentation" in mimetype else None)
     return None
 
 
@@ -91,6 +101,10 @@ def open_document(data: bytes, filename: str) -> Document:
         from service.documents.odf import OdfDocument
 
         return OdfDocument(data, fmt)
+    if fmt == "epub":
+        from service.documents.epub import EpubDocument
+
+        return EpubDocument(data)
     if sniffed is not None or data[:2] == b"PK":
         raise UnsupportedFormat(f"the file is a zip package, not a .{fmt} text file; rename it or send another file")
     if fmt == "md":

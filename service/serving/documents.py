@@ -49,7 +49,8 @@ async def translate_units(
         sources, kept = [], {}
         for k, sentence in enumerate(part):
             try:
-                sources.extend(tokenize_sentences(used, [sentence], [k], ctx))
+                tokenized, _ = tokenize_sentences(used, [sentence], [k], ctx)  # (sources, term uses: none here)
+                sources.extend(tokenized)
             except SourceTooLongError:
                 kept[k] = sentence
         results, used = await run_sources(used, sources, html_options(options), ctx)

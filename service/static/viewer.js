@@ -19,16 +19,20 @@
     }
   }
 
-  function requestHeaders() {
-    const headers = { "Content-Type": "application/json" };
+  function authHeaders() {
     const key = $("api-key").value.trim();
-    if (key) headers.Authorization = `Bearer ${key}`;
-    return headers;
+    return key ? { Authorization: `Bearer ${key}` } : {};
   }
 
+  function requestHeaders() {
+    return { "Content-Type": "application/json", ...authHeaders() };
+  }
+
+  // a JSON body is posted as JSON; a FormData body (a file upload) as multipart, its boundary set by the browser
   async function api(path, body) {
     const init = { headers: requestHeaders() };
-    if (body !== undefined) Object.assign(init, { method: "POST", body: JSON.stringify(body) });
+    if (body instanceof FormData) Object.assign(init, { method: "POST", body, headers: authHeaders() });
+    else if (body !== undefined) Object.assign(init, { method: "POST", body: JSON.stringify(body) });
     let response;
     try {
       response = await fetch(path, init);
@@ -333,4 +337,6 @@
   });
   for (const id of ["layer", "head"]) $(id).addEventListener("change", () => state.result && draw());
   loadModels(0);
+  // shared with documents.js (the document panel)
+  window.Viewer = { $, ApiError, api, authHeaders, showError, refuse, clearError, setBusy, finished };
 })();

@@ -267,3 +267,40 @@ der code bleibt
 - {SENTENCES[3]}
 - ein `code` und ![bild](bild.png)
 """
+
+
+def make_epub() -> bytes:
+    """An e-book made with ebooklib: two chapters (a heading, bold and italic text, a link, a list, a table, an
+    image, code that stays), a stylesheet, the navigation document and the NCX."""
+    from ebooklib import epub
+
+    book = epub.EpubBook()
+    book.set_identifier("mt-test-book")
+    book.set_title("der hund")
+    book.set_language("de")
+    book.add_item(epub.EpubItem(uid="img", file_name="images/red.png", media_type="image/png", content=png()))
+    css = epub.EpubItem(uid="css", file_name="style/book.css", media_type="text/css", content=b"p { margin: 0 }")
+    book.add_item(css)
+    one = epub.EpubHtml(title="die katze", file_name="chap1.xhtml", lang="de")
+    one.content = (
+        "<h1>die katze</h1>"
+        "<p>der <b>hund</b> spielt im <i>park</i></p>"
+        f'<p>ein mann rennt und <a href="{LINK}">die frau</a> sitzt</p>'
+        f'<p>{SENTENCES[1]} <img src="images/red.png" alt="ball"/></p>'
+        "<pre><code>der hund</code></pre>"
+    )
+    two = epub.EpubHtml(title="das kind", file_name="chap2.xhtml", lang="de")
+    two.content = (
+        f"<h2>das kind</h2><ul><li>der hund</li><li>die katze</li></ul>"
+        f"<table><tr><td>ein ball</td><td>{SENTENCES[3]}</td></tr></table>"
+    )
+    for chapter in (one, two):
+        chapter.add_item(css)
+        book.add_item(chapter)
+    book.toc = [one, two]
+    book.spine = ["nav", one, two]
+    book.add_item(epub.EpubNcx())
+    book.add_item(epub.EpubNav())
+    out = io.BytesIO()
+    epub.write_epub(out, book)
+    return out.getvalue()

@@ -8,7 +8,7 @@ import io
 import zipfile
 
 import pytest
-from fixtures import LINK, MARKDOWN, make_docx, make_odp, make_odt, make_pptx, make_srt, png
+from fixtures import LINK, MARKDOWN, make_docx, make_epub, make_odp, make_odt, make_pptx, make_srt, png
 
 from service.documents import CorruptDocument, UnsupportedFormat, open_document
 from service.serving.html import HtmlPlan
@@ -86,6 +86,33 @@ def test_opendocument_spans_links_and_untouched_entries(kind):
                 assert a.read(name) == b.read(name), name
 
 
+def test_epub_chapters_inline_elements_and_untouched_entries():
+    from ebooklib import ITEM_DOCUMENT, epub
+    from lxml import html
+
+    data = make_epub()
+    out = upper(open_document(data, "buch.epub"))
+    book = epub.read_epub(io.BytesIO(out))
+    pages = {i.file_name: html.fromstring(i.get_content()) for i in book.get_items_of_type(ITEM_DOCUMENT)}
+    one, two = pages["chap1.xhtml"], pages["chap2.xhtml"]
+    assert [" ".join(p.text_content().split()) for p in one.iter("p")] == [
+        "DER HUND SPIELT IM PARK", "EIN MANN RENNT UND DIE FRAU SITZT", "EINE KLEINE KATZE SITZT AUF DEM BALL"
+    ]  # fmt: skip
+    assert [(e.tag, e.text) for e in one.iter("b", "i")] == [("b", "HUND"), ("i", "PARK")]
+    assert [(a.get("href"), a.text) for a in one.iter("a")] == [(LINK, "DIE FRAU")]
+    assert [i.get("src") for i in one.iter("img")] == ["images/red.png"]
+    assert one.findtext(".//code") == "der hund"
+    assert [li.text for li in two.iter("li")] == ["DER HUND", "DIE KATZE"]
+    assert [td.text for td in two.iter("td")] == ["EIN BALL", "DAS KIND SPIELT MIT DEM ROTEN BALL"]
+    assert [a.text for a in pages["nav.xhtml"].iter("a")] == ["DIE KATZE", "DAS KIND"]
+    with zipfile.ZipFile(io.BytesIO(data)) as a, zipfile.ZipFile(io.BytesIO(out)) as b:
+        assert a.namelist() == b.namelist() and b.infolist()[0].filename == "mimetype"
+        assert b.infolist()[0].compress_type == zipfile.ZIP_STORED and b.read("mimetype") == b"application/epub+zip"
+        changed = [n for n in a.namelist() if a.read(n) != b.read(n)]
+        assert changed == ["EPUB/chap1.xhtml", "EPUB/chap2.xhtml", "EPUB/nav.xhtml"]
+        assert b"<title>DIE KATZE</title>" in b.read("EPUB/chap1.xhtml")
+
+
 def test_srt_timings_lines_and_italics():
     import srt
 
@@ -127,11 +154,13 @@ def test_text_and_html_keep_lines_and_markup():
         (b"%PDF-1.4", "a.pdf", UnsupportedFormat),
         (None, "a.docx", UnsupportedFormat),  # a .pptx named .docx
         (None, "a.odt", UnsupportedFormat),  # an .odp named .odt
+        (None, "a.epub", UnsupportedFormat),  # an .odt named .epub
+        (b"PK\x03\x04broken", "a.epub", CorruptDocument),
     ],
 )
 def test_bad_files_are_refused_with_their_status(data, name, error):
     if data is None:
-        data = make_pptx() if name.endswith(".docx") else make_odp()
+        data = {".docx": make_pptx, ".odt": make_odp, ".epub": make_odt}[name[name.rindex(".") :]]()
     with pytest.raises(error) as raised:
         open_document(data, name)
     assert raised.value.status == (415 if error is UnsupportedFormat else 400)

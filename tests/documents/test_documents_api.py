@@ -10,7 +10,19 @@ import zipfile
 
 import pytest
 from documents_helpers import finished, translate, upload
-from fixtures import GERMAN_ONLY, LINK, MARKDOWN, SENTENCES, make_docx, make_odp, make_odt, make_pptx, make_srt, png
+from fixtures import (
+    GERMAN_ONLY,
+    LINK,
+    MARKDOWN,
+    SENTENCES,
+    make_docx,
+    make_epub,
+    make_odp,
+    make_odt,
+    make_pptx,
+    make_srt,
+    png,
+)
 
 ENGLISH = re.compile(r"\b(the|a|dog|cat|man|woman|child|ball|plays|runs|sits|park|in-the)\b")
 
@@ -74,6 +86,24 @@ def test_opendocument(client, kind):
     assert set(spans) == {"Bold", "Italic"} and all(english(t) for t in spans.values())
     [link] = after.getElementsByType(text.A)
     assert link.getAttribute("href") == LINK and english(teletype.extractText(link))
+    assert images(out) == [png()]
+
+
+def test_epub(client):
+    from ebooklib import ITEM_DOCUMENT, epub
+    from lxml import html
+
+    data = make_epub()
+    out = translate(client, "buch.epub", data)
+    book = epub.read_epub(io.BytesIO(out))
+    items = book.get_items_of_type(ITEM_DOCUMENT)
+    chapters = [html.fromstring(i.get_content()) for i in items if i.file_name.startswith("chap")]
+    blocks = [e for c in chapters for e in c.iter("h1", "h2", "p", "li", "td") if e.text_content().strip()]
+    assert len(blocks) == 9 and all(english(e.text_content()) for e in blocks), [e.text_content() for e in blocks]
+    bold = [e.text_content() for c in chapters for e in c.iter("b", "i")]
+    assert len(bold) == 2 and all(english(t) for t in bold)
+    links = [(a.get("href"), a.text_content()) for c in chapters for a in c.iter("a") if a.get("href") == LINK]
+    assert len(links) == 1 and english(links[0][1])
     assert images(out) == [png()]
 
 

@@ -13,7 +13,7 @@ def test_page_and_its_assets_are_served_and_self_contained(api):
     assert page.status_code == 200 and page.headers["content-type"].startswith("text/html")
     assert 'id="heatmap"' in page.text and 'id="translate-form"' in page.text
     assets = re.findall(r'(?:src|href)="([^"]+)"', page.text)
-    assert sorted(assets) == ["/static/heatmap.js", "/static/viewer.css", "/static/viewer.js"]
+    assert sorted(assets) == ["/static/documents.js", "/static/heatmap.js", "/static/viewer.css", "/static/viewer.js"]
     total = len(page.content)
     for path in assets:
         asset = api.get(path)
