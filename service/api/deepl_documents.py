@@ -137,7 +137,7 @@ def build_deepl_document_router(app: FastAPI) -> APIRouter:
     )
     async def upload(request: Request) -> JSONResponse:
         registry = registry_of(request)  # 503 while loading or draining
-        data, uploaded_name, fields = await upload_of(request)
+        data, uploaded_name, fields = await upload_of(request, max_fields=1000)  # DeepL ignores unknown fields
         filename = fields.get("filename") or uploaded_name
         if not filename:
             raise DeepLError(400, "Parameter 'filename' not specified: the file has no name to tell its format.")
