@@ -54,7 +54,11 @@ UPLOAD_SCHEMA = {
         "formality": {"type": "string", "enum": [*FORMALITY, "more", "less"]},
     },
 }
-KEY_SCHEMA = {"type": "object", "required": ["document_key"], "properties": {"document_key": {"type": "string"}}}
+KEY_SCHEMA = {
+    "type": "object",
+    "required": ["document_key"],
+    "properties": {"document_key": {"type": "string", "minLength": 1}},
+}
 KEY_BODY = {
     "requestBody": {
         "required": True,
