@@ -18,6 +18,8 @@ from service.announce import VersionAnnouncer
 from service.api import documents, errors, glossaries, viewer
 from service.api.admin import build_admin_router
 from service.api.deepl import build_deepl_router
+from service.api.deepl_documents import build_deepl_document_router
+from service.api.deepl_glossaries import build_deepl_glossary_router
 from service.api.glossaries import build_glossary_router
 from service.api.libretranslate import build_libretranslate_router
 from service.api.middleware import install as install_middleware
@@ -124,6 +126,8 @@ def create_app(settings: Settings | None = None, wrap_runner: RunnerWrapper | No
     app.include_router(build_admin_router())
     if settings.protocols.deepl_api:  # before v2: its paths are matched first, whatever v2 routes catch
         app.include_router(build_deepl_router(app))
+        app.include_router(build_deepl_glossary_router(app))
+        app.include_router(build_deepl_document_router(app))
     if settings.protocols.v2_api:
         app.include_router(build_v2_router(app))
     if settings.protocols.libretranslate_api:

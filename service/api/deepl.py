@@ -16,6 +16,7 @@ from typing import Any
 from fastapi import APIRouter, FastAPI, Request
 from fastapi.responses import JSONResponse
 
+from service.api.deepl_glossaries import stored_glossary
 from service.api.deepl_protocol import (
     ERRORS,
     DeepLError,
@@ -34,14 +35,14 @@ from service.quota import UNLIMITED
 from service.serving import deepl as serving
 from service.serving.html import HTML, Markup
 from service.serving.segmentation import NO_NEWLINES
+from service.serving.terms import Terms
 
 SPLIT = {"0": False, "1": True, NO_NEWLINES: NO_NEWLINES}
 FORMALITY = ("default", "more", "less", "prefer_more", "prefer_less")
 MODEL_TYPES = ("latency_optimized", "quality_optimized", "prefer_quality_optimized")
 # features this server does not have: translating as if they were applied would silently answer something else
 REFUSED = {
-    "glossary_id": "this server has no glossaries",
-    "glossary_ids": "this server has no glossaries",
+    "glossary_ids": "one glossary per request here; send it as glossary_id",
     "style_id": "this server has no style rules",
     "style_rule": "this server has no style rules",
     "translation_memory_id": "this server has no translation memories",
@@ -71,6 +72,7 @@ TRANSLATE_SCHEMA = {
         "outline_detection": BOOLEAN,
         "show_billed_characters": BOOLEAN,
         "context": {"type": "string"},
+        "glossary_id": {"type": "string", "minLength": 1, "description": "a glossary of this key; needs source_lang"},
         "model_type": {"type": "string", "enum": list(MODEL_TYPES)},
     },
 }
@@ -199,10 +201,12 @@ def build_deepl_router(app: FastAPI) -> APIRouter:
         show_billed = boolean(fields, "show_billed_characters", False)
         model_type = one(fields, "model_type")
         billed = [serving.billed_characters(t, req.fmt, req.rules) for t in req.texts]
+        ctx = _context(request)
+        ctx.terms = await _glossary_terms(request, fields, req)
         quota, label = quota_of(request), caller(request)
         await quota.reserve(label, sum(billed))  # 456 when it would pass the key's limit; nothing charged then
         try:
-            translations, first = await serving.translate(registry, req, _context(request))
+            translations, first = await serving.translate(registry, req, ctx)
         except BaseException:
             await quota.give_back(label, sum(billed))
             raise
@@ -292,6 +296,22 @@ def build_deepl_router(app: FastAPI) -> APIRouter:
         others = [m for m in ALL_METHODS if m not in methods.split(", ") and not (m == "HEAD" and "GET" in methods)]
         router.add_api_route(path, _wrong_method(methods), methods=others, include_in_schema=False)
     return router
+
+
+async def _glossary_terms(request: Request, fields: dict, req: serving.Request) -> Terms | None:
+    """The terms of the request's ``glossary_id`` (this key's stored glossary), None without one; DeepL's 400 when
+    source_lang is left out or the glossary is for another pair, 404 for an unknown id."""
+    glossary_id = string(fields, "glossary_id")
+    if glossary_id is None:
+        return None
+    if req.source is None:
+        raise DeepLError(400, "Use of a glossary requires the source_lang parameter to be set.")
+    record = await stored_glossary(request, glossary_id)
+    pair = (record["source_language"], record["target_language"])
+    if pair != (req.source, req.target):
+        message = f"The glossary is for {pair[0].upper()}->{pair[1].upper()}; the request asks for "
+        raise DeepLError(400, message + f"{req.source.upper()}->{req.target.upper()}.")
+    return Terms(dict(record["entries"]), [], pair, glossary_id)
 
 
 def _context(request: Request):

@@ -3,10 +3,11 @@ sends them, fields read from JSON or form bodies, the caller's key and character
 
 ``DeepLRoute`` is the APIRoute class of DeepL routers: whatever a handler raises comes back as {"message": ...}
 with DeepL's status: 400 for a bad request (never FastAPI's {"detail": ...}, never a 500 for input), 403 for a
-missing or wrong key (the middleware's, service/api/middleware/access.py), 404 for an unknown resource, 413 for a
+missing or wrong key (the middleware's, service/api/middleware/access.py; a wrong document_key), 404 for an unknown
+resource (a glossary or document of another key too), 413 for a
 body over MT_MAX_BODY_BYTES, 429 with Retry-After when the queue or the key's share of it is full or the key is
-over its rate limit, 456 when the key's character limit would be passed, 503 with Retry-After while loading,
-draining or when the state store cannot be reached, 504 past the deadline.
+over its rate limit, 456 when the key's character limit would be passed (or it keeps the most glossaries allowed),
+503 with Retry-After while loading, draining or when the state store cannot be reached, 504 past the deadline.
 """
 
 from __future__ import annotations
@@ -22,9 +23,11 @@ from fastapi.routing import APIRoute
 from service.api.protocol import ProtocolError, status_of
 from service.quota import CharacterLimitExceeded, CharacterQuota
 from service.serving.deepl import BadValue, unserved
+from service.serving.glossaries import GlossaryLimit, GlossaryNotFound
 from service.serving.html import MarkupError
 from service.serving.quality import LanguageMismatch
 from service.serving.routing import UnservedPair
+from service.serving.terms import TermsError
 from service.state import StateUnavailable
 
 QUOTA_EXCEEDED = 456  # DeepL's status for a character limit reached
@@ -50,12 +53,23 @@ def deepl_status(exc: Exception, request: Request) -> tuple[int, str, dict[str, 
         return 400, str(exc), {}
     if isinstance(exc, UnservedPair):
         return 400, unserved(exc), {}
+    if isinstance(exc, TermsError):  # a bad glossary (GlossaryInvalid) or one of another language pair
+        return 400, f"Value for '{_glossary_field(exc.field)}' not supported. {exc}", {}
+    if isinstance(exc, GlossaryNotFound):
+        return 404, "Glossary not found.", {}
+    if isinstance(exc, GlossaryLimit):
+        return QUOTA_EXCEEDED, f"Quota exceeded. {exc}", {}
     status, message, headers = status_of(exc, request)
     if status == 401:
         return 403, message, headers
     if status == 422:
         return 400, message, headers
     return status, message, headers
+
+
+def _glossary_field(field: str) -> str:
+    """DeepL's name of a glossary field named as /v1 names it."""
+    return {"source_language": "source_lang", "target_language": "target_lang"}.get(field, field)
 
 
 class DeepLRoute(APIRoute):

@@ -43,12 +43,12 @@ def status_of(record: dict[str, Any]) -> dict[str, Any]:
     return out
 
 
-async def upload_of(request: Request, field: str = "file") -> tuple[bytes, str, dict[str, str]]:
+async def upload_of(request: Request, field: str = "file", max_fields: int = 16) -> tuple[bytes, str, dict[str, str]]:
     """(the file's bytes, its name, the form's text fields) of a multipart upload; DocumentError when absent."""
     content_type = request.headers.get("content-type", "").split(";")[0].strip().lower()
     if content_type != "multipart/form-data":
         raise DocumentError(f"send the file as multipart/form-data with the file in the field {field!r}")
-    form = await request.form(max_files=1, max_fields=16)
+    form = await request.form(max_files=1, max_fields=max_fields)
     upload = form.get(field)
     if not isinstance(upload, UploadFile):
         raise DocumentError(f"no file in the form field {field!r}")

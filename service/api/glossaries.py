@@ -141,7 +141,7 @@ def build_glossary_router() -> APIRouter:
         response_model=GlossaryOut,
         responses={**responses, 409: {"description": "the key keeps the most glossaries allowed"}},
         summary="Store a glossary (JSON entries, TSV / CSV text, or a TSV / CSV file upload)",
-        openapi_extra={"requestBody": {"content": {"application/json": {"schema": CREATE_SCHEMA}}}},
+        openapi_extra={"requestBody": {"required": True, "content": {"application/json": {"schema": CREATE_SCHEMA}}}},
     )
     async def create(request: Request) -> dict[str, Any]:
         body = await _creation(request)

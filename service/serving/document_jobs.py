@@ -25,6 +25,7 @@ import secrets
 import shutil
 import time
 import uuid
+from collections.abc import Awaitable, Callable
 from pathlib import Path
 from typing import Any
 
@@ -38,6 +39,7 @@ from service.scheduling.errors import ShuttingDown
 from service.serving.context import RequestContext
 from service.serving.documents import plan_units, translate_units
 from service.serving.routing import Detector, route
+from service.serving.terms import Terms
 from service.settings import DocumentSettings
 from service.state import StateStore, StateUnavailable
 
@@ -83,8 +85,15 @@ class DocumentJobs:
         model: str | None = None,
         client: str = "",
         detect: Detector | None = None,
+        glossary: dict[str, Any] | None = None,
+        charge: Callable[[int], Awaitable[None]] | None = None,
     ) -> dict[str, Any]:
-        """Accept an upload: the job's record (status queued). DocumentError, UnservedPair refuse it."""
+        """Accept an upload: the job's record (status queued). DocumentError, UnservedPair refuse it.
+
+        ``glossary``: a stored glossary's record (service/serving/glossaries.py), copied into the job so a later
+        change or deletion of it does not change the job; TermsError when its pair is not the chosen model's.
+        ``charge``: awaited with the document's characters before anything is stored (a quota that refuses raises,
+        and nothing is accepted)."""
         s = self.settings
         fmt = format_of(filename)
         if len(data) > s.max_document_bytes:
@@ -100,6 +109,16 @@ class DocumentJobs:
         sample = " ".join(plain(read(u)) for u in document.units[:20])[:2000] if fmt != "html" else ""
         models, detected = route(self.registry, [sample or "."], model, source_language, target_language, detect)
         chosen = models[0]
+        terms = None
+        if glossary is not None:
+            terms = {
+                "glossary_id": glossary["glossary_id"],
+                "entries": glossary["entries"],
+                "pair": [glossary["source_language"], glossary["target_language"]],
+            }
+            _terms(terms).check_pair(chosen.name, chosen.languages)
+        if charge is not None:
+            await charge(document.characters)
         job_id = uuid.uuid4().hex
         now = time.time()
         record = {
@@ -122,6 +141,7 @@ class DocumentJobs:
             "started": None,
             "finished": None,
             "error": None,
+            "glossary": terms,
             "document_key": secrets.token_hex(16),
             "client": client,
         }
@@ -256,6 +276,8 @@ class DocumentJobs:
 
             ctx = RequestContext(request_id=f"document-{job_id}", timeout_s=3600.0, client=record["client"],
                                  priority=BACKGROUND)  # fmt: skip
+            if record.get("glossary"):
+                ctx.terms = _terms(record["glossary"])
             translated = await translate_units(model, plans, OPTIONS, ctx, self.chunk, progress)
             out = await asyncio.to_thread(document.render, translated.units)
             await asyncio.to_thread(_write, self.folder(job_id) / "result", out)
@@ -297,6 +319,11 @@ def _write(path: Path, data: bytes) -> None:
     partial = path.with_suffix(".partial")
     partial.write_bytes(data)
     partial.replace(path)
+
+
+def _terms(glossary: dict[str, Any]) -> Terms:
+    """The terms of a job's copied glossary."""
+    return Terms({s: t for s, t in glossary["entries"]}, [], tuple(glossary["pair"]), glossary["glossary_id"])
 
 
 def _valid_id(job_id: str) -> bool:

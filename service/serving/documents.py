@@ -49,10 +49,11 @@ async def translate_units(
         sources, kept = [], {}
         for k, sentence in enumerate(part):
             try:
-                tokenized, _ = tokenize_sentences(used, [sentence], [k], ctx)  # (sources, term uses: none here)
-                sources.extend(tokenized)
+                tokenized, _ = tokenize_sentences(used, [sentence], [k], ctx)  # constraints ride in the sources
             except SourceTooLongError:
                 kept[k] = sentence
+                continue
+            sources.extend(tokenized)
         results, used = await run_sources(used, sources, html_options(options), ctx)
         found = iter(results)
         for k, sentence in enumerate(part):

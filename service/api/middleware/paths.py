@@ -11,7 +11,7 @@ KNOWN_ENDPOINTS = {
     "/v1/translate", "/v1/embed", "/v1/attention", "/v1/models", "/v1/documents", "/healthz", "/readyz", "/metrics", "/"
 }  # fmt: skip
 # uploads of whole files (service/api/documents.py): their body limit is MT_MAX_DOCUMENT_BYTES
-DOCUMENT_UPLOAD_PATHS = ("/v1/documents", "/translate_file")
+DOCUMENT_UPLOAD_PATHS = ("/v1/documents", "/translate_file", "/v2/document")
 # Open Inference Protocol v2 (service/api/v2.py) and the LibreTranslate API (service/api/libretranslate.py):
 # their errors are {"error": ...}; v2 needs an API key like /v1, LibreTranslate's key is checked in its handlers.
 LIBRETRANSLATE_PATHS = ("/translate", "/detect", "/languages", "/health", "/translate_file")
