@@ -168,6 +168,8 @@ def constrained_beam_search(
     for limit, cons in zip(limits, constraints, strict=True):
         extra = sum(max(len(a) for a in c.alternatives) for c in cons)
         grown.append(limit + extra if max_limit is None else min(limit + extra, max_limit))
+    if n == 1:
+        return [_search_one(step, grown[0], bos, eos, k, alpha, n_best, memos[0], after_term)]
     limit = np.asarray(grown)
     width = max((len(m.tokens) for m in memos), default=0) or 1
     con_ids = np.full((n, width), -1, dtype=np.int64)  # each sentence's constraint tokens, -1 padded
@@ -222,19 +224,22 @@ def constrained_beam_search(
         s_bank, s_valid = key_bank[sentence, order], flat_valid[sentence, order]
         s_rows = sentence * k + order // c
         full_bank = np.asarray([memos[i].full for i in active.tolist()])[:, None]
-        is_eos = s_valid & (s_ids == eos)  # only in the full bank, which sorts first
-        ends = is_eos & (np.arange(k * c)[None, :] < k) & (s_bank == full_bank)
+        # the banks are contiguous, fullest first (the full bank need not be the first: a longer alternative of a
+        # term in progress can hold more tokens); a candidate's rank in its bank counts the valid ones before it
+        starts = np.ones_like(s_valid)
+        starts[:, 1:] = s_bank[:, 1:] != s_bank[:, :-1]
+        first = np.maximum.accumulate(np.where(starts, np.arange(k * c)[None, :], 0), axis=1)
+        before = np.cumsum(s_valid, axis=1) - s_valid
+        in_bank = before - np.take_along_axis(before, first, axis=1)
+        is_eos = s_valid & (s_ids == eos)  # only in the full bank
+        ends = is_eos & (in_bank < k) & (s_bank == full_bank)  # EOS among the k best of the full bank
         hist = history.tolist() if ends.any() else None
         for p, j in zip(*np.nonzero(ends), strict=True):
             i = int(active[p])
             finished[i].append((Hypothesis.beam(hist[s_rows[p, j]], float(s_total[p, j]), t + 1, alpha), True))
             n_complete[i] += 1
-        s_valid &= ~is_eos
-        # rank of each candidate within its bank (the banks are contiguous, fullest first)
+        s_valid &= ~is_eos  # the others continue, ranked again in their banks without them
         before = np.cumsum(s_valid, axis=1) - s_valid
-        starts = np.ones_like(s_valid)
-        starts[:, 1:] = s_bank[:, 1:] != s_bank[:, :-1]
-        first = np.maximum.accumulate(np.where(starts, np.arange(k * c)[None, :], 0), axis=1)
         in_bank = before - np.take_along_axis(before, first, axis=1)
         # dynamic beam allocation: round r gives each bank's r-th best, fullest bank first; the first k are kept
         turn = np.lexsort((-s_bank, np.where(s_valid, in_bank, k * c)), axis=1)[:, :k]
@@ -286,6 +291,89 @@ def constrained_beam_search(
         ranked = sorted(f, key=lambda p: (not p[1], -p[0].normalized))
         out_hyps.append([h for h, _ in ranked[:n_best]] or [Hypothesis([], -math.inf, -math.inf)])
     return out_hyps
+
+
+def _search_one(
+    step: StepFn,
+    limit: int,
+    bos: int,
+    eos: int,
+    k: int,
+    alpha: float,
+    n_best: int,
+    memo: _Memo,
+    after_term: np.ndarray | None,
+) -> list[Hypothesis]:
+    """constrained_beam_search for one sentence in Python scalars (its numpy ranking costs more than a 2-row
+    decoder step when there is one sentence, as in search._beam_one): the same candidates, banks and choices."""
+    finished: list[tuple[Hypothesis, bool]] = []
+    n_complete = 0
+    scores = [0.0] + [-math.inf] * (k - 1)  # identical start beams: keep one alive
+    states = [_State()] * k
+    history: list[list[int]] = [[] for _ in range(k)]
+    last = np.full((k, 1), bos, dtype=np.int64)
+    rows: np.ndarray | None = None
+    full_bank = -memo.full
+    for t in range(limit):
+        out = step(last, rows)
+        just = np.asarray([st.just_met for st in states]) if after_term is not None else None
+        top_ids, top_lps, full = _candidates(out, k, just, after_term)
+        ids, lps = top_ids.tolist(), top_lps.tolist()
+        candidates = []  # (-bank, -score, beam, token): fullest bank first, then best score, beam, token
+        for beam in range(k):
+            base = scores[beam]
+            if base == -math.inf:
+                continue
+            st = states[beam]
+            _, plain, complete, wanted = memo.facts(st)
+            row = dict(zip(ids[beam], lps[beam], strict=True))
+            for token in wanted:
+                if token not in row and not (st.just_met and after_term is not None and not after_term[token]):
+                    row[token] = float(full[beam, token])
+            for token, lp in row.items():
+                if lp == -math.inf or (token == eos and not complete):
+                    continue  # a hypothesis ends only with every constraint placed
+                bank = memo.facts(memo.advance(st, token))[0] if token in memo.token_set else plain
+                candidates.append((-bank, -(base + lp), beam, token))
+        candidates.sort()
+        # EOS among the k best of the full bank (a bank can be fuller: a term's longer alternative in progress)
+        for _, negative, beam, token in [c for c in candidates if c[0] == full_bank][:k]:
+            if token == eos:
+                finished.append((Hypothesis.beam(history[beam][:], -negative, t + 1, alpha), True))
+                n_complete += 1
+        if n_complete >= k:
+            break
+        rank: dict[int, int] = {}
+        turns = []
+        for negative_bank, negative, beam, token in candidates:
+            if token != eos:
+                turn = rank.get(negative_bank, 0)
+                rank[negative_bank] = turn + 1
+                turns.append((turn, negative_bank, negative, beam, token))
+        turns.sort()  # dynamic beam allocation: round by round, fullest bank first
+        chosen = sorted((negative, beam, token) for _, _, negative, beam, token in turns[:k])
+        if not chosen:
+            break
+        if t + 1 >= limit:  # length limit: the live hypotheses end as they are
+            for negative, beam, token in chosen:
+                seq = [*history[beam], token]
+                complete = memo.advance(states[beam], token).complete(memo.constraints)
+                finished.append((Hypothesis.beam(seq, -negative, len(seq), alpha), complete))
+            break
+        chosen += [chosen[0]] * (k - len(chosen))  # padding places repeat the best one; their scores stay -inf
+        live = len(turns[:k])
+        history = [[*history[beam], token] for _, beam, token in chosen]
+        states = [
+            (memo.advance(states[beam], token) if token in memo.token_set else memo.plain(states[beam]))
+            if j < live
+            else _State()
+            for j, (_, beam, token) in enumerate(chosen)
+        ]
+        scores = [-negative if j < live else -math.inf for j, (negative, _, _) in enumerate(chosen)]
+        rows = np.asarray([beam for _, beam, _ in chosen], dtype=np.int64)
+        last = np.asarray([token for _, _, token in chosen], dtype=np.int64).reshape(k, 1)
+    ranked = sorted(finished, key=lambda p: (not p[1], -p[0].normalized))
+    return [h for h, _ in ranked[:n_best]] or [Hypothesis([], -math.inf, -math.inf)]
 
 
 def _candidates(
