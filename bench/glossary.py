@@ -14,8 +14,10 @@ The test set is built from the corpus itself, no hand-picked terms:
    the final punctuation of other evaluation sentences; exactness = the span appears verbatim in the output.
 
 Every translation goes through the engine (service/engine/constrained.py for the glossary runs) and the serving
-layer's matching and checks (Terms.find, constraints, settle), as the server does. Timings are per sentence,
-best of --repeats, on the machine it runs on: compare the ratios of one run only.
+layer's matching and checks (Terms.find, constraints, settle), as the server does. Timings are CPU seconds of
+this process (time.process_time: less disturbed than wall time when other processes share the cores; the engine
+runs onnxruntime with one thread, so CPU time is its work) per sentence, best of --repeats: compare the ratios of
+one run only.
 
     python -m bench.glossary --model model_repository/de-en/2 --corpus ../shared/data/multi30k --sentences 60
 """
@@ -24,13 +26,19 @@ from __future__ import annotations
 
 import argparse
 import collections
+import math
 import platform
 import re
+import subprocess
+import sys
 import time
+import types
 from pathlib import Path
 
+import numpy as np
 import sacrebleu
 
+import service.engine.engine as engine_module
 from core.bundle import load_bundle
 from service.engine.engine import Engine, TranslateOptions
 from service.serving.terms import Terms, constraints, settle
@@ -89,13 +97,13 @@ def has_word(text: str, word: str) -> bool:
 
 
 def translate(engine: Engine, texts: list[str], options: TranslateOptions, terms: list[Terms] | None):
-    """Texts translated (with their terms when given), settled as the server settles them; (outputs, seconds)."""
+    """Texts translated (with their terms when given), settled as the server settles them; (outputs, CPU seconds)."""
     sources = engine.source_ids(texts)
     uses = [t.find(s, "de") for t, s in zip(terms, texts, strict=True)] if terms else None
     cons = [constraints(u, engine.tokenizer.encode) for u in uses] if uses else None
-    started = time.perf_counter()
+    started = time.process_time()
     out = engine.translate_ids(sources, options, constraints=cons)
-    seconds = time.perf_counter() - started
+    seconds = time.process_time() - started
     if uses:
         render = lambda s: engine.tokenizer.decode(engine.tokenizer.encode(s))  # noqa: E731
         out = [settle(t, u, render) for t, u in zip(out, uses, strict=True)]
@@ -111,6 +119,28 @@ def batched(engine, texts, options, terms, batch):
     return outs, total
 
 
+def revision_search(rev: str):
+    """The constrained search of git revision ``rev`` (its service/engine/constrained.py), run by this engine. A
+    revision whose search reads the full log-probabilities only (before TopCandidates.full) gets them: its decoder
+    state is switched to the graph's log_probs output, as that revision's engine did."""
+    text = subprocess.run(
+        ["git", "show", f"{rev}:service/engine/constrained.py"], check=True, capture_output=True, text=True
+    ).stdout
+    module = types.ModuleType(f"constrained_{rev}")
+    sys.modules[module.__name__] = module  # dataclasses look their module up
+    exec(compile(text, f"{rev}:service/engine/constrained.py", "exec"), module.__dict__)
+    search = module.constrained_beam_search
+    if "out.full" in text:  # it reads TopCandidates.full: this engine's step as it is
+        return search
+
+    def full_only(step, *args):
+        state = step.__self__  # engine._DecoderState
+        state.fetch_top, state._top_k_input, state._fetch = False, np.array([0], dtype=np.int64), None
+        return search(step, *args)
+
+    return full_only
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--model", default="model_repository/de-en/2")
@@ -121,6 +151,11 @@ def main() -> None:
     ap.add_argument("--min-dice", type=float, default=0.3)
     ap.add_argument("--timing-sentences", type=int, default=32)
     ap.add_argument("--repeats", type=int, default=2)
+    ap.add_argument(
+        "--compare",
+        metavar="REV",
+        help="also time the constrained search of git revision REV (its service/engine/constrained.py) in this run",
+    )
     args = ap.parse_args()
 
     corpus = Path(args.corpus)
@@ -171,17 +206,25 @@ def main() -> None:
         print(f"| {name} | {exact}/{len(spans)} ({exact / max(len(spans), 1):.1%}) |")
 
     n = min(args.timing_sentences, len(src))
-    print(
-        f"\n| search | batch | ms/sentence without | ms/sentence with glossary | ratio |  ({n} sentences, best of "
-        f"{args.repeats})\n| --- | --- | --- | --- | --- |"
-    )
+    searches = {"with": engine_module.constrained_beam_search}
+    if args.compare:
+        searches = {f"with ({args.compare})": revision_search(args.compare), **searches}
+    head = "| search | batch | CPU ms/sentence without | " + " | ".join(f"CPU ms/sentence {s}" for s in searches)
+    ratios = " | ".join(f"ratio {s}" for s in searches)
+    print(f"\n{head} | {ratios} |  ({n} sentences, best of {args.repeats})")
+    print("| --- " * (3 + 2 * len(searches)) + "|")
     for name, options in (("greedy", greedy), ("beam 4", TranslateOptions(beam_size=4))):
         for batch in (1, 32):
-            times = {}
-            for label, given in (("without", None), ("with", terms[:n])):
-                times[label] = min(batched(engine, src[:n], options, given, batch)[1] for _ in range(args.repeats))
-            a, b = 1000 * times["without"] / n, 1000 * times["with"] / n
-            print(f"| {name} | {batch} | {a:.1f} | {b:.1f} | {b / a:.2f}x |")
+            times = {label: math.inf for label in ("without", *searches)}
+            for _ in range(args.repeats):  # interleaved, so that a busy spell of the machine hits every column
+                times["without"] = min(times["without"], batched(engine, src[:n], options, None, batch)[1])
+                for label, search in searches.items():
+                    engine_module.constrained_beam_search = search
+                    times[label] = min(times[label], batched(engine, src[:n], options, terms[:n], batch)[1])
+            engine_module.constrained_beam_search = searches["with"]
+            ms = [1000 * times[label] / n for label in times]
+            cells = " | ".join(f"{m:.1f}" for m in ms) + " | " + " | ".join(f"{m / ms[0]:.2f}x" for m in ms[1:])
+            print(f"| {name} | {batch} | {cells} |")
 
 
 if __name__ == "__main__":

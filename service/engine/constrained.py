@@ -101,16 +101,37 @@ def constrained_beam_size(beam_size: int, constraints: list[list[Constraint]]) -
     return max(beam_size, min(most + 1, MAX_CONSTRAINED_BEAM), 2 if most else 1)
 
 
-@dataclass
-class _Sentence:
-    constraints: list[Constraint]
-    limit: int
-    alpha: float
-    scores: list[float]
-    states: list[_State]
-    history: list[list[int]]
-    finished: list[Hypothesis]
-    complete: list[bool]  # per finished hypothesis: whether it met every constraint
+class _Memo:
+    """One sentence's constraints and its state transitions, memoised: a hypothesis's state changes only on a
+    constraint token (or when it leaves one in progress), so each (state, token) is worked out once per request."""
+
+    def __init__(self, constraints: list[Constraint]) -> None:
+        self.constraints = constraints
+        self.tokens = sorted({token for c in constraints for a in c.alternatives for token in a})
+        self.token_set = frozenset(self.tokens)
+        self.full = sum(c.size for c in constraints)
+        self._moves: dict[tuple[_State, int], _State] = {}
+        self._facts: dict[_State, tuple[int, int, bool, frozenset[int]]] = {}
+
+    def advance(self, state: _State, token: int) -> _State:
+        key = (state, token)
+        new = self._moves.get(key)
+        if new is None:
+            new = self._moves[key] = state.advance(token, self.constraints)
+        return new
+
+    def facts(self, state: _State) -> tuple[int, int, bool, frozenset[int]]:
+        """(bank, bank after a token outside every constraint, complete, wanted tokens) of a state."""
+        out = self._facts.get(state)
+        if out is None:
+            cons = self.constraints
+            plain = sum(cons[c].size for c in state.met)
+            out = self._facts[state] = (state.bank(cons), plain, state.complete(cons), frozenset(state.wanted(cons)))
+        return out
+
+    def plain(self, state: _State) -> _State:
+        """The state after a token outside every constraint (a partial constraint is dropped)."""
+        return _State(state.met) if state.doing >= 0 or state.just_met else state
 
 
 def constrained_beam_search(
@@ -127,124 +148,254 @@ def constrained_beam_search(
 ) -> list[list[Hypothesis]]:
     """n-best hypotheses of each sentence (best first), each sentence with ``beam_size`` rows (sentence-major, as
     beam_search) and its ``constraints``. A sentence's length limit grows by its constraints' longest alternatives
-    (never beyond ``max_limit``). ``step`` must give full (rows, vocab) log-probabilities. ``after_term`` (vocab,)
-    bool: the tokens that may follow a completed constraint (those that begin a word, punctuation, EOS, an
-    inflection suffix), so that a term is never glued to the start of another word; None: any token."""
+    (never beyond ``max_limit``). ``step`` gives full (rows, vocab) log-probabilities, or TopCandidates holding at
+    least the 2k best tokens of each row together with the full log-probabilities (``full``), from which only the
+    constraint tokens are read. ``after_term`` (vocab,) bool: the tokens that may follow a completed constraint
+    (those that begin a word, punctuation, EOS, an inflection suffix), so that a term is never glued to the start
+    of another word; None: any token.
+
+    One step ranks every live sentence at once in numpy (as search.rank does): each row's candidates are its 2k
+    best tokens and its sentence's constraint tokens (those that advance the row's state), each with its bank; a
+    sort by (bank, score, beam, token) gives each candidate its rank in its bank, and dynamic beam allocation (the
+    banks take turns, fullest first) is the order (rank in bank, fullest bank first). Python is left with the
+    state transitions on constraint tokens (memoised) and the k chosen states of each sentence."""
     k = beam_size
     if not 1 <= n_best <= k:
         raise ValueError(f"n_best must be in 1..beam_size ({k}), got {n_best}")
-    sentences = []
+    n = len(limits)
+    memos = [_Memo(list(c)) for c in constraints]
+    grown = []
     for limit, cons in zip(limits, constraints, strict=True):
         extra = sum(max(len(a) for a in c.alternatives) for c in cons)
-        grown = limit + extra if max_limit is None else min(limit + extra, max_limit)
-        start = [0.0] + [-math.inf] * (k - 1)  # identical start beams: keep one alive
-        sentences.append(_Sentence(cons, grown, alpha, start, [_State()] * k, [[] for _ in range(k)], [], []))
-    active = list(range(len(sentences)))
-    last = np.full((len(sentences) * k, 1), bos, dtype=np.int64)
+        grown.append(limit + extra if max_limit is None else min(limit + extra, max_limit))
+    if n == 1:
+        return [_search_one(step, grown[0], bos, eos, k, alpha, n_best, memos[0], after_term)]
+    limit = np.asarray(grown)
+    width = max((len(m.tokens) for m in memos), default=0) or 1
+    con_ids = np.full((n, width), -1, dtype=np.int64)  # each sentence's constraint tokens, -1 padded
+    for i, m in enumerate(memos):
+        con_ids[i, : len(m.tokens)] = m.tokens
+    c = 2 * k + width  # candidates per row
+    offsets = np.repeat(np.arange(k, dtype=np.int64), c)[None, :] * (1 << 32)  # beam before token, as search.rank
+    finished: list[list[tuple[Hypothesis, bool]]] = [[] for _ in range(n)]
+    n_complete = np.zeros(n, dtype=np.int64)
+    states = [[_State()] * k for _ in range(n)]
+    active = np.arange(n)
+    scores = np.full((n, k), -np.inf)
+    scores[:, 0] = 0.0  # identical start beams: keep one alive
+    history = np.zeros((n * k, 0), dtype=np.int64)
+    last = np.full((n * k, 1), bos, dtype=np.int64)
     rows: np.ndarray | None = None
-    for t in range(max(s.limit for s in sentences)):
+    for t in range(int(limit.max())):
         out = step(last, rows)
-        if isinstance(out, TopCandidates):
-            raise ValueError("constrained search needs the decoder's full log-probabilities")
-        if after_term is not None:
-            ended = [p * k + b for p, i in enumerate(active) for b in range(k) if sentences[i].states[b].just_met]
-            if ended:
-                out = out.copy()
-                out[np.ix_(ended, np.flatnonzero(~after_term))] = -np.inf
-        top = top_candidates(out, min(2 * k, out.shape[1]))
-        top_ids, top_lps = top.ids.tolist(), top.log_probs.tolist()
-        next_rows, next_tokens, still = [], [], []
-        for place, i in enumerate(active):
-            s = sentences[i]
-            chosen = _choose(s, out, top_ids, top_lps, place * k, k, eos, t)
-            if chosen is None:
+        m = len(active)
+        row_states = [st for i in active.tolist() for st in states[i]]
+        facts = [memos[i].facts(st) for i in active.tolist() for st in states[i]]
+        just = np.fromiter((st.just_met for st in row_states), dtype=bool, count=m * k)
+        top_ids, top_lps, full = _candidates(out, k, just if after_term is not None else None, after_term)
+        # the constraint tokens of each row's sentence, read from the full log-probabilities
+        ext_ids = np.repeat(con_ids[active], k, axis=0)  # (m*k, width)
+        ext_lps = np.take_along_axis(full, np.maximum(ext_ids, 0), axis=1).astype(np.float64)
+        if after_term is not None and just.any():
+            ext_lps[just] = np.where(after_term[np.maximum(ext_ids[just], 0)], ext_lps[just], -np.inf)
+        ids = np.concatenate([top_ids, ext_ids], axis=1)  # (m*k, c)
+        lps = np.concatenate([top_lps.astype(np.float64), ext_lps], axis=1)
+        in_top = (ext_ids[:, :, None] == top_ids[:, None, :]).any(axis=2)
+        is_con = (ids[:, :, None] == ext_ids[:, None, :]).any(axis=2) & (ids >= 0)
+        plain_bank = np.fromiter((f[1] for f in facts), dtype=np.int64, count=m * k)
+        complete = np.fromiter((f[2] for f in facts), dtype=bool, count=m * k)
+        bank = np.repeat(plain_bank[:, None], c, axis=1)
+        valid = np.isfinite(lps) & np.isfinite(scores.reshape(-1))[:, None]
+        valid[:, 2 * k :] &= (ext_ids >= 0) & ~in_top  # a constraint token already among the best counts once
+        valid &= (ids != eos) | complete[:, None]  # a hypothesis ends only with every constraint placed
+        for r, j in zip(*np.nonzero(is_con & valid), strict=True):
+            memo, st = memos[active[r // k]], row_states[r]
+            token = int(ids[r, j])
+            if j >= 2 * k and token not in facts[r][3]:
+                valid[r, j] = False  # only the constraint tokens that advance this row are extra candidates
                 continue
-            still.append(i)
-            next_rows.extend(place * k + beam for beam, _ in chosen)
-            next_tokens.extend(token for _, token in chosen)
-        if not still:
+            bank[r, j] = memo.facts(memo.advance(st, token))[0]
+        total = (scores.reshape(-1)[:, None] + lps).reshape(m, k * c)
+        flat_ids, flat_bank, flat_valid = ids.reshape(m, k * c), bank.reshape(m, k * c), valid.reshape(m, k * c)
+        key_bank = np.where(flat_valid, flat_bank, -1)
+        order = np.lexsort((offsets + np.maximum(flat_ids, 0), -total, -key_bank), axis=1)
+        sentence = np.arange(m)[:, None]
+        s_total, s_ids = total[sentence, order], flat_ids[sentence, order]
+        s_bank, s_valid = key_bank[sentence, order], flat_valid[sentence, order]
+        s_rows = sentence * k + order // c
+        full_bank = np.asarray([memos[i].full for i in active.tolist()])[:, None]
+        # the banks are contiguous, fullest first (the full bank need not be the first: a longer alternative of a
+        # term in progress can hold more tokens); a candidate's rank in its bank counts the valid ones before it
+        starts = np.ones_like(s_valid)
+        starts[:, 1:] = s_bank[:, 1:] != s_bank[:, :-1]
+        first = np.maximum.accumulate(np.where(starts, np.arange(k * c)[None, :], 0), axis=1)
+        before = np.cumsum(s_valid, axis=1) - s_valid
+        in_bank = before - np.take_along_axis(before, first, axis=1)
+        is_eos = s_valid & (s_ids == eos)  # only in the full bank
+        ends = is_eos & (in_bank < k) & (s_bank == full_bank)  # EOS among the k best of the full bank
+        hist = history.tolist() if ends.any() else None
+        for p, j in zip(*np.nonzero(ends), strict=True):
+            i = int(active[p])
+            finished[i].append((Hypothesis.beam(hist[s_rows[p, j]], float(s_total[p, j]), t + 1, alpha), True))
+            n_complete[i] += 1
+        s_valid &= ~is_eos  # the others continue, ranked again in their banks without them
+        before = np.cumsum(s_valid, axis=1) - s_valid
+        in_bank = before - np.take_along_axis(before, first, axis=1)
+        # dynamic beam allocation: round r gives each bank's r-th best, fullest bank first; the first k are kept
+        turn = np.lexsort((-s_bank, np.where(s_valid, in_bank, k * c)), axis=1)[:, :k]
+        picked = np.take_along_axis(s_valid, turn, axis=1)
+        # the kept ones best first (score, beam, token), the unfilled places last
+        p_total = np.where(picked, np.take_along_axis(s_total, turn, axis=1), -np.inf)
+        p_rows, p_ids = np.take_along_axis(s_rows, turn, axis=1), np.take_along_axis(s_ids, turn, axis=1)
+        best = np.lexsort(((p_rows % k) * (1 << 32) + np.maximum(p_ids, 0), -p_total, ~picked), axis=1)
+        p_total, p_rows, p_ids = (np.take_along_axis(a, best, axis=1) for a in (p_total, p_rows, p_ids))
+        picked = np.take_along_axis(picked, best, axis=1)
+        counts = picked.sum(axis=1)
+        done = (n_complete[active] >= k) | (counts == 0)
+        at_limit = ~done & (t + 1 >= limit[active])
+        if at_limit.any():  # length limit: the live hypotheses end as they are, the fullest ones first
+            hist = history.tolist() if hist is None else hist
+            for p in np.flatnonzero(at_limit).tolist():
+                i, memo = int(active[p]), memos[int(active[p])]
+                for j in range(int(counts[p])):
+                    row, token = int(p_rows[p, j]), int(p_ids[p, j])
+                    seq = [*hist[row], token]
+                    new = memo.advance(row_states[row], token)
+                    finished[i].append(
+                        (Hypothesis.beam(seq, float(p_total[p, j]), len(seq), alpha), new.complete(memo.constraints))
+                    )
+        still = ~(done | at_limit)
+        if not still.any():
             break
-        active = still
-        rows = np.asarray(next_rows, dtype=np.int64)
-        last = np.asarray(next_tokens, dtype=np.int64).reshape(-1, 1)
+        # padding places repeat the sentence's best one; their scores stay -inf
+        p_rows = np.where(picked, p_rows, p_rows[:, :1])
+        p_ids = np.where(picked, p_ids, p_ids[:, :1])
+        for p in np.flatnonzero(still).tolist():
+            i, memo = int(active[p]), memos[int(active[p])]
+            new_states = []
+            for j in range(k):
+                if not picked[p, j]:
+                    new_states.append(_State())
+                    continue
+                row, token = int(p_rows[p, j]), int(p_ids[p, j])
+                st = row_states[row]
+                new_states.append(memo.advance(st, token) if token in memo.token_set else memo.plain(st))
+            states[i] = new_states
+        rows = p_rows[still].reshape(-1)
+        last = p_ids[still].reshape(-1, 1)
+        history = np.concatenate([history[rows], last], axis=1)
+        scores = p_total[still]
+        active = active[still]
     out_hyps = []
-    for s in sentences:
-        ranked = sorted(zip(s.finished, s.complete, strict=True), key=lambda p: (not p[1], -p[0].normalized))
+    for f in finished:
+        ranked = sorted(f, key=lambda p: (not p[1], -p[0].normalized))
         out_hyps.append([h for h, _ in ranked[:n_best]] or [Hypothesis([], -math.inf, -math.inf)])
     return out_hyps
 
 
-def _choose(
-    s: _Sentence,
-    log_probs: np.ndarray,
-    top_ids: list[list[int]],
-    top_lps: list[list[float]],
-    first_row: int,
-    k: int,
+def _search_one(
+    step: StepFn,
+    limit: int,
+    bos: int,
     eos: int,
-    t: int,
-) -> list[tuple[int, int]] | None:
-    """One step of one sentence: record the hypotheses that end and return the k continuing (beam, token) pairs,
-    or None when the sentence is done."""
-    cons = s.constraints
-    # candidates: (score, beam, token, state); a beam's best tokens plus the tokens that advance its constraints
-    candidates: dict[tuple[int, int], tuple[float, _State]] = {}
-    for beam in range(k):
-        base = s.scores[beam]
-        if base == -math.inf:
-            continue
-        row = first_row + beam
-        state = s.states[beam]
-        tokens = dict(zip(top_ids[row], top_lps[row], strict=True))
-        for token in state.wanted(cons):
-            if token not in tokens:
-                tokens[token] = float(log_probs[row, token])
-        for token, lp in tokens.items():
-            if token == eos and not state.complete(cons):
-                continue  # a hypothesis ends only with every constraint placed
-            new = state if token == eos else state.advance(token, cons)
-            candidates[(beam, token)] = (base + lp, new)
-    full = sum(c.size for c in cons)
-    by_bank: dict[int, list[tuple[float, int, int, _State]]] = {}
-    for (beam, token), (score, new) in candidates.items():
-        bank = new.bank(cons)
-        by_bank.setdefault(bank, []).append((score, beam, token, new))
-    for bank in by_bank.values():
-        bank.sort(key=lambda c: (-c[0], c[1], c[2]))  # score, then beam, then token (search.rank's order)
-    # EOS among the k best of the full bank ends a hypothesis (as in search.rank)
-    complete_bank = by_bank.get(full, [])
-    for score, beam, token, _ in complete_bank[:k]:
-        if token == eos:
-            s.finished.append(Hypothesis.beam(list(s.history[beam]), score, t + 1, s.alpha))
-            s.complete.append(True)
-    if full in by_bank:
-        by_bank[full] = [c for c in complete_bank if c[2] != eos]
-    if sum(s.complete) >= k:
-        return None
-    chosen = _allocate(by_bank, k)
-    if not chosen:
-        return None
-    if t + 1 >= s.limit:  # length limit: the live hypotheses end as they are, the fullest ones first
-        for score, beam, token, new in chosen:
-            seq = [*s.history[beam], token]
-            s.finished.append(Hypothesis.beam(seq, score, len(seq), s.alpha))
-            s.complete.append(new.complete(cons))
-        return None
-    s.history = [[*s.history[beam], token] for _, beam, token, _ in chosen]
-    s.scores = [score for score, _, _, _ in chosen] + [-math.inf] * (k - len(chosen))
-    s.states = [new for _, _, _, new in chosen] + [_State()] * (k - len(chosen))
-    s.history += [[] for _ in range(k - len(chosen))]
-    pairs = [(beam, token) for _, beam, token, _ in chosen]
-    return pairs + [pairs[0]] * (k - len(pairs))  # padding rows repeat the best one; their scores stay -inf
+    k: int,
+    alpha: float,
+    n_best: int,
+    memo: _Memo,
+    after_term: np.ndarray | None,
+) -> list[Hypothesis]:
+    """constrained_beam_search for one sentence in Python scalars (its numpy ranking costs more than a 2-row
+    decoder step when there is one sentence, as in search._beam_one): the same candidates, banks and choices."""
+    finished: list[tuple[Hypothesis, bool]] = []
+    n_complete = 0
+    scores = [0.0] + [-math.inf] * (k - 1)  # identical start beams: keep one alive
+    states = [_State()] * k
+    history: list[list[int]] = [[] for _ in range(k)]
+    last = np.full((k, 1), bos, dtype=np.int64)
+    rows: np.ndarray | None = None
+    full_bank = -memo.full
+    for t in range(limit):
+        out = step(last, rows)
+        just = np.asarray([st.just_met for st in states]) if after_term is not None else None
+        top_ids, top_lps, full = _candidates(out, k, just, after_term)
+        ids, lps = top_ids.tolist(), top_lps.tolist()
+        candidates = []  # (-bank, -score, beam, token): fullest bank first, then best score, beam, token
+        for beam in range(k):
+            base = scores[beam]
+            if base == -math.inf:
+                continue
+            st = states[beam]
+            _, plain, complete, wanted = memo.facts(st)
+            row = dict(zip(ids[beam], lps[beam], strict=True))
+            for token in wanted:
+                if token not in row and not (st.just_met and after_term is not None and not after_term[token]):
+                    row[token] = float(full[beam, token])
+            for token, lp in row.items():
+                if lp == -math.inf or (token == eos and not complete):
+                    continue  # a hypothesis ends only with every constraint placed
+                bank = memo.facts(memo.advance(st, token))[0] if token in memo.token_set else plain
+                candidates.append((-bank, -(base + lp), beam, token))
+        candidates.sort()
+        # EOS among the k best of the full bank (a bank can be fuller: a term's longer alternative in progress)
+        for _, negative, beam, token in [c for c in candidates if c[0] == full_bank][:k]:
+            if token == eos:
+                finished.append((Hypothesis.beam(history[beam][:], -negative, t + 1, alpha), True))
+                n_complete += 1
+        if n_complete >= k:
+            break
+        rank: dict[int, int] = {}
+        turns = []
+        for negative_bank, negative, beam, token in candidates:
+            if token != eos:
+                turn = rank.get(negative_bank, 0)
+                rank[negative_bank] = turn + 1
+                turns.append((turn, negative_bank, negative, beam, token))
+        turns.sort()  # dynamic beam allocation: round by round, fullest bank first
+        chosen = sorted((negative, beam, token) for _, _, negative, beam, token in turns[:k])
+        if not chosen:
+            break
+        if t + 1 >= limit:  # length limit: the live hypotheses end as they are
+            for negative, beam, token in chosen:
+                seq = [*history[beam], token]
+                complete = memo.advance(states[beam], token).complete(memo.constraints)
+                finished.append((Hypothesis.beam(seq, -negative, len(seq), alpha), complete))
+            break
+        chosen += [chosen[0]] * (k - len(chosen))  # padding places repeat the best one; their scores stay -inf
+        live = len(turns[:k])
+        history = [[*history[beam], token] for _, beam, token in chosen]
+        states = [
+            (memo.advance(states[beam], token) if token in memo.token_set else memo.plain(states[beam]))
+            if j < live
+            else _State()
+            for j, (_, beam, token) in enumerate(chosen)
+        ]
+        scores = [-negative if j < live else -math.inf for j, (negative, _, _) in enumerate(chosen)]
+        rows = np.asarray([beam for _, beam, _ in chosen], dtype=np.int64)
+        last = np.asarray([token for _, _, token in chosen], dtype=np.int64).reshape(k, 1)
+    ranked = sorted(finished, key=lambda p: (not p[1], -p[0].normalized))
+    return [h for h, _ in ranked[:n_best]] or [Hypothesis([], -math.inf, -math.inf)]
 
 
-def _allocate(by_bank: dict[int, list[tuple[float, int, int, _State]]], k: int) -> list[tuple[float, int, int, _State]]:
-    """Dynamic beam allocation: the banks take turns, fullest first, each giving its best remaining candidate,
-    until k are chosen (a bank with no candidates left gives its turn to the others). Best score first."""
-    queues = [list(by_bank[b]) for b in sorted(by_bank, reverse=True) if by_bank[b]]
-    chosen: list[tuple[float, int, int, _State]] = []
-    while len(chosen) < k and any(queues):
-        for queue in queues:
-            if queue and len(chosen) < k:
-                chosen.append(queue.pop(0))
-    return sorted(chosen, key=lambda c: (-c[0], c[1], c[2]))
+def _candidates(
+    out: np.ndarray | TopCandidates, k: int, just: np.ndarray | None, after_term: np.ndarray | None
+) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """(ids, log-probs) of the 2k best tokens of each row and the rows' full log-probabilities. Rows whose
+    hypothesis just completed a constraint (``just``) rank only the tokens ``after_term`` allows."""
+    if isinstance(out, TopCandidates):
+        if out.full is None:
+            raise ValueError("constrained search needs the decoder's full log-probabilities")
+        full = out.full
+        top_ids, top_lps = out.ids[:, : 2 * k], out.log_probs[:, : 2 * k]
+        if top_ids.shape[1] < 2 * k:
+            top = top_candidates(full, min(2 * k, full.shape[1]))
+            top_ids, top_lps = top.ids, top.log_probs
+    else:
+        full = out
+        top = top_candidates(full, min(2 * k, full.shape[1]))
+        top_ids, top_lps = top.ids, top.log_probs
+    if just is not None and just.any():
+        masked = np.where(after_term[None, :], full[just], -np.inf).astype(full.dtype)
+        top = top_candidates(masked, top_ids.shape[1])
+        top_ids, top_lps = top_ids.copy(), top_lps.copy()
+        top_ids[just], top_lps[just] = top.ids, top.log_probs
+    return top_ids, top_lps, full

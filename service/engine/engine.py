@@ -111,6 +111,7 @@ class _DecoderState:
         max_top_k = int(metadata.get(MAX_TOP_K_KEY, 1 << 30))
         self.fetch_top = self.has_top_k and (top_k > 1 or not self.per_source) and top_k <= max_top_k
         self._top_k_input = np.array([top_k if self.fetch_top else 0], dtype=np.int64)
+        self.fetch_full = False  # with fetch_top: the full log_probs too (TopCandidates.full), set before a step
         self._fetch: list[str] | None = None
         self._reorder = ReorderBuffers()
         self._sources = (cross_keys, cross_values, src_mask)
@@ -173,6 +174,8 @@ class _DecoderState:
         if self._fetch is None:
             presents = step_present_names(n_layers)
             self._fetch = ["top_log_probs", "top_ids", *presents] if self.fetch_top else ["log_probs", *presents]
+            if self.fetch_top and self.fetch_full:
+                self._fetch.append("log_probs")
         feeds = {"tokens": tokens, "src_mask": self.src_mask}
         if self.has_top_k:
             feeds["top_k"] = self._top_k_input
@@ -185,6 +188,10 @@ class _DecoderState:
         if not self.fetch_top:
             self.past_keys, self.past_values = outputs[1::2], outputs[2::2]
             return outputs[0]  # (rows, vocab)
+        if self.fetch_full:
+            presents, full = outputs[2:-1], outputs[-1]
+            self.past_keys, self.past_values = presents[0::2], presents[1::2]
+            return TopCandidates(outputs[0], outputs[1], full)
         self.past_keys, self.past_values = outputs[2::2], outputs[3::2]
         return TopCandidates(outputs[0], outputs[1])  # (rows, top_k) each, best first
 
@@ -355,9 +362,10 @@ class Engine:
         limits = length_limits([len(sources[i]) for i in bound], self.max_source_tokens, options.max_length)
         session, lean = (self.step_decoder, True) if self.step_decoder is not None else (self.decoder, False)
         rows = np.repeat(np.arange(len(bound)), k)
-        state = _DecoderState(session, enc["cross_keys"], enc["cross_values"], enc["src_mask"], lean, row_sources=rows)
-        if state.fetch_top:  # a graph that ranks its own top tokens: ask for the full distribution instead
-            state.fetch_top, state._top_k_input = False, np.array([0], dtype=np.int64)
+        state = _DecoderState(
+            session, enc["cross_keys"], enc["cross_values"], enc["src_mask"], lean, row_sources=rows, top_k=2 * k
+        )
+        state.fetch_full = True  # the constraint tokens' log-probabilities are read beside the graph's 2k best
         found = constrained_beam_search(
             state.step,
             limits,

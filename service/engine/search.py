@@ -26,6 +26,7 @@ class TopCandidates:
 
     log_probs: np.ndarray  # (rows, count) float32
     ids: np.ndarray  # (rows, count) int64
+    full: np.ndarray | None = None  # (rows, vocab) float32, when the step also fetched every log-probability
 
 
 StepFn = Callable[[np.ndarray, np.ndarray | None], "np.ndarray | TopCandidates"]

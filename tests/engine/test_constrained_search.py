@@ -116,3 +116,55 @@ def test_a_completed_term_is_not_glued_to_a_word_piece():
     )
     assert glued.tokens[:2] == [9, 7]
     assert 9 in best.tokens and best.tokens[best.tokens.index(9) + 1 :][:1] != [7]
+
+
+def random_step(seed: int):
+    """A decoder whose log-probabilities are a fixed random function of each row's tokens so far (rows follow
+    ``rows`` as a real cache would), so that every path through the search sees the same model."""
+    histories: list[tuple[int, ...]] = []
+
+    def step(tokens: np.ndarray, rows: np.ndarray | None) -> np.ndarray:
+        nonlocal histories
+        if rows is not None:
+            histories = [histories[r] for r in rows.tolist()]
+        elif len(histories) != len(tokens):
+            histories = [() for _ in tokens]
+        histories = [(*h, int(t)) for h, t in zip(histories, tokens[:, 0].tolist(), strict=True)]
+        out = np.empty((len(tokens), VOCAB), dtype=np.float32)
+        for r, h in enumerate(histories):
+            logits = np.random.default_rng([seed, *h]).normal(0, 2, VOCAB)
+            logits[EOS] += len(h) - 4  # EOS grows likelier with length
+            out[r] = logits - np.log(np.exp(logits).sum())
+        return out
+
+    return step
+
+
+@pytest.mark.parametrize("seed", range(6))
+def test_one_sentence_and_a_batch_choose_the_same(seed):
+    # the one-sentence path (Python scalars) and the batched numpy ranking must agree, also with a longer
+    # alternative of a term in progress (its bank is fuller than a placed term's) and tokens barred after a term
+    rng = np.random.default_rng(seed)
+    cons = [Constraint(((int(rng.integers(3, VOCAB)),), tuple(int(x) for x in rng.integers(3, VOCAB, 3))))]
+    if seed % 2:
+        cons.append(Constraint((tuple(int(x) for x in rng.integers(3, VOCAB, 2)),)))
+    after = rng.random(VOCAB) > 0.3
+    after[EOS] = True
+    k = constrained_beam_size(1 + seed % 4, [cons])
+    args = (BOS, EOS, k, 0.6, min(2, k))
+    [one] = constrained_beam_search(random_step(seed), [8], *args, [cons], None, after)
+    batch = constrained_beam_search(random_step(seed), [8, 6], *args, [cons, cons[:1]], None, after)
+    assert [(h.tokens, h.score) for h in one] == [(h.tokens, h.score) for h in batch[0]]
+
+
+@pytest.mark.parametrize("seed", [229, 242, 266])
+def test_eos_ends_among_the_best_of_the_full_bank_not_of_all(seed):
+    # seeds where a 4-token alternative in progress (a bank fuller than the placed term's) outranks hypotheses
+    # that could end: EOS must count among the k best of the full bank only, on both paths
+    rng = np.random.default_rng(seed)
+    term = int(rng.integers(3, VOCAB))
+    cons = [Constraint(((term,), tuple(int(x) for x in rng.integers(3, VOCAB, 4))))]
+    args = (BOS, EOS, 2 + seed % 3, 0.6, 1)
+    [[one]] = constrained_beam_search(random_step(seed), [8], *args, [cons])
+    [batch, _] = constrained_beam_search(random_step(seed), [8, 5], *args, [cons, cons])
+    assert (one.tokens, one.score) == (batch[0].tokens, batch[0].score)
