@@ -424,8 +424,7 @@ class Engine:
         if self._after_term is None:
             pieces = self.tokenizer.pieces(range(self.tokenizer.vocab_size))
             allowed = [
-                p.startswith("\u2581") or not any(c.isalnum() for c in p) or p in ("s", "es", "'s")
-                for p in pieces
+                p.startswith("\u2581") or not any(c.isalnum() for c in p) or p in ("s", "es", "'s") for p in pieces
             ]
             allowed[EOS_ID] = True
             self._after_term = np.asarray(allowed, dtype=bool)
