@@ -124,18 +124,21 @@ def preflight(wheels: Path, nvidia_smi: str | None = None) -> tuple[int, Path | 
 
 # --- run (onnxruntime-gpu, torch, numpy, sacrebleu) ----------------------------------------------------
 def fp16_step_bundle(bundle, workdir: Path):
-    """``bundle`` with an fp16 decoder_step converted from its fp32 one into ``workdir`` (the bundle is not
-    changed: the returned Bundle's manifest, in memory, points at the converted graph)."""
+    """``bundle`` with fp16 step graphs converted from its fp32 ones (decoder_step, and decoder_step_batch where the
+    bundle has it) into ``workdir`` (the bundle is not changed: the returned Bundle's manifest, in memory, points at
+    the converted graphs)."""
     import copy
 
     from core.bundle import Bundle
+    from core.graphs import LIVE_STEP, STEP_GRAPHS
     from export.quantize import convert_fp16_step
 
-    if "decoder_step" in bundle.manifest["variants"].get("fp16", {}):
+    if LIVE_STEP in bundle.manifest["variants"].get("fp16", {}):
         return bundle
     manifest = copy.deepcopy(bundle.manifest)
-    step = convert_fp16_step(bundle.graph("fp32", "decoder_step"), workdir / "fp16.decoder_step.onnx")
-    manifest["variants"].setdefault("fp16", dict(manifest["variants"]["fp32"]))["decoder_step"] = str(step)
+    fp16 = manifest["variants"].setdefault("fp16", dict(manifest["variants"]["fp32"]))
+    for graph in (g for g in STEP_GRAPHS if g in manifest["variants"]["fp32"]):
+        fp16[graph] = str(convert_fp16_step(bundle.graph("fp32", graph), workdir / f"fp16.{graph}.onnx"))
     return Bundle(bundle.path, manifest)
 
 

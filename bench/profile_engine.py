@@ -80,6 +80,8 @@ def split(
     batches = [ids[i : i + batch] for i in range(0, len(ids), batch)]
     totals: collections.Counter = collections.Counter()
     engine.encoder = _Timed(engine.encoder, totals, "encoder")
+    if decode != "whole" and engine.live_step is not engine.step_decoder:  # the live decode's own step graph
+        engine.live_step = _Timed(engine.live_step, totals, "decoder_step")
     engine.step_decoder = _Timed(engine.step_decoder, totals, "decoder_step")
     options = TranslateOptions(beam_size=beam)
 

@@ -1,7 +1,11 @@
-"""Per-step cost of decoder graphs: decoder.onnx vs decoder_step.onnx (any interface), fp32 / int8, CPU time.
+"""Per-step cost of decoder graphs: decoder.onnx vs decoder_step.onnx (any interface) vs decoder_step_batch.onnx
+(the whole-batch search's interface-3 graph of a bundle that has both step graphs), fp32 / int8, CPU time.
 
     nice -n 10 python -m bench.step_graphs --bundle model_repository/de-en/1 [--bundle other/bundle ...] \
-        [--rows 32 128] [--past 10] [--src 15] [--beam 4] [--beam-above 32]
+        [--rows 32 128] [--past 10] [--src 15] [--beam 4] [--beam-above 32] [--graphs decoder_step ...]
+
+One bundle with both step graphs compares them in one run (``--graphs decoder_step decoder_step_batch``): the
+last table gives, per variant and row count, each step graph's time over decoder_step's (the live decode's graph).
 
 One decoder step (one new token per row, a cache of --past tokens, a source of --src tokens) with random
 inputs, timed as the process's CPU time (one intra-op thread, the engine's session options), repeats
@@ -22,7 +26,9 @@ from pathlib import Path
 
 import numpy as np
 
-from core.graphs import step_interface
+from core.graphs import BATCH_STEP, LIVE_STEP, step_interface
+
+GRAPHS = ("decoder", LIVE_STEP, BATCH_STEP)
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -84,13 +90,16 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--src", type=int, default=15)
     parser.add_argument("--repeats", type=int, default=7)
     parser.add_argument("--steps", type=int, default=30, help="steps per timing")
+    parser.add_argument(
+        "--graphs", nargs="+", default=list(GRAPHS), choices=GRAPHS, help="the bundle graphs to time (when present)"
+    )
     args = parser.parse_args(argv)
     rng = np.random.default_rng(0)
     cases = []
     for bundle in args.bundle:
         manifest = json.loads((Path(bundle) / "manifest.json").read_text())
         for variant in args.variants:
-            for graph in ("decoder", "decoder_step"):
+            for graph in args.graphs:
                 if graph in manifest["variants"].get(variant, {}):
                     path = Path(bundle) / manifest["variants"][variant][graph]
                     cases.append((f"{bundle}:{variant}/{graph}", _session(path), manifest["model"]))
@@ -114,7 +123,25 @@ def main(argv: list[str] | None = None) -> int:
     print("|---|---:|---:|---:|")
     for (name, rows), times in results.items():
         print(f"| {name} | {rows} | {statistics.median(times):.2f} | {1e3 * statistics.median(times) / rows:.0f} |")
+    ratios = step_ratios({key: statistics.median(times) for key, times in results.items()})
+    if ratios:
+        print(f"\n| graph | rows | CPU time / {LIVE_STEP}'s |")
+        print("|---|---:|---:|")
+        for (name, rows), ratio in ratios.items():
+            print(f"| {name} | {rows} | {ratio:.2f}x |")
     return 0
+
+
+def step_ratios(medians: dict[tuple[str, int], float]) -> dict[tuple[str, int], float]:
+    """Each other graph's median over the same bundle and variant's decoder_step (the live decode's graph), per row
+    count; keys are ``<bundle>:<variant>/<graph>`` as timed."""
+    ratios = {}
+    for (name, rows), median in medians.items():
+        prefix, graph = name.rsplit("/", 1)
+        live = medians.get((f"{prefix}/{LIVE_STEP}", rows))
+        if graph != LIVE_STEP and live:
+            ratios[name, rows] = median / live
+    return ratios
 
 
 if __name__ == "__main__":

@@ -12,6 +12,7 @@ decoder.onnx:      tokens, src_mask, cross_keys, cross_values, past_keys, past_v
 decoder_step.onnx: tokens, src_mask, top_k, [positions, self_mask, query_rows, row_slots (interface 3+)],
                    cross_keys_<i>, cross_values_<i>, past_keys_<i>, past_values_<i>
                    -> log_probs, top_log_probs, top_ids, present_keys_<i>, present_values_<i>
+decoder_step_batch.onnx: the same inputs and outputs, interface 3, for whole-batch search (BATCH_STEP below)
 
 Interfaces 3 and 4 let rows at different positions share a step (continuous batching, service/engine/live.py):
 - ``positions`` (rows, 1) int64: each row's own position (its number of real cache entries);
@@ -103,3 +104,23 @@ def step_output_names(n_layers: int) -> list[str]:
 def step_present_names(n_layers: int) -> list[str]:
     """The cache outputs of a step, layer by layer: present_keys_0, present_values_0, present_keys_1, ..."""
     return [f"present_{kind}_{i}" for i in range(n_layers) for kind in ("keys", "values")]
+
+
+# A bundle exported since the two-graph change carries two step graphs per variant, over the same weights:
+# - LIVE_STEP ("decoder_step", interface 4): the batch-invariant graph the live decode (continuous batching) needs,
+#   rows of different ages side by side, each computing bit for bit what it computes alone (issue 36);
+# - BATCH_STEP ("decoder_step_batch", interface 3): whole-batch search (greedy, beam, n-best), every row at one
+#   position over a full cache, where interface 3's appended cache is 1.4-1.7x cheaper per step from 4 rows up
+#   (docs/engine-speed-log.md item 17) and no row joins late, so there is no invariance to keep.
+# Older bundles have LIVE_STEP alone (interface 3 or 4); it then serves both (``step_graph_keys``).
+LIVE_STEP, BATCH_STEP = "decoder_step", "decoder_step_batch"
+BATCH_STEP_INTERFACE = 3
+STEP_GRAPHS = (LIVE_STEP, BATCH_STEP)
+
+
+def step_graph_keys(graphs: Mapping[str, object]) -> tuple[str, str] | None:
+    """The (whole-batch search, live decode) step graphs of a bundle variant's entry (graph key -> file): the two
+    graphs where the variant has both, else its one ``decoder_step`` for both; None when it has no step graph."""
+    if LIVE_STEP not in graphs:
+        return None
+    return (BATCH_STEP if BATCH_STEP in graphs else LIVE_STEP), LIVE_STEP

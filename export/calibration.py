@@ -14,7 +14,17 @@ from pathlib import Path
 
 import numpy as np
 
+from core.graphs import STEP_GRAPHS
+
 GRAPHS = ("encoder", "decoder_step", "decoder")
+
+
+def calibrated_as(graph: str) -> str:
+    """The recorded graph whose feeds calibrate ``graph``. Both step graphs (core/graphs.py STEP_GRAPHS) take the
+    feeds recorded from the step graph the engine searches with: they have the same inputs, and in a whole batch
+    (every row at one position, every cache column real) both layouts of the cache are the same tensors, so the two
+    graphs are quantized with the same calibration, and their projections see the same activation ranges."""
+    return "decoder_step" if graph in STEP_GRAPHS else graph
 
 
 class _Recorder:

@@ -10,8 +10,9 @@ import time
 from pathlib import Path
 
 from core.bundle import FORMATS, load_bundle
+from core.graphs import STEP_GRAPHS
 from core.tokenizer import EOS_ID
-from export.calibration import read_sentences, record_feeds
+from export.calibration import calibrated_as, read_sentences, record_feeds
 from export.manifest import build_manifest, git_commit, seal
 from export.onnx_export import export_graphs
 from export.pack import pack_bundle
@@ -86,7 +87,7 @@ def cmd_export(args: argparse.Namespace) -> int:
         feeds = record_feeds(out, sentences)
         variants["int8"] = {}
         for graph, path in paths.items():
-            quantize_int8_static(path, out / "int8" / f"{graph}.onnx", feeds[graph])
+            quantize_int8_static(path, out / "int8" / f"{graph}.onnx", feeds[calibrated_as(graph)])
             variants["int8"][graph] = f"int8/{graph}.onnx"
         variants["int8"]["quantization"] = {
             "method": "static",
@@ -102,7 +103,7 @@ def cmd_export(args: argparse.Namespace) -> int:
         # the fused attention's outputs typed float and the graph does not load (export/quantize.py)
         variants["fp16"] = {}
         for graph, path in paths.items():
-            convert = convert_fp16_step if graph == "decoder_step" else convert_fp16
+            convert = convert_fp16_step if graph in STEP_GRAPHS else convert_fp16
             convert(path, out / "fp16" / f"{graph}.onnx")
             variants["fp16"][graph] = f"fp16/{graph}.onnx"
     if args.bundle_format == 2:
@@ -204,8 +205,11 @@ def cmd_verify(args: argparse.Namespace) -> int:
         tgt = rng.choice([1, 1, 3])
         shapes.append((rng.randint(1, 16), rng.randint(1, min(100, limit)), tgt, rng.randint(0, min(50, limit - tgt))))
     report: dict[str, object] = {"max_abs_diff": graph_max_diff(model, engine, shapes), "shapes": shapes}
-    if engine.step_decoder is not None:  # the lean search graph, one new token per row
+    if engine.step_decoder is not None:  # the lean search graphs, one new token per row
         report["max_abs_diff"].update(step_max_diff(model, engine.step_decoder, shapes))  # type: ignore[union-attr]
+        if engine.live_step is not engine.step_decoder:  # the live decode's own graph (core/graphs.py LIVE_STEP)
+            live = step_max_diff(model, engine.live_step, shapes)
+            report["max_abs_diff"].update({f"live_{name}": diff for name, diff in live.items()})  # type: ignore[union-attr]
     if args.data:
         from model.data import read_parallel
 

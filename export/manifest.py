@@ -10,6 +10,7 @@ from typing import Any
 from core.bundle import FORMAT, FORMATS, write_manifest
 from core.tokenizer import SPECIAL_IDS
 from export.onnx_export import OPSET, graph_signature
+from export.pack import GRAPH_KEYS
 
 
 def git_commit(repo: Path | None = None) -> str | None:
@@ -55,11 +56,11 @@ def build_manifest(
         raise ValueError(f"bundle format {bundle_format!r} is none of {FORMATS}")
     files = ["tokenizer.model"]
     for v in variants.values():
-        for rel in [v[key] for key in ("encoder", "decoder", "decoder_step") if key in v] + v.get("weights", []):
+        for rel in [v[key] for key in GRAPH_KEYS if key in v] + v.get("weights", []):
             if rel not in files:
                 files.append(rel)
     fp32 = variants["fp32"]
-    graphs = {g: graph_signature(bundle_dir / fp32[g]) for g in ("encoder", "decoder", "decoder_step") if g in fp32}
+    graphs = {g: graph_signature(bundle_dir / fp32[g]) for g in GRAPH_KEYS if g in fp32}
     manifest = {
         "format": bundle_format,
         "name": name,

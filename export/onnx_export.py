@@ -10,7 +10,17 @@ import onnx
 import torch
 from torch.export import Dim
 
-from core.graphs import ENCODER_INPUTS, ENCODER_OUTPUTS, KV_CACHE, LINEAR_STATE, decoder_inputs, decoder_outputs
+from core.graphs import (
+    BATCH_STEP,
+    BATCH_STEP_INTERFACE,
+    ENCODER_INPUTS,
+    ENCODER_OUTPUTS,
+    KV_CACHE,
+    LINEAR_STATE,
+    LIVE_STEP,
+    decoder_inputs,
+    decoder_outputs,
+)
 from export.decoder_step import build_decoder_step, supports_decoder_step
 from export.graphs import EncoderGraph, decoder_graph, example_inputs
 from model.transformer import Transformer
@@ -28,12 +38,16 @@ def _dims(model: Transformer) -> dict[str, Dim]:
     }
 
 
-def export_graphs(model: Transformer, out_dir: Path, decoder_step: bool = False) -> dict[str, Path]:
+def export_graphs(
+    model: Transformer, out_dir: Path, decoder_step: bool = False, batch_step: bool = True
+) -> dict[str, Path]:
     """Write encoder.onnx and decoder.onnx (fp32, one file each) into ``out_dir``; onnx.checker passes.
 
-    With ``decoder_step``, also the lean search graph decoder_step.onnx (export/decoder_step.py) when the
-    architecture has one (vanilla attention with sinusoidal or learned positions; for the others engines search
-    with decoder.onnx).
+    With ``decoder_step``, also the lean search graphs (export/decoder_step.py) when the architecture has them
+    (vanilla attention with sinusoidal or learned positions; for the others engines search with decoder.onnx):
+    decoder_step.onnx (the current interface: the live decode's) and, with ``batch_step``, decoder_step_batch.onnx
+    (interface 3, for whole-batch search; core/graphs.py BATCH_STEP). Both read the same weights, which the
+    bundle's packing stores once (export/pack.py).
     """
     model = model.eval()
     out_dir.mkdir(parents=True, exist_ok=True)
@@ -82,8 +96,11 @@ def export_graphs(model: Transformer, out_dir: Path, decoder_step: bool = False)
             verbose=False,
         )
     if decoder_step and supports_decoder_step(model):
-        paths["decoder_step"] = out_dir / "decoder_step.onnx"
-        onnx.save(build_decoder_step(model), str(paths["decoder_step"]))
+        paths[LIVE_STEP] = out_dir / f"{LIVE_STEP}.onnx"
+        onnx.save(build_decoder_step(model), str(paths[LIVE_STEP]))
+        if batch_step:
+            paths[BATCH_STEP] = out_dir / f"{BATCH_STEP}.onnx"
+            onnx.save(build_decoder_step(model, interface=BATCH_STEP_INTERFACE), str(paths[BATCH_STEP]))
     for path in paths.values():
         onnx.checker.check_model(str(path), full_check=True)
     return paths

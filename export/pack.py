@@ -4,6 +4,7 @@
 own copy of every weight) into one folder ``graphs/``::
 
     graphs/fp32.encoder.onnx  fp32.decoder.onnx  fp32.decoder_step.onnx   graph protos, no large tensor inside
+             fp32.decoder_step_batch.onnx  (the whole-batch step graph: the same weights, core/graphs.py)
     graphs/int8.encoder.onnx  ...                                          (ONNX external data: location, offset,
     graphs/fp16.encoder.onnx  ...                                           length of a region of a weights file)
     graphs/fp32.weights       every float32 tensor of the model, once; read by all three variants
@@ -12,7 +13,7 @@ own copy of every weight) into one folder ``graphs/``::
 
 Variants are packed in order (fp32 first). A tensor of 1 KiB or more is, in this order of preference:
 - a reference to a region already stored with the same bytes and element type (any shape, any weights file):
-  the decoder, decoder_step and encoder share the embedding and the decoder layers; the int8 graphs read the
+  the decoder, both step graphs and encoder share the embedding and the decoder layers; the int8 graphs read the
   float tensors they need (embedding, LayerNorm, biases, the float output projection) from fp32.weights;
 - an exact function of stored tensors, computed by an operator that onnxruntime's constant folding (basic graph
   optimizations, every execution provider) evaluates once at session start, so the optimized graph holds the
@@ -49,8 +50,10 @@ import numpy as np
 import onnx
 from onnx import TensorProto, helper, numpy_helper
 
+from core.graphs import STEP_GRAPHS
+
 GRAPHS_DIR = "graphs"
-GRAPH_KEYS = ("encoder", "decoder", "decoder_step")
+GRAPH_KEYS = ("encoder", "decoder", *STEP_GRAPHS)
 INLINE_BELOW = 1024  # bytes: smaller tensors (shapes, scalars, activation scales) stay inside their graph
 PAGE = 4096
 PAGE_ALIGNED_FROM = 64 * 1024  # tensors of this size or more start on a page boundary (mmap); others on 64 bytes

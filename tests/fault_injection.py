@@ -71,13 +71,19 @@ def inject_faults(runner, engine):
         time.sleep(restart_delay)
     _engines_built[name] += 1
     delay = float(os.environ.get("MT_TEST_STEP_DELAY_S", "0"))
+    # the live decode's step session, where it is not whole-batch search's (a bundle with both step graphs)
+    live_own = engine.step_decoder is not None and engine.live_step is not engine.step_decoder
     if delay and engine.step_decoder is not None:
         engine.step_decoder = _SlowSession(engine.step_decoder, delay)
-    # every kind of work starts with the encoder, and every search step runs the step graph
+        if live_own:
+            engine.live_step = _SlowSession(engine.live_step, delay)
+    # every kind of work starts with the encoder, and every search step runs a step graph
     broken = threading.Event()
     engine.encoder = _BreakableSession(engine.encoder, broken)
     if engine.step_decoder is not None:
         engine.step_decoder = _BreakableSession(engine.step_decoder, broken)
+        if live_own:
+            engine.live_step = _BreakableSession(engine.live_step, broken)
 
     def run_batch(options, sources):
         texts = [engine.tokenizer.decode(s.ids) for s in sources]

@@ -21,6 +21,7 @@ from core.graphs import (
     MAX_TOP_K_KEY,
     decoder_cache,
     decoder_outputs,
+    step_graph_keys,
     step_interface,
     step_present_names,
 )
@@ -224,15 +225,24 @@ class Engine:
             "shared_arena": shared_arena,
         }
         self.encoder = create_session(bundle.graph(self.variant, "encoder"), providers, **settings)
-        # search runs on the lean decoder_step graph when the bundle has one (bundles exported before it
-        # existed fall back to decoder.onnx); decoder.onnx serves attention and teacher forcing, and is then
-        # loaded on first use (21-32 MiB less resident memory for translate-only work)
+        # search runs on the lean step graphs when the bundle has them (bundles exported before they existed fall
+        # back to decoder.onnx); decoder.onnx serves attention and teacher forcing, and is then loaded on first use
+        # (21-32 MiB less resident memory for translate-only work). The one choice of step graphs: whole-batch
+        # search's (``step_decoder``, created now) and the live decode's (``live_step``), which are one graph in
+        # bundles of one step graph and two in bundles that carry both (core/graphs.py step_graph_keys); a
+        # second graph's session is created on first use (the live decode's start), so an engine that only runs
+        # whole batches holds one step session
         self._session_args = (providers, settings)
         self._decoder = None
         self._decoder_lock = threading.Lock()
         self.step_decoder = None
-        if lean_decoder and "decoder_step" in bundle.manifest["variants"][self.variant]:
-            self.step_decoder = create_session(bundle.graph(self.variant, "decoder_step"), providers, **settings)
+        self._live_step = None
+        self._live_step_key: str | None = None
+        steps = step_graph_keys(bundle.manifest["variants"][self.variant]) if lean_decoder else None
+        if steps is not None:
+            batch, live = steps
+            self.step_decoder = create_session(bundle.graph(self.variant, batch), providers, **settings)
+            self._live_step_key = None if live == batch else live
         else:
             self._decoder = create_session(bundle.graph(self.variant, "decoder"), providers, **settings)
         self.providers = self.encoder.get_providers()
@@ -264,6 +274,35 @@ class Engine:
     @decoder.setter
     def decoder(self, session) -> None:
         self._decoder = session
+
+    @property
+    def live_step(self):
+        """The step session of the live decode (service/engine/live.py): the bundle's batch-invariant graph
+        (``decoder_step``, interface 4 since issue 36) where whole-batch search has a graph of its own, created on
+        first use; else ``step_decoder`` itself (None without a step graph)."""
+        if self._live_step is None and self._live_step_key is None:
+            return self.step_decoder
+        if self._live_step is None:
+            with self._decoder_lock:
+                if self._live_step is None:
+                    providers, settings = self._session_args
+                    path = self.bundle.graph(self.variant, self._live_step_key)  # type: ignore[arg-type]
+                    self._live_step = create_session(path, providers, **settings)
+        return self._live_step
+
+    @live_step.setter
+    def live_step(self, session) -> None:
+        """A session (or a wrapper of one: tests, benchmarks) the live decode runs from now on."""
+        self._live_step = session
+
+    @property
+    def step_graphs(self) -> dict[str, str]:
+        """Which bundle graph each search path runs: {"batch": key, "live": key} (core/graphs.py STEP_GRAPHS), or
+        {} when search runs on decoder.onnx."""
+        steps = step_graph_keys(self.bundle.manifest["variants"][self.variant])
+        if self.step_decoder is None or steps is None:
+            return {}
+        return {"batch": steps[0], "live": steps[1]}
 
     # --- tokens ------------------------------------------------------------------------------
     def source_ids(self, texts: Sequence[str], max_subwords: int | None = None) -> list[list[int]]:
@@ -393,8 +432,7 @@ class Engine:
         if self._after_term is None:
             pieces = self.tokenizer.pieces(range(self.tokenizer.vocab_size))
             allowed = [
-                p.startswith("\u2581") or not any(c.isalnum() for c in p) or p in ("s", "es", "'s")
-                for p in pieces
+                p.startswith("\u2581") or not any(c.isalnum() for c in p) or p in ("s", "es", "'s") for p in pieces
             ]
             allowed[EOS_ID] = True
             self._after_term = np.asarray(allowed, dtype=bool)

@@ -3,9 +3,9 @@ leave at any step, like TGI's ``generate_token(batch)`` but for an encoder-decod
 
 ``LiveBatch.add`` runs the encoder for the newcomers only and keeps their cross-attention keys/values in slots
 of a per-source store (service/engine/source_slots.py); they join at the next ``step``. ``step`` runs one decoder
-step (decoder_step.onnx, interface 3 or 4) for every live row, whatever its sentence's position, search (greedy or
-beam of any size), length penalty or length limit, and hands back each sentence the step it finishes (EOS, beams
-done, or its limit);
+step (the engine's live step graph, ``Engine.live_step``: decoder_step.onnx of interface 3 or 4) for every live
+row, whatever its sentence's position, search (greedy or beam of any size), length penalty or length limit, and
+hands back each sentence the step it finishes (EOS, beams done, or its limit);
 ``remove`` takes a sentence out at any step (its rows leave at the next one). A sentence gives the answer it gets
 alone (same search code as service/engine/search.py, per sentence: same choices, ties and sums, and with an
 interface-4 graph the same step outputs to the bit; an interface-3 graph's float rounding may differ in the last
@@ -43,8 +43,10 @@ from service.engine.step_inputs import position_inputs, ragged_inputs
 
 
 def supports_live(engine: Engine) -> bool:
-    """Whether the engine's bundle has an interface-3 step graph (older bundles: whole batches only)."""
-    session = engine.step_decoder
+    """Whether the engine's bundle has a live step graph of interface 3 or later (older bundles: whole batches only);
+    the engine picks it (``Engine.live_step``: the bundle's interface-4 graph where whole-batch search has one of its
+    own)."""
+    session = engine.live_step
     return session is not None and step_interface(session.get_modelmeta().custom_metadata_map) >= 3
 
 
@@ -128,7 +130,7 @@ class LiveBatch:
         if not supports_live(engine):
             raise ValueError("continuous batching needs a decoder_step graph of interface 3; re-export the bundle")
         self.engine = engine
-        self.session = engine.step_decoder
+        self.session = engine.live_step
         cfg = engine.config
         self.n_layers, self.heads = int(cfg["n_decoder_layers"]), int(cfg["n_heads"])
         self.d_head = int(cfg["d_model"]) // self.heads

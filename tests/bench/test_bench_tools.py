@@ -241,3 +241,15 @@ def test_attention_cache_times_both_kernels_and_both_ways_of_feeding_the_cache(c
     assert diff < 1e-4  # the two kernels compute the same attention
     row = [cell.strip() for cell in out.strip().splitlines()[-1].strip("|").split("|")]
     assert row[:2] == ["2", "3"] and len(row) == 7 and all(float(c.rstrip("x")) > 0 for c in row[2:])
+
+
+def test_step_graphs_ratios_compare_each_graph_with_the_same_bundles_live_step():
+    from bench.step_graphs import step_ratios
+
+    medians = {
+        ("b:int8/decoder_step", 32): 2.0,
+        ("b:int8/decoder_step_batch", 32): 1.5,
+        ("b:int8/decoder", 32): 5.0,
+        ("b:fp32/decoder_step_batch", 32): 9.0,  # no live step timed for fp32: no ratio
+    }
+    assert step_ratios(medians) == {("b:int8/decoder_step_batch", 32): 0.75, ("b:int8/decoder", 32): 2.5}

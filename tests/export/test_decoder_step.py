@@ -178,7 +178,8 @@ def test_step_graphs_of_older_interfaces_are_served_in_whole_batches(tiny, tmp_p
     onnx.save(proto, str(path))
     current = Engine(bundle, variant="fp32", providers="cpu")
     legacy = Engine(bundle, variant="fp32", providers="cpu")
-    legacy.step_decoder = ort.InferenceSession(str(path), providers=["CPUExecutionProvider"])
+    # a bundle of that one step graph: whole-batch search and the live decode both run it
+    legacy.step_decoder = legacy.live_step = ort.InferenceSession(str(path), providers=["CPUExecutionProvider"])
     assert supports_live(current) and not supports_live(legacy)
     with pytest.raises(ValueError, match="interface 3"):
         LiveBatch(legacy)
@@ -198,7 +199,8 @@ def test_step_graphs_of_interface_3_still_decode_live_over_a_left_padded_cache(t
     path = tmp_path / "decoder_step_v3.onnx"
     onnx.save(build_decoder_step(model, interface=3), str(path))
     legacy = Engine(bundle, variant="fp32", providers="cpu")
-    legacy.step_decoder = ort.InferenceSession(str(path), providers=["CPUExecutionProvider"])
+    # a bundle of that one step graph: whole-batch search and the live decode both run it
+    legacy.step_decoder = legacy.live_step = ort.InferenceSession(str(path), providers=["CPUExecutionProvider"])
     live = LiveBatch(legacy)
     assert not live.right
     options = [TranslateOptions(), TranslateOptions(beam_size=4), TranslateOptions(beam_size=2, num_hypotheses=2)]

@@ -83,7 +83,8 @@ def test_a_step_graph_of_the_current_interface_converts_and_decodes_live_as_alon
     attention = [n for n in model.graph.node if n.op_type == "MultiHeadAttention"]
     assert attention and not any(n.input[0] in to_float for n in attention)
     fp32, engine = Engine(bundle, "fp32", "cpu"), Engine(fp16, "fp16", "cpu")
-    assert step_interface(engine.step_decoder.get_modelmeta().custom_metadata_map) == STEP_INTERFACE
+    assert step_interface(engine.live_step.get_modelmeta().custom_metadata_map) == STEP_INTERFACE
+    assert engine.step_graphs == {"batch": "decoder_step_batch", "live": "decoder_step"}  # both converted
     options = [TranslateOptions(beam_size=1 + i % 3) for i in range(len(SAMPLE_SENTENCES))]
     alone = [engine.translate([t], o)[0] for t, o in zip(SAMPLE_SENTENCES, options, strict=True)]
     pairs = list(zip(SAMPLE_SENTENCES, options, strict=True))

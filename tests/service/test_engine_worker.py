@@ -23,7 +23,7 @@ class FakeEngine:
     def __init__(self, number: int) -> None:
         self.number = number
         self.dead = False
-        self.step_decoder = None  # no live decode unless a test provides one
+        self.step_decoder = self.live_step = None  # no live decode unless a test provides one
 
     def translate(self, texts, options):
         if self.dead:
