@@ -250,13 +250,6 @@ def build_deepl_router(app: FastAPI) -> APIRouter:
         ]
     }
 
-    @router.api_route(
-        "/languages",
-        methods=["GET", "POST"],
-        responses={**ERRORS, **languages_response},
-        summary="Languages served (DeepL)",
-        openapi_extra=type_parameter,
-    )
     async def languages(request: Request) -> JSONResponse:
         fields, _ = await read_fields(request)  # the deepl client sends type in a form body, even with GET
         kind = string(fields, "type")
@@ -283,12 +276,30 @@ def build_deepl_router(app: FastAPI) -> APIRouter:
         }
     }
 
-    @router.api_route(
-        "/usage", methods=["GET", "POST"], responses={**ERRORS, **usage_response}, summary="Usage (DeepL)"
-    )
     async def usage(request: Request) -> dict[str, Any]:
         found = await quota_of(request).usage(caller(request))
         return {"character_count": found.count, "character_limit": found.limit or UNLIMITED}
+
+    # GET and POST each their own operation (one route for both would give both the same operation id, which
+    # FastAPI warns about, in plain text, whenever /openapi.json is built)
+    for method in ("GET", "POST"):
+        router.add_api_route(
+            "/languages",
+            languages,
+            methods=[method],
+            responses={**ERRORS, **languages_response},
+            summary="Languages served (DeepL)",
+            openapi_extra=type_parameter,
+            operation_id=f"deepl_languages_{method.lower()}",
+        )
+        router.add_api_route(
+            "/usage",
+            usage,
+            methods=[method],
+            responses={**ERRORS, **usage_response},
+            summary="Usage (DeepL)",
+            operation_id=f"deepl_usage_{method.lower()}",
+        )
 
     # Any other method on these paths: 405 in DeepL's form (not the inference protocol's catch-all, if any)
     allowed = {"/translate": "POST", "/languages": "GET, POST", "/usage": "GET, POST"}

@@ -66,11 +66,29 @@ def result_response(record: dict[str, Any], path) -> Response:
     return FileResponse(path, media_type=media, headers={"Content-Disposition": disposition})
 
 
+UPLOAD = {
+    "type": "object",
+    "required": ["file"],
+    "properties": {
+        "file": {"type": "string", "format": "binary", "description": "the document; its name's extension is its type"},
+        "source_language": {"type": "string", "description": "ISO 639-1, or absent / 'auto' to detect"},
+        "target_language": {"type": "string"},
+        "model": {"type": "string", "description": "a served model instead of the language pair"},
+    },
+}
+
+
 def build_documents_router(app: FastAPI) -> APIRouter:
     router = APIRouter(tags=["documents"])
     errors = {**ERROR_RESPONSES, 400: {"description": "corrupt or empty file"}, 415: {"description": "unsupported"}}
 
-    @router.post("/v1/documents", status_code=202, responses=errors, summary="Upload a document to translate")
+    @router.post(
+        "/v1/documents",
+        status_code=202,
+        responses=errors,
+        summary="Upload a document to translate",
+        openapi_extra={"requestBody": {"required": True, "content": {"multipart/form-data": {"schema": UPLOAD}}}},
+    )
     async def upload(request: Request) -> JSONResponse:
         registry_of(request)  # 503 while loading or draining
         data, filename, fields = await upload_of(request)

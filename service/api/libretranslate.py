@@ -167,6 +167,18 @@ def _json_body(schema: dict, example: dict) -> dict:
     }
 
 
+FILE_UPLOAD = {
+    "type": "object",
+    "required": ["file", "target"],
+    "properties": {
+        "file": {"type": "string", "format": "binary", "description": "the document; its name's extension is its type"},
+        "source": {"type": "string", "description": "ISO 639-1 or 'auto'"},
+        "target": {"type": "string"},
+        "api_key": {"type": "string"},
+    },
+}
+
+
 def build_libretranslate_router(app: FastAPI) -> APIRouter:
     s = app.state.mt.settings
     max_alternatives = s.limits.max_beam_size - 1
@@ -273,8 +285,9 @@ def build_libretranslate_router(app: FastAPI) -> APIRouter:
 
     @router.post(
         "/translate_file",
-        responses=ERRORS,
+        responses={**ERRORS, 415: error_schema("a file type that is not translated (docs/documents.md)")},
         summary="Translate a file (multipart: file, source, target); answers the translated file's URL",
+        openapi_extra={"requestBody": {"required": True, "content": {"multipart/form-data": {"schema": FILE_UPLOAD}}}},
     )
     async def translate_file(request: Request) -> dict[str, str]:
         registry_of(request)
@@ -297,7 +310,11 @@ def build_libretranslate_router(app: FastAPI) -> APIRouter:
         name = f"{record['id']}.{record['filename']}"
         return {"translatedFileUrl": str(request.url_for("download_file", filename=name))}
 
-    @router.get("/download_file/{filename}", responses=ERRORS, summary="A file /translate_file translated")
+    @router.get(
+        "/download_file/{filename}",
+        responses={**ERRORS, 404: error_schema("no such file: never translated here, or deleted after retention")},
+        summary="A file /translate_file translated",
+    )
     async def download_file(filename: str, request: Request) -> Response:
         record, path = await request.app.state.mt.documents.result(filename.split(".", 1)[0])
         if record["status"] != "done":

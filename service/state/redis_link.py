@@ -11,6 +11,7 @@ local way (see docs/deployment.md, "Scaling out", for what each one does).
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import time
 from collections.abc import Awaitable, Callable
@@ -105,6 +106,10 @@ class RedisLink:
             except (TimeoutError, RedisError, OSError):
                 continue
             break
+        # The pool still holds the connections opened before Redis went away: each would fail its next call and put
+        # the link down again. Close them all; calls from now on open fresh ones.
+        with contextlib.suppress(RedisError, OSError):
+            await self.client.connection_pool.disconnect()
         self.up = True
         for hook in self._reconnected:
             try:

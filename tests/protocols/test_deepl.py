@@ -202,7 +202,7 @@ def test_form_body_with_repeated_text(api):
         ({"text": ["a"], "target_lang": "EN-US", "tag_handling": "markdown"}, "'tag_handling'"),
         ({"text": ["a"], "target_lang": "EN-US", "formality": "polite"}, "'formality'"),
         ({"text": ["a"], "target_lang": "EN-US", "model_type": "quality_optimized"}, "'model_type'"),
-        ({"text": ["a"], "target_lang": "EN-US", "glossary_id": "g1"}, "'glossary_id'"),
+        ({"text": ["a"], "target_lang": "EN-US", "glossary_id": "g1"}, "source_lang"),  # DeepL: a glossary needs it
         ({"text": ["a"], "target_lang": "EN-US", "show_billed_characters": "yes"}, "'show_billed_characters'"),
         ({"text": ["<a><b></a>"], "target_lang": "EN-US", "tag_handling": "xml"}, "well-formed"),
         ({"text": ["\ud800"], "target_lang": "EN-US"}, "'text'"),

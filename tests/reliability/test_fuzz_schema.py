@@ -156,6 +156,12 @@ def valid_data_accepted(ctx, response, case) -> None:
         if status == 504:
             return
         raise AssertionError(f"valid data answered {status}: {response.text[:500]}")
+    if case.operation.path.startswith(("/v1/documents", "/translate_file", "/download_file")):
+        if status == 404:
+            assert any(p in response.text for p in ("no document job", "no model", "not found")), response.text
+            return
+        if status in (400, 413, 415, 409):
+            return  # the file's content, size or type (which the schema cannot state), or a job not done yet
     if status == 404:
         if "glossary_id" in body or "glossary_id" in (case.path_parameters or {}):
             assert "no glossary" in response.text, response.text  # an id the schema cannot know

@@ -26,7 +26,7 @@ class RecordingEngine:
     def __init__(self) -> None:
         self.calls: list[tuple] = []
 
-    def translate_ids(self, ids, options, stats):
+    def translate_ids(self, ids, options, stats, constraints=None):
         self.calls.append(("translate", ids, options))
         stats["decode"] = 0.1
         return [f"t{len(i)}" for i in ids]
