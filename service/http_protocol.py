@@ -145,6 +145,50 @@ class IdleConnections:
         return next((c for c in self._order if c is not other_than), None)
 
 
+class CoalescingTransport:
+    """A transport whose writes made in one event-loop turn leave in one send: a response's head and body (written
+    one after the other by uvicorn) reach the peer together, so a process killed between the two never leaves a
+    proxy with a head whose body never comes (it could not retry the request on another replica then)."""
+
+    def __init__(self, transport, loop) -> None:
+        self._transport, self._loop = transport, loop
+        self._pending: list[bytes] = []
+
+    def write(self, data: bytes) -> None:
+        if not data:
+            return
+        if not self._pending:
+            self._loop.call_soon(self._flush)
+        self._pending.append(bytes(data))
+
+    def writelines(self, chunks) -> None:
+        for chunk in chunks:
+            self.write(chunk)
+
+    def _flush(self) -> None:
+        if self._pending and not self._transport.is_closing():
+            self._transport.write(b"".join(self._pending))
+        self._pending.clear()
+
+    def write_eof(self) -> None:
+        self._flush()
+        self._transport.write_eof()
+
+    def close(self) -> None:
+        self._flush()
+        self._transport.close()
+
+    def abort(self) -> None:
+        self._pending.clear()
+        self._transport.abort()
+
+    def get_write_buffer_size(self) -> int:
+        return self._transport.get_write_buffer_size() + sum(len(c) for c in self._pending)
+
+    def __getattr__(self, name: str):
+        return getattr(self._transport, name)
+
+
 class GuardedH11Protocol(H11Protocol):
     limits: HttpLimits
     idle_connections: IdleConnections
@@ -158,7 +202,7 @@ class GuardedH11Protocol(H11Protocol):
         self._head_bytes = False  # bytes of the pending head received
 
     def connection_made(self, transport) -> None:
-        super().connection_made(transport)
+        super().connection_made(CoalescingTransport(transport, self.loop))
         if len(self.connections) - len(self.idle_connections.closing) > self.limits.max_connections:
             victim = self.idle_connections.oldest(other_than=self)
             if victim is None:
