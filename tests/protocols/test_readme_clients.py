@@ -33,6 +33,11 @@ def test_readme_snippet_runs(live_server, index, tmp_path):
     code = snippets()[index].replace("127.0.0.1:8000", live_server.url.removeprefix("http://"))
     script = tmp_path / "snippet.py"
     script.write_text(code, encoding="utf-8")
-    done = subprocess.run([sys.executable, str(script)], capture_output=True, text=True, timeout=120)
+    done = subprocess.run([sys.executable, str(script)], capture_output=True, text=True, timeout=120, cwd=tmp_path)
     assert done.returncode == 0, done.stderr[-3000:]
     assert done.stdout.strip(), "the snippet printed nothing"
+    if CLIENTS[index] == "deepl":  # the document example wrote its translation beside the source
+        translated = (tmp_path / "note.en.txt").read_text(encoding="utf-8")
+        source = (tmp_path / "note.txt").read_text(encoding="utf-8")
+        assert translated != source
+        assert len([p for p in translated.split("\n\n") if p.strip()]) == 2, translated
