@@ -17,7 +17,7 @@ from docx.opc.exceptions import PackageNotFoundError
 from lxml import etree
 
 from service.documents.base import CorruptDocument
-from service.documents.office_runs import Dialect, RunParagraph, finish
+from service.documents.office_runs import Dialect, RunParagraph, text_paragraphs, write_all
 
 W = "{http://schemas.openxmlformats.org/wordprocessingml/2006/main}"
 WORD = Dialect(
@@ -55,18 +55,13 @@ class DocxDocument:
                 except etree.XMLSyntaxError as exc:
                     raise CorruptDocument(f"the document's part {part.partname} is not XML: {exc}") from None
             self.roots.append((part, root))
-            for p in root.iter(W + "p"):
-                paragraph = RunParagraph(p, WORD)
-                if paragraph.markup.has_text:
-                    self.paragraphs.append(paragraph)
+            self.paragraphs.extend(text_paragraphs(root, W + "p", WORD))
         self.units = [p.unit for p in self.paragraphs]
         self.characters = sum(p.markup.characters for p in self.paragraphs)
 
     def render(self, translated: Sequence[str]) -> bytes:
-        for paragraph, unit in zip(self.paragraphs, translated, strict=True):
-            paragraph.write(unit)
+        write_all(self.paragraphs, translated, [root for _, root in self.roots])
         for part, root in self.roots:
-            finish(root)
             if getattr(part, "_element", None) is None:
                 part._blob = etree.tostring(root, xml_declaration=True, encoding="UTF-8", standalone=True)
         out = io.BytesIO()

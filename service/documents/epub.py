@@ -26,7 +26,8 @@ from collections.abc import Sequence
 from lxml import etree
 
 from service.documents.base import CorruptDocument, UnsupportedFormat
-from service.documents.inline import Markup, Node, Text, read
+from service.documents.inline import Markup
+from service.documents.zipped_xml import repack, rewrite
 
 MIMETYPE = "application/epub+zip"
 XHTML = "{http://www.w3.org/1999/xhtml}"
@@ -84,30 +85,7 @@ class _Block:
             m.text(child.tail)
 
     def write(self, translated: str) -> None:
-        for child in list(self.el):
-            self.el.remove(child)
-        self.el.text = None
-        self._emit(read(translated), self.el)
-
-    def _emit(self, nodes: Sequence[Text | Node], parent) -> None:
-        last = None
-        for node in nodes:
-            if isinstance(node, Text):
-                if last is None:
-                    parent.text = (parent.text or "") + node.value
-                else:
-                    last.tail = (last.tail or "") + node.value
-                continue
-            original = self.markup.payloads[node.key] if node.key < len(self.markup.payloads) else None
-            if original is None:
-                continue
-            if node.key in self.rebuilt:
-                last = etree.SubElement(parent, original.tag, attrib=dict(original.attrib))
-                self._emit(node.children, last)
-            else:  # kept whole: moved here
-                original.tail = None
-                parent.append(original)
-                last = original
+        rewrite(self.el, translated, self.markup.payloads, lambda key, _original: key in self.rebuilt)
 
 
 class EpubDocument:
@@ -168,12 +146,4 @@ class EpubDocument:
             name: etree.tostring(tree, xml_declaration=True, encoding=tree.docinfo.encoding or "utf-8")
             for name, tree in self.trees.items()
         }
-        out = io.BytesIO()
-        with zipfile.ZipFile(out, "w") as target:
-            first = zipfile.ZipInfo("mimetype", self.zip.getinfo("mimetype").date_time)  # stored: ZipInfo's default
-            target.writestr(first, self.zip.read("mimetype"))
-            for info in self.zip.infolist():
-                if info.filename != "mimetype":
-                    data = replaced.get(info.filename, self.zip.read(info))
-                    target.writestr(info, data, compress_type=info.compress_type)
-        return out.getvalue()
+        return repack(self.zip, replaced)

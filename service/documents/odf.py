@@ -21,11 +21,13 @@ from collections.abc import Sequence
 from lxml import etree
 
 from service.documents.base import CorruptDocument, UnsupportedFormat
-from service.documents.inline import Markup, Node, Text, read
+from service.documents.inline import Markup
+from service.documents.zipped_xml import repack, rewrite
 
 TEXT = "{urn:oasis:names:tc:opendocument:xmlns:text:1.0}"
 STYLE = "{urn:oasis:names:tc:opendocument:xmlns:style:1.0}"
 DRAW = "{urn:oasis:names:tc:opendocument:xmlns:drawing:1.0}"
+REBUILT = frozenset({TEXT + "span", TEXT + "a"})  # the elements remade around their translated text
 MIMETYPES = {
     "odt": "application/vnd.oasis.opendocument.text",
     "odp": "application/vnd.oasis.opendocument.presentation",
@@ -60,30 +62,7 @@ class _Paragraph:
             m.text(child.tail)
 
     def write(self, translated: str) -> None:
-        for child in list(self.p):
-            self.p.remove(child)
-        self.p.text = None
-        self._emit(read(translated), self.p)
-
-    def _emit(self, nodes: Sequence[Text | Node], parent) -> None:
-        last = None
-        for node in nodes:
-            if isinstance(node, Text):
-                if last is None:
-                    parent.text = (parent.text or "") + node.value
-                else:
-                    last.tail = (last.tail or "") + node.value
-                continue
-            original = self.markup.payloads[node.key] if node.key < len(self.markup.payloads) else None
-            if original is None:
-                continue
-            if original.tag in (TEXT + "span", TEXT + "a"):
-                last = etree.SubElement(parent, original.tag, attrib=dict(original.attrib))
-                self._emit(node.children, last)
-            else:  # kept whole: moved here
-                original.tail = None
-                parent.append(original)
-                last = original
+        rewrite(self.p, translated, self.markup.payloads, lambda _key, original: original.tag in REBUILT)
 
 
 class OdfDocument:
@@ -126,10 +105,4 @@ class OdfDocument:
         replaced = {
             name: etree.tostring(root, xml_declaration=True, encoding="UTF-8") for name, root in self.trees.items()
         }
-        out = io.BytesIO()
-        with zipfile.ZipFile(out, "w") as target:
-            for info in self.zip.infolist():
-                target.writestr(
-                    info, replaced.get(info.filename, self.zip.read(info)), compress_type=info.compress_type
-                )
-        return out.getvalue()
+        return repack(self.zip, replaced)

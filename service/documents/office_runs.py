@@ -209,6 +209,20 @@ class RunParagraph:
             t.set(self.d.space_attr, "preserve")
 
 
+def text_paragraphs(root, tag: str, dialect: Dialect) -> list[RunParagraph]:
+    """Every paragraph (``tag``) under ``root`` that has text to translate, in document order."""
+    paragraphs = (RunParagraph(p, dialect) for p in root.iter(tag))
+    return [p for p in paragraphs if p.markup.has_text]
+
+
+def write_all(paragraphs: Sequence[RunParagraph], translated: Sequence[str], roots: Sequence) -> None:
+    """Rewrite each paragraph from its translated unit, then ``finish`` each root."""
+    for paragraph, unit in zip(paragraphs, translated, strict=True):
+        paragraph.write(unit)
+    for root in roots:
+        finish(root)
+
+
 def finish(root) -> None:
     """Drop the marks ``write`` puts on the runs it makes (call once every paragraph of ``root`` is written)."""
     for el in root.iter():

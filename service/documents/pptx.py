@@ -17,7 +17,7 @@ from pptx.exc import PackageNotFoundError
 from pptx.opc.constants import CONTENT_TYPE as CT
 
 from service.documents.base import CorruptDocument
-from service.documents.office_runs import Dialect, RunParagraph, finish
+from service.documents.office_runs import Dialect, RunParagraph, text_paragraphs, write_all
 
 A = "{http://schemas.openxmlformats.org/drawingml/2006/main}"
 DRAWING = Dialect(
@@ -45,18 +45,12 @@ class PptxDocument:
                 continue
             root = part._element
             self.roots.append(root)
-            for p in root.iter(A + "p"):
-                paragraph = RunParagraph(p, DRAWING)
-                if paragraph.markup.has_text:
-                    self.paragraphs.append(paragraph)
+            self.paragraphs.extend(text_paragraphs(root, A + "p", DRAWING))
         self.units = [p.unit for p in self.paragraphs]
         self.characters = sum(p.markup.characters for p in self.paragraphs)
 
     def render(self, translated: Sequence[str]) -> bytes:
-        for paragraph, unit in zip(self.paragraphs, translated, strict=True):
-            paragraph.write(unit)
-        for root in self.roots:
-            finish(root)
+        write_all(self.paragraphs, translated, self.roots)
         out = io.BytesIO()
         self.presentation.save(out)
         return out.getvalue()
