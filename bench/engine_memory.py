@@ -60,15 +60,21 @@ def _worker(conn, models: list[tuple[str, list[str]]], variant: str, beam: int, 
     conn.send({"peaks": peaks, "cpu": time.process_time() - cpu})
 
 
-def measure(models: list[tuple[str, list[str]]], variant: str, beam: int, batch: int, shared: bool) -> dict:
-    """One fresh process: peak RSS after loading and after each model's pass, CPU seconds of the passes."""
+def in_fresh_process(worker, *args) -> dict:
+    """What ``worker(connection, *args)`` sends back, run in a new (spawned) interpreter so that its peak RSS is
+    its own."""
     ctx = mp.get_context("spawn")
     parent, child = ctx.Pipe()
-    process = ctx.Process(target=_worker, args=(child, models, variant, beam, batch, shared))
+    process = ctx.Process(target=worker, args=(child, *args))
     process.start()
     result = parent.recv()
     process.join()
     return result
+
+
+def measure(models: list[tuple[str, list[str]]], variant: str, beam: int, batch: int, shared: bool) -> dict:
+    """One fresh process: peak RSS after loading and after each model's pass, CPU seconds of the passes."""
+    return in_fresh_process(_worker, models, variant, beam, batch, shared)
 
 
 def main(argv: list[str] | None = None) -> int:

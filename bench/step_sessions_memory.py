@@ -12,10 +12,11 @@ one step graph shows the cost of the live decode's state alone (its difference i
 from __future__ import annotations
 
 import argparse
-import multiprocessing as mp
 import statistics
 import sys
 from pathlib import Path
+
+from bench.engine_memory import in_fresh_process
 
 TEXTS = ["ein kind rennt im park", "eine kleine rote katze sitzt unter dem blauen ball", "der hund spielt"]
 
@@ -44,13 +45,7 @@ def _worker(conn, bundle: str, variant: str) -> None:
 
 
 def measure(bundle: str, variant: str) -> dict:
-    ctx = mp.get_context("spawn")
-    parent, child = ctx.Pipe()
-    process = ctx.Process(target=_worker, args=(child, bundle, variant))
-    process.start()
-    result = parent.recv()
-    process.join()
-    return result
+    return in_fresh_process(_worker, bundle, variant)
 
 
 def main(argv: list[str] | None = None) -> int:
