@@ -238,10 +238,7 @@ class Registry:
             if name not in self.models:  # unloaded meanwhile
                 raise UnknownModel(self.why_missing(name))
             old = self.models[name]
-            path = self._version_path(name, version)
-            bundle = await asyncio.to_thread(load_bundle, path, True)
-            if bundle.name != name:
-                raise BundleError(f"{path}: the manifest names model {bundle.name!r}, not {name!r}")
+            path, bundle = await self._read_version(name, version)
             try:
                 new = await self._start(name, bundle)
             except Exception as exc:
@@ -258,6 +255,14 @@ class Registry:
                 self.on_swap(name, new.bundle.version, self.reasons[name])
             return new, old.bundle.version
 
+    async def _read_version(self, name: str, version: str | None) -> tuple[Path, Bundle]:
+        """The bundle of ``version`` of ``name`` (the highest on disk when None), verified, off the event loop."""
+        path = self._version_path(name, version)
+        bundle = await asyncio.to_thread(load_bundle, path, True)
+        if bundle.name != name:
+            raise BundleError(f"{path}: the manifest names model {bundle.name!r}, not {name!r}")
+        return path, bundle
+
     async def load_model(self, name: str, version: str | None, reason: str) -> tuple[LoadedModel, str | None]:
         """Serve ``version`` of ``name`` (the highest on disk when None): swap the version of a loaded model, or start
         one that is not loaded (unloaded, or in the repository but not in MT_MODELS). Returns (the model, the version
@@ -269,10 +274,7 @@ class Registry:
         async with self._swap_lock:
             if name in self.models:  # loaded meanwhile by another call
                 return self.models[name], None
-            path = self._version_path(name, version)
-            bundle = await asyncio.to_thread(load_bundle, path, True)
-            if bundle.name != name:
-                raise BundleError(f"{path}: the manifest names model {bundle.name!r}, not {name!r}")
+            path, bundle = await self._read_version(name, version)
             try:
                 model = await self._start(name, bundle)
             except Exception as exc:
