@@ -102,6 +102,7 @@ class ServerProcess:
         pid: int | None = None,
         command: list[str] | None = None,
         port: int | None = None,
+        cwd: Path | None = None,
     ) -> None:
         self.external = url is not None
         self.external_pid = pid
@@ -124,6 +125,7 @@ class ServerProcess:
         self.settings = env
         self.log_path = log_path
         self.command = command or [sys.executable, "-m", "service"]
+        self.cwd = cwd or ROOT  # the source tree ``python -m service`` runs from (another checkout, to compare)
         self.process: subprocess.Popen | None = None
         self.served = ""
 
@@ -132,7 +134,7 @@ class ServerProcess:
         if not self.external:
             with open(self.log_path, "ab") as out:
                 self.process = subprocess.Popen(
-                    self.command, cwd=ROOT, env=self.env, stdout=out, stderr=subprocess.STDOUT
+                    self.command, cwd=self.cwd, env=self.env, stdout=out, stderr=subprocess.STDOUT
                 )
         return self
 

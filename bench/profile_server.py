@@ -18,6 +18,12 @@ in
 - ``event loop``: the main thread (HTTP, JSON, tokenization, language check);
 - ``other``: any other thread.
 
+A second table holds the ratio issue 33 sets a target for: the server's CPU per request over its engine thread's
+(``server/engine``), from py-spy's samples (all threads over the engine thread's) and from the kernel's own count
+(``/proc/<pid>/stat`` for the process, ``/proc/<pid>/task/<tid>/stat`` for the engine thread). py-spy counts a
+thread that is runnable but waiting for a core as running, so on a shared machine its samples overstate whichever
+thread waits most; the kernel counts only CPU time used. ``--raw DIR`` keeps py-spy's samples for a closer look.
+
 Needs ``py-spy`` (in the ``bench`` extra) and permission to attach to a child process (ptrace; root in a
 container, or kernel.yama.ptrace_scope 0).
 """
@@ -27,6 +33,9 @@ from __future__ import annotations
 import argparse
 import asyncio
 import collections
+import contextlib
+import os
+import re
 import shutil
 import signal
 import subprocess
@@ -42,6 +51,7 @@ from bench.serving import parse_args as serving_args
 from bench.serving import service
 
 CATEGORIES = ["step graph", "encoder", "search (Python)", "cache gather", "scheduler", "event loop", "other"]
+ENGINE_CATEGORIES = ("step graph", "encoder", "search (Python)", "scheduler")  # the engine thread's, whole
 SEARCH_FRAMES = (
     "service/engine/live.py",
     "service/engine/source_slots.py",
@@ -96,10 +106,31 @@ async def _drive(
         return answered, time.perf_counter() - started
 
 
+def thread_cpu(pid: int) -> dict[int, float]:
+    """CPU seconds (user + system) of each live thread of process ``pid``, by thread id, and of the whole process
+    (threads that ended included) under key 0, from /proc."""
+
+    def seconds(stat: str) -> float:
+        fields = stat.rsplit(")", 1)[1].split()
+        return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+    out = {0: seconds(Path(f"/proc/{pid}/stat").read_text())}
+    for tid in os.listdir(f"/proc/{pid}/task"):
+        with contextlib.suppress(OSError):  # the thread ended meanwhile
+            out[int(tid)] = seconds(Path(f"/proc/{pid}/task/{tid}/stat").read_text())
+    return out
+
+
+def engine_threads(raw: str) -> set[int]:
+    """Thread ids of the engine threads named in py-spy's raw samples (``thread (<tid>): engine-<model>...``)."""
+    return {int(tid) for tid in re.findall(r"^thread \((\d+)\): engine", raw, flags=re.MULTILINE)}
+
+
 def profile(
     server: ServerProcess, sentences: list[str], args: argparse.Namespace, out: Path
-) -> tuple[int, float, dict]:
-    """py-spy samples of the server while it answers ``sentences`` (after a warm-up); (answered, seconds, counts)."""
+) -> tuple[int, float, dict, tuple[float, float]]:
+    """py-spy samples of the server while it answers ``sentences`` (after a warm-up); (answered, seconds, counts,
+    (process CPU seconds, engine threads' CPU seconds) from /proc over the same requests)."""
     drive = (args.clients, args.beam_size, args.model, args.stream)
     asyncio.run(_drive(server.url, sentences[: args.warmup], *drive))
     spy = subprocess.Popen(
@@ -109,18 +140,22 @@ def profile(
     )  # fmt: skip
     time.sleep(1.0)  # attached (an idle server gives no samples meanwhile)
     try:
+        before = thread_cpu(server.pid)
         answered, seconds = asyncio.run(_drive(server.url, sentences, *drive))
+        after = thread_cpu(server.pid)
     finally:
         spy.send_signal(signal.SIGINT)  # py-spy writes its samples on Ctrl-C
         _, err = spy.communicate(timeout=60)
     if not out.exists():
         raise SystemExit(f"py-spy wrote nothing ({spy.returncode}): {err.decode(errors='replace')[-500:]}")
     counts: collections.Counter = collections.Counter()
-    for line in out.read_text().splitlines():
+    raw = out.read_text()
+    for line in raw.splitlines():
         stack, _, n = line.rpartition(" ")
         for category in categorize(stack):
             counts[category] += int(n)
-    return answered, seconds, counts
+    engine = sum(after[t] - before.get(t, 0.0) for t in engine_threads(raw) if t in after)
+    return answered, seconds, counts, (after[0] - before[0], engine)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -138,6 +173,10 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--beam-size", type=int, default=4)
     parser.add_argument("--stream", action="store_true", help='requests with "stream": true, read to the end')
     parser.add_argument("--variant", default="int8")
+    parser.add_argument(
+        "--trees", type=Path, nargs="+", default=[ROOT], help="source trees to run the server from, in turn per mode"
+    )
+    parser.add_argument("--raw", type=Path, help="keep py-spy's raw samples here (<mode>-<run>.txt)")
     parser.add_argument("--py-spy", default=shutil.which("py-spy") or str(Path(sys.executable).parent / "py-spy"))
     args = parser.parse_args(argv)
     if not Path(args.py_spy).exists():
@@ -155,19 +194,36 @@ def main(argv: list[str] | None = None) -> int:
     print("| mode | answered | requests/s | " + " | ".join(CATEGORIES) + " | total |")
     print("|---|---:|---:|" + "---:|" * (len(CATEGORIES) + 1))
     done: list[str] = []
+    ratios: list[str] = []
     with tempfile.TemporaryDirectory(prefix="bench-profile-server-") as tmp:
-        for mode in args.modes:
+        raw = args.raw or Path(tmp)
+        raw.mkdir(parents=True, exist_ok=True)
+        for mode, tree in ((m, t.resolve()) for m in args.modes for t in args.trees):
+            label = mode if len(args.trees) == 1 else f"{mode} @ {tree.name}"
             server = service(mode, server_args, Path(tmp))
+            server.cwd = tree
             try:
                 server.start(timeout=300)
-                answered, seconds, counts = profile(server, sentences, args, Path(tmp) / f"{mode}-{len(done)}.txt")
+                answered, seconds, counts, (cpu, engine_cpu) = profile(
+                    server, sentences, args, raw / f"{mode}-{len(done)}.txt"
+                )
                 done.append(mode)
             finally:
                 server.stop()
             per = {c: counts[c] * ms / max(1, answered) for c in CATEGORIES}
             total = sum(v for c, v in per.items() if c != "cache gather")  # (the gather is inside search)
             cells = " | ".join(f"{per[c]:.2f}" for c in CATEGORIES)
-            print(f"| {mode} | {answered} | {answered / seconds:.1f} | {cells} | {total:.2f} |", flush=True)
+            print(f"| {label} | {answered} | {answered / seconds:.1f} | {cells} | {total:.2f} |", flush=True)
+            sampled = sum(counts[c] for c in ENGINE_CATEGORIES)
+            n = max(1, answered)
+            ratios.append(
+                f"| {label} | {total / max(1e-9, sampled * ms / n):.2f} | {cpu * 1000 / n:.2f} "
+                f"| {engine_cpu * 1000 / n:.2f} | {cpu / max(1e-9, engine_cpu):.2f} |"
+            )
+    print("\nserver CPU over engine-thread CPU per request (target <= 1.15 at 64 clients, issue 33)")
+    print("| mode | server/engine (py-spy) | server ms (/proc) | engine thread ms (/proc) | server/engine (/proc) |")
+    print("|---|---:|---:|---:|---:|")
+    print("\n".join(ratios))
     return 0
 
 

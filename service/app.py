@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import functools
+import gc
 import logging
 import signal
 from contextlib import asynccontextmanager
@@ -169,6 +170,10 @@ def _warm_language_detectors(settings: LanguageSettings, models: dict[str, Loade
 async def _load(state: AppState) -> None:
     try:
         await state.registry.load(functools.partial(_warm_language_detectors, state.settings.languages))
+        # What startup built (modules, routes, schemas, sessions, detectors) lives as long as the process: out of the
+        # cyclic collector's sight, a full collection walks only what requests made (it walked it all and cost the
+        # event loop over a quarter of its CPU at 64 clients, docs/engine-speed-log.md)
+        gc.freeze()
         state.documents.start()  # resumes the jobs a previous run left unfinished
         if state.announcer is not None:
             state.announcer.start()

@@ -12,8 +12,6 @@ from service.scheduling.errors import ShuttingDown
 from service.serving.context import RequestContext
 from service.work import Source, WorkOptions
 
-DISCONNECT_POLL_S = 0.05
-
 
 def tokenize(model: LoadedModel, texts: Sequence[str], ctx: RequestContext, field: str = "texts") -> list[list[int]]:
     """Subword ids + EOS of each text. A text over ``model.max_source_subwords`` raises SourceTooLongError with
@@ -68,13 +66,18 @@ async def _wait(
         priority=ctx.priority,
     )
     task = asyncio.ensure_future(submit)
+    # the client's going away is awaited beside the work, not polled: 64 waiting requests polling every 50 ms
+    # cost the event loop more than their HTTP (issue 33, docs/engine-speed-log.md)
+    gone = asyncio.ensure_future(ctx.disconnected()) if ctx.disconnected is not None else None
     try:
-        while True:
-            done, _ = await asyncio.wait({task}, timeout=DISCONNECT_POLL_S)
-            if done:
-                return task.result()
-            if await ctx.is_disconnected():
+        if gone is not None:
+            await asyncio.wait({task, gone}, return_when=asyncio.FIRST_COMPLETED)
+            if not task.done():
+                gone.result()  # (what the watch raised, if anything)
                 raise asyncio.CancelledError
+        return await task
     finally:
+        if gone is not None:
+            gone.cancel()
         if not task.done():  # the client went away, or whoever awaits this was cancelled: so is the work
             task.cancel()

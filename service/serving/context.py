@@ -7,17 +7,14 @@ from dataclasses import dataclass, field
 from typing import Any
 
 
-async def never_disconnected() -> bool:
-    """The ``is_disconnected`` of work nobody polls for a disconnect (a stream notices it by itself)."""
-    return False
-
-
 @dataclass
 class RequestContext:
     request_id: str = ""
     timeout_s: float = 30.0  # the deadline, from now
     batch_ids: list[int] = field(default_factory=list)  # filled with the engine batches that ran this request
-    is_disconnected: Callable[[], Awaitable[bool]] = never_disconnected  # polled while the work waits
+    # awaited beside the work: returns once the client has gone away (the work is then cancelled); None where
+    # nobody watches (a stream notices the client going away by itself)
+    disconnected: Callable[[], Awaitable[None]] | None = None
     logged_texts: list[str] | None = None  # when set (opt-in debugging), the request's texts are appended
     quality: Any = None  # service.serving.quality.QualityPolicy: language checks of translations
     client: str = ""  # whose work it is: the API key's label (service/keys.py), "" without API keys

@@ -14,7 +14,6 @@ threshold it was fitted for. None when the bundle has no fitted map, or for an e
 
 from __future__ import annotations
 
-import re
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
@@ -24,7 +23,6 @@ from service.registry import LoadedModel
 from service.serving.segmentation import split_text
 
 LOW_CONFIDENCE = 0.5
-BYTE_PIECE = re.compile(r"^<0x[0-9A-Fa-f]{2}>$")
 # detect(text, candidates) -> (ISO 639-1 code, its confidence) or None; service/language.py provides one
 Identify = Callable[[str, Sequence[str]], "tuple[str, float] | None"]
 
@@ -81,15 +79,8 @@ def _warning(code: str, message: str) -> dict[str, str]:
 
 def unknown_characters(model: LoadedModel, text: str) -> list[str]:
     """Characters of ``text`` that the tokenizer spells out as UTF-8 bytes (it never saw them in training)."""
-    tokenizer = model.engine.tokenizer
-    seen: list[str] = []
-    for char in dict.fromkeys(model.engine.normalize_source(text)):
-        if char.isspace():
-            continue
-        pieces = tokenizer.pieces(tokenizer.encode(char))
-        if any(BYTE_PIECE.match(p) for p in pieces):
-            seen.append(char)
-    return seen
+    spelled_in_bytes = model.engine.tokenizer.spelled_in_bytes
+    return [c for c in dict.fromkeys(model.engine.normalize_source(text)) if not c.isspace() and spelled_in_bytes(c)]
 
 
 def assess(

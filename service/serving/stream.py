@@ -26,7 +26,7 @@ from typing import Any
 from service.engine.engine import TranslateOptions, Translation
 from service.registry import LoadedModel, Registry
 from service.serving.common import run_work
-from service.serving.context import RequestContext, never_disconnected
+from service.serving.context import RequestContext
 from service.serving.prepared import constrained, mark_truncated, prepare, settled
 from service.serving.routing import Detector
 from service.serving.segmentation import Layout, gap, merge
@@ -142,7 +142,7 @@ async def translate_stream(
     answer refuses (routing, validation, a text over the model's limit), so those keep their HTTP status."""
     p = plan(registry, body, ctx, detect)
     models, detected, groups, options, split, fmt = p.models, p.detected, p.groups, p.options, p.split, p.fmt
-    ctx = dataclasses.replace(ctx, is_disconnected=never_disconnected)  # the event stream notices the client going away
+    ctx = dataclasses.replace(ctx, disconnected=None)  # the event stream notices the client going away
     stream = _Stream(body, ctx, options, detected)
     work = []
     for indices in groups.values():

@@ -173,6 +173,20 @@ def test_server_profile_sorts_py_spy_stacks_by_part():
     assert categorize("thread (1): MainThread;Server.run (uvicorn/server.py:1)") == ["event loop"]
 
 
+def test_server_profile_counts_cpu_per_thread_and_finds_the_engine_threads():
+    """The server/engine ratio's two inputs: the kernel's CPU seconds per thread (this process's own, here) and
+    which thread ids py-spy named engine threads."""
+    import os
+    import threading
+
+    from bench.profile_server import engine_threads, thread_cpu
+
+    cpu = thread_cpu(os.getpid())
+    assert threading.get_native_id() in cpu and cpu[0] >= cpu[threading.get_native_id()] >= 0
+    raw = "thread (41): engine-de-en_0;Thread.run (threading.py:1) 5\nthread (40): MainThread;main (x.py:1) 7\n"
+    assert engine_threads(raw + "thread (43): engine-zh-en;run (y.py:2) 1\n") == {41, 43}
+
+
 def test_inplace_step_graph_computes_what_the_engine_step_computes(tiny_model_dir, tiny_bundle_dir, tmp_path):
     """bench/experiments/inplace_cache.py's rewritten step graph (GroupQueryAttention, shared buffers) gives the
     engine step's log-probabilities, over several steps and a reordering of the rows (as beam search makes). The

@@ -87,3 +87,20 @@ def test_a_model_with_other_special_ids_is_rejected(tmp_path):
     path.write_bytes(buffer.getvalue())
     with pytest.raises(ValueError, match="expected"):
         Tokenizer(path)
+
+
+def test_batch_encoding_is_encoding_each_text(tokenizer):
+    """Small lists are encoded a text at a time, large ones in sentencepiece's threaded call: the same ids."""
+    from core.tokenizer import SMALL_BATCH
+
+    texts = _corpus(40, seed=3) + ["Die Straße kostet 5 €.", "", "你好"]
+    for n in (1, SMALL_BATCH, SMALL_BATCH + 1, len(texts)):
+        assert tokenizer.encode_batch(texts[:n]) == [tokenizer.sp.encode(t) for t in texts[:n]]
+
+
+def test_spelled_in_bytes_names_the_characters_outside_the_vocabulary(tokenizer):
+    assert not tokenizer.spelled_in_bytes("a") and not tokenizer.spelled_in_bytes("ü")
+    for char in ("€", "你", "😀"):  # never seen in training: UTF-8 byte pieces
+        assert tokenizer.spelled_in_bytes(char)
+        assert all(p.startswith("<0x") for p in tokenizer.pieces(tokenizer.encode(char)) if p != "▁")
+    assert tokenizer.spelled_in_bytes("€")  # asked again: the remembered answer

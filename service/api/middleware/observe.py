@@ -45,7 +45,7 @@ class Observe:
             if endpoint != "other" or status != 404:
                 metrics.requests.labels(endpoint, model, str(status)).inc()
                 metrics.request_duration.labels(endpoint, model).observe(elapsed)
-            if endpoint not in QUIET_ENDPOINTS:
+            if endpoint not in QUIET_ENDPOINTS and log.isEnabledFor(logging.INFO):  # (MT_LOG_LEVEL warning: no entry)
                 _log_access(scope, endpoint, model, status, elapsed)
 
 
