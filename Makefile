@@ -22,8 +22,8 @@ $(DEV_VENV)/.installed: pyproject.toml
 $(SERVE_VENV)/.installed: pyproject.toml $(LOCK)
 	$(PYTHON) -m venv $(SERVE_VENV)
 	$(SERVE_VENV)/bin/python -m pip install -q --require-hashes --no-deps -r $(LOCK)
-	$(SERVE_VENV)/bin/python -m pip install -q --no-deps --no-build-isolation -e . || \
-		$(SERVE_VENV)/bin/python -m pip install -q --no-deps -e .
+	$(SERVE_VENV)/bin/python -m pip install -q --no-deps -e . || \
+		$(SERVE_VENV)/bin/python -m pip install -q --no-deps --no-build-isolation -e .
 	touch $@
 
 # Refresh the lock file after changing pyproject.toml's [project] dependencies (uv from PyPI: in the dev venv);
