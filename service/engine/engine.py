@@ -458,8 +458,11 @@ class Engine:
         session, lean = (self.step_decoder, True) if self.step_decoder is not None else (self.decoder, False)
         found: list[list[Hypothesis]] = [[] for _ in sources]
         todo, plans = list(range(len(sources))), None
-        for _ in range(2):
-            state = _DecoderState(session, enc["cross_keys"], enc["cross_values"], enc["src_mask"], lean)
+        for _ in range(2):  # the second pass reads the same encoder outputs, of the stuck sources only
+            row_sources = np.asarray(todo, dtype=np.int64)
+            state = _DecoderState(
+                session, enc["cross_keys"], enc["cross_values"], enc["src_mask"], lean, row_sources=row_sources
+            )
             hyps, stuck = constrained_greedy_search(
                 state.step,
                 [limits[j] for j in todo],
@@ -479,7 +482,7 @@ class Engine:
                 return found
             plans = [stuck[p] for p in sorted(stuck)]
             todo = [todo[p] for p in sorted(stuck)]
-            enc = self.run_encoder([sources[j] for j in todo])
+        enc = self.run_encoder([sources[j] for j in todo])
         beams = self._constrained_beam(enc, [limits[j] for j in todo], [cons[j] for j in todo], options)
         for j, nbest in zip(todo, beams, strict=True):
             found[j] = nbest
