@@ -13,11 +13,11 @@ The test set is built from the corpus itself, no hand-picked terms:
 3. do-not-translate: product-name spans (a fixed list, Latin letters, digits, hyphens, umlauts) inserted before
    the final punctuation of other evaluation sentences; exactness = the span appears verbatim in the output.
 
-Every translation goes through the engine (service/engine/constrained.py for the glossary runs) and the serving
-layer's matching and checks (Terms.find, constraints, settle), as the server does. Timings are CPU seconds of
-this process (time.process_time: less disturbed than wall time when other processes share the cores; the engine
-runs onnxruntime with one thread, so CPU time is its work) per sentence, best of --repeats: compare the ratios of
-one run only.
+Every translation goes through the engine (service/engine/constrained_greedy.py for greedy, constrained.py for
+beam 4 in the glossary runs) and the serving layer's matching and checks (Terms.find, constraints, settle), as
+the server does. Timings are CPU seconds of this process (time.process_time: less disturbed than wall time when
+other processes share the cores; the engine runs onnxruntime with one thread, so CPU time is its work) per
+sentence, best of --repeats: compare the ratios of one run only.
 
     python -m bench.glossary --model model_repository/de-en/2 --corpus ../shared/data/multi30k --sentences 60
 """
