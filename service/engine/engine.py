@@ -29,6 +29,7 @@ from core.normalize import source_normalizer
 from core.search import Hypothesis, length_limits
 from core.tokenizer import BOS_ID, EOS_ID, PAD_ID, Tokenizer
 from service.engine.constrained import Constraint, constrained_beam_search, constrained_beam_size
+from service.engine.constrained_greedy import GREEDY_TERM_TOP_K, constrained_greedy_search
 from service.engine.decoder_cache import decoder_feeds, empty_cache
 from service.engine.device_state import GATHER_GRAPH, DeviceRunner, device_search, wants_device_search
 from service.engine.reorder import ReorderBuffers
@@ -249,6 +250,10 @@ class Engine:
         self.max_source_tokens = int(self.config["max_positions"])  # EOS included
         self.device_runner: DeviceRunner | None = None
         self._after_term: np.ndarray | None = None
+        # greedy requests with terms: "row" = one decoder row per sentence (constrained_greedy.py), "beam" = the
+        # constrained beam search of constraints + 1 rows (constrained.py); a knob for measuring one against the other
+        self.greedy_terms = "row"
+        self.greedy_term_top_k = GREEDY_TERM_TOP_K
         if io_binding is None:
             io_binding = wants_device_search(self.providers, self.step_decoder)
         if io_binding:
@@ -384,7 +389,8 @@ class Engine:
         stats: dict[str, float] | None,
         constraints: list[list[Constraint]],
     ) -> list[Translation]:
-        """The free sources as usual, the constrained ones (non-empty) through the constrained beam search."""
+        """The free sources as usual, the constrained ones (non-empty) through the constrained search: greedy ones
+        on one row each (constrained_greedy.py), the others with the constrained beam search (constrained.py)."""
         stats = stats if stats is not None else {}
         free = [i for i, c in enumerate(constraints) if not c or len(sources[i]) <= 1]
         bound = [i for i, c in enumerate(constraints) if c and len(sources[i]) > 1]
@@ -397,15 +403,35 @@ class Engine:
         stats["encode"] = stats.get("encode", 0.0) + time.perf_counter() - started
         started = time.perf_counter()
         cons = [constraints[i] for i in bound]
-        k = constrained_beam_size(options.beam_size, cons)
         limits = length_limits([len(sources[i]) for i in bound], self.max_source_tokens, options.max_length)
+        if options.beam_size == 1 and options.num_hypotheses == 1 and self.greedy_terms == "row":
+            found = self._constrained_greedy([sources[i] for i in bound], enc, limits, cons, options)
+        else:
+            found = self._constrained_beam(enc, limits, cons, options)
+        stats["decode"] = stats.get("decode", 0.0) + time.perf_counter() - started
+        for i, nbest in zip(bound, found, strict=True):
+            results[i] = self.translation(sources[i], nbest)
+            stats["generated_tokens"] = stats.get("generated_tokens", 0) + sum(len(h.tokens) + 1 for h in nbest)
+        if options.return_attention:
+            self.attach_attention([results[i] for i in bound])
+        return results  # type: ignore[return-value]
+
+    def _constrained_beam(
+        self,
+        enc: dict[str, np.ndarray],
+        limits: list[int],
+        cons: list[list[Constraint]],
+        options: TranslateOptions,
+    ) -> list[list[Hypothesis]]:
+        """The constrained beam search (constrained.py) of encoded sources with their constraints."""
+        k = constrained_beam_size(options.beam_size, cons)
         session, lean = (self.step_decoder, True) if self.step_decoder is not None else (self.decoder, False)
-        rows = np.repeat(np.arange(len(bound)), k)
+        rows = np.repeat(np.arange(len(cons)), k)
         state = _DecoderState(
             session, enc["cross_keys"], enc["cross_values"], enc["src_mask"], lean, row_sources=rows, top_k=2 * k
         )
         state.fetch_full = True  # the constraint tokens' log-probabilities are read beside the graph's 2k best
-        found = constrained_beam_search(
+        return constrained_beam_search(
             state.step,
             limits,
             BOS_ID,
@@ -417,13 +443,50 @@ class Engine:
             self.max_source_tokens - 1,
             self.after_term(),
         )
-        stats["decode"] = stats.get("decode", 0.0) + time.perf_counter() - started
-        for i, nbest in zip(bound, found, strict=True):
-            results[i] = self.translation(sources[i], nbest)
-            stats["generated_tokens"] = stats.get("generated_tokens", 0) + sum(len(h.tokens) + 1 for h in nbest)
-        if options.return_attention:
-            self.attach_attention([results[i] for i in bound])
-        return results  # type: ignore[return-value]
+
+    def _constrained_greedy(
+        self,
+        sources: list[list[int]],
+        enc: dict[str, np.ndarray],
+        limits: list[int],
+        cons: list[list[Constraint]],
+        options: TranslateOptions,
+    ) -> list[list[Hypothesis]]:
+        """Greedy sentences with constraints, one decoder row each (constrained_greedy.py): a first pass; the
+        sentences it leaves stuck again, each constraint started where the first pass came closest to it; what is
+        still stuck (rare: a planned start taken by another term) through the constrained beam search."""
+        session, lean = (self.step_decoder, True) if self.step_decoder is not None else (self.decoder, False)
+        found: list[list[Hypothesis]] = [[] for _ in sources]
+        todo, plans = list(range(len(sources))), None
+        for _ in range(2):  # the second pass reads the same encoder outputs, of the stuck sources only
+            row_sources = np.asarray(todo, dtype=np.int64)
+            state = _DecoderState(
+                session, enc["cross_keys"], enc["cross_values"], enc["src_mask"], lean, row_sources=row_sources
+            )
+            hyps, stuck = constrained_greedy_search(
+                state.step,
+                [limits[j] for j in todo],
+                BOS_ID,
+                EOS_ID,
+                [cons[j] for j in todo],
+                self.max_source_tokens - 1,
+                self.after_term(),
+                self.greedy_term_top_k,
+                fallback=True,
+                plans=plans,
+            )
+            for p, h in enumerate(hyps):
+                if p not in stuck:
+                    found[todo[p]] = [h]
+            if not stuck:
+                return found
+            plans = [stuck[p] for p in sorted(stuck)]
+            todo = [todo[p] for p in sorted(stuck)]
+        enc = self.run_encoder([sources[j] for j in todo])
+        beams = self._constrained_beam(enc, [limits[j] for j in todo], [cons[j] for j in todo], options)
+        for j, nbest in zip(todo, beams, strict=True):
+            found[j] = nbest
+        return found
 
     def after_term(self) -> np.ndarray:
         """(vocab,) bool: tokens that may follow a glossary term or span (constrained.py): a piece that begins a
