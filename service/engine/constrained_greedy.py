@@ -32,7 +32,7 @@ import numpy as np
 
 from core.search import Hypothesis
 from service.engine.constrained import Constraint
-from service.engine.search import StepFn, TopCandidates
+from service.engine.search import StepFn, TopCandidates, going_on
 
 GREEDY_TERM_TOP_K = 3
 
@@ -185,9 +185,6 @@ def constrained_greedy_search(
         keep &= ~(is_eos | (t + 1 >= limit[active]))
         if not keep.any():
             break
-        rows = None if keep.all() else np.flatnonzero(keep)  # None: every row goes on, the cache stays as it is
-        if rows is not None:
-            active = active[keep]
-        last = best[keep].reshape(-1, 1).astype(np.int64)
+        rows, active, last = going_on(keep, active, best)
     hyps = [Hypothesis(tokens[i], float(scores[i]), float(scores[i])) for i in range(n)]
     return hyps, {i: {c: step for c, (_, step) in rows_state[i].spots.items()} for i in sorted(stuck)}

@@ -84,11 +84,19 @@ def greedy_search(step: StepFn, limits: list[int], bos: int, eos: int) -> list[H
         keep = ~(is_eos | (t + 1 >= limit[active]))
         if not keep.any():
             break
-        rows = None if keep.all() else np.flatnonzero(keep)  # None: every row goes on, the cache stays as it is
-        if rows is not None:
-            active = active[keep]
-        last = best[keep].reshape(-1, 1).astype(np.int64)
+        rows, active, last = going_on(keep, active, best)
     return [Hypothesis(tokens[i], float(scores[i]), float(scores[i])) for i in range(n)]
+
+
+def going_on(
+    keep: np.ndarray, active: np.ndarray, best: np.ndarray
+) -> tuple[np.ndarray | None, np.ndarray, np.ndarray]:
+    """After a greedy step: the rows that go on (None when all do, so the cache stays as it is), the sentences they
+    hold, and their next input tokens."""
+    rows = None if keep.all() else np.flatnonzero(keep)
+    if rows is not None:
+        active = active[keep]
+    return rows, active, best[keep].reshape(-1, 1).astype(np.int64)
 
 
 def _greedy_one(step: StepFn, limit: int, bos: int, eos: int) -> Hypothesis:
