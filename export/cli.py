@@ -1,4 +1,5 @@
-"""``python -m export.cli export | evaluate | verify``: build a bundle, measure its BLEU, check parity."""
+"""``python -m export.cli export | evaluate | verify | shortlist``: build a bundle, measure its BLEU, check parity,
+add a lexical shortlist learned from parallel text."""
 
 from __future__ import annotations
 
@@ -232,6 +233,19 @@ def cmd_verify(args: argparse.Namespace) -> int:
     return 0 if worst <= 1e-4 else 1
 
 
+def cmd_shortlist(args: argparse.Namespace) -> int:
+    from export.shortlist import DEFAULTS, add_shortlist, learn_for_bundle
+
+    options = {key: getattr(args, key) for key in DEFAULTS}
+    bundle_dir = Path(args.bundle)
+    load_bundle(bundle_dir)  # refuses a bundle whose files do not match its manifest before anything is written
+    started = time.time()
+    shortlist, info = learn_for_bundle(bundle_dir, Path(args.data), args.prefix, args.limit, **options)
+    manifest = add_shortlist(bundle_dir, shortlist, {**info, "seconds": round(time.time() - started, 1)})
+    print(json.dumps(manifest["shortlist"], indent=2))
+    return 0
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m export.cli", description=__doc__)
     sub = parser.add_subparsers(dest="command", required=True)
@@ -302,6 +316,21 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--shapes", type=int, default=12)
     p.add_argument("--output")
     p.set_defaults(func=cmd_verify)
+
+    p = sub.add_parser(
+        "shortlist",
+        help="learn a lexical shortlist (IBM Model 1 over the bundle's subwords) from parallel text and add it to "
+        "the bundle in place: shortlist.npz, step graphs that take vocab_ids, the manifest sealed again",
+    )
+    p.add_argument("--bundle", required=True, help="bundle folder (rewritten in place: export to a copy first)")
+    p.add_argument("--data", required=True, help="corpus folder with <prefix>.<source> and <prefix>.<target>")
+    p.add_argument("--prefix", default="train", help="file prefix of the parallel text (default: train)")
+    p.add_argument("--limit", type=int, default=0, help="only the first N pairs (0 = all)")
+    p.add_argument("--top-n", type=int, default=30, help="translations kept per source subword")
+    p.add_argument("--min-prob", type=float, default=0.01, help="least p(target | source) a translation needs")
+    p.add_argument("--frequent", type=int, default=500, help="most frequent target subwords always in the list")
+    p.add_argument("--iterations", type=int, default=5, help="IBM Model 1 EM iterations")
+    p.set_defaults(func=cmd_shortlist)
 
     args = parser.parse_args(argv)
     return args.func(args)
