@@ -18,6 +18,7 @@ from export.manifest import build_manifest, git_commit, seal
 from export.onnx_export import export_graphs
 from export.pack import pack_bundle
 from export.quantize import convert_fp16, convert_fp16_step, quantize_int8_static
+from export.shortlist import DEFAULTS
 from model.checkpoint import TOKENIZER_FILE, load_release
 from service.engine import Engine, TranslateOptions
 
@@ -234,7 +235,7 @@ def cmd_verify(args: argparse.Namespace) -> int:
 
 
 def cmd_shortlist(args: argparse.Namespace) -> int:
-    from export.shortlist import DEFAULTS, add_shortlist, learn_for_bundle
+    from export.shortlist import add_shortlist, learn_for_bundle
 
     options = {key: getattr(args, key) for key in DEFAULTS}
     bundle_dir = Path(args.bundle)
@@ -326,10 +327,11 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--data", required=True, help="corpus folder with <prefix>.<source> and <prefix>.<target>")
     p.add_argument("--prefix", default="train", help="file prefix of the parallel text (default: train)")
     p.add_argument("--limit", type=int, default=0, help="only the first N pairs (0 = all)")
-    p.add_argument("--top-n", type=int, default=30, help="translations kept per source subword")
-    p.add_argument("--min-prob", type=float, default=0.01, help="least p(target | source) a translation needs")
-    p.add_argument("--frequent", type=int, default=500, help="most frequent target subwords always in the list")
-    p.add_argument("--iterations", type=int, default=5, help="IBM Model 1 EM iterations")
+    # defaults: export/shortlist.py DEFAULTS, chosen on de-en v2 (docs/engine-speed-log.md)
+    p.add_argument("--top-n", type=int, default=DEFAULTS["top_n"], help="translations kept per source subword")
+    p.add_argument("--min-prob", type=float, default=DEFAULTS["min_prob"], help="least p(target | source) kept")
+    p.add_argument("--frequent", type=int, default=DEFAULTS["frequent"], help="frequent target subwords always in")
+    p.add_argument("--iterations", type=int, default=DEFAULTS["iterations"], help="IBM Model 1 EM iterations")
     p.set_defaults(func=cmd_shortlist)
 
     args = parser.parse_args(argv)

@@ -31,7 +31,7 @@ from export.vocab_subset import add_vocab_subset, takes_vocab_ids
 
 log = logging.getLogger(__name__)
 
-DEFAULTS = {"top_n": 30, "min_prob": 0.01, "frequent": 500, "iterations": 5}
+DEFAULTS = {"top_n": 50, "min_prob": 0.001, "frequent": 1000, "iterations": 5}
 MAX_PAIR_LENGTH = 80  # subwords per side: longer pairs are left out of the table (IBM 1's cost grows with |s| x |t|)
 
 
