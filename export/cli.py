@@ -141,7 +141,13 @@ def cmd_evaluate(args: argparse.Namespace) -> int:
         splits[split] = (sources, references)
     report: dict[str, dict] = {}
     for variant in args.variants or bundle.variants:
-        engine = Engine(bundle, variant=variant, providers=args.providers, intra_op_threads=args.threads)
+        engine = Engine(
+            bundle,
+            variant=variant,
+            providers=args.providers,
+            intra_op_threads=args.threads,
+            shortlist=not args.no_shortlist,
+        )
         for split, (sources, references) in splits.items():
             scores = {}
             ids, truncated = _source_ids(engine, sources)
@@ -154,6 +160,8 @@ def cmd_evaluate(args: argparse.Namespace) -> int:
                 result = bleu(hyps, references)
                 result.update(beam_size=beam, seconds=round(time.time() - started, 1), providers=engine.providers)
                 result["truncated_sources"] = truncated
+                if engine.shortlist is not None:  # searched over the bundle's lexical shortlist (core/shortlist.py)
+                    result["shortlist"] = True
                 scores[f"beam{beam}"] = result
                 print(score_line(f"{variant} {split} beam={beam}", result), file=sys.stderr)
                 if args.hypotheses:
@@ -306,6 +314,11 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--report", help="write every score (variant -> split -> beam) to this JSON file too")
     p.add_argument("--hypotheses", help="write translations to <this>.<variant>.<split>.beam<N>")
     p.add_argument("--no-seal", action="store_true", help="score only: leave the bundle's manifest as it is")
+    p.add_argument(
+        "--no-shortlist",
+        action="store_true",
+        help="search the whole vocabulary even when the bundle has a lexical shortlist (the engine uses it by default)",
+    )
     p.add_argument("--variants", nargs="*")
     p.add_argument("--batch-size", type=int, default=32)
     p.add_argument("--threads", type=int, default=1)
