@@ -55,8 +55,10 @@ def summarize(runs, work, ids, refs, tokenizer, config, peak, rates) -> list[dic
                 "deterministic": stable,
             }
         )
-    for row in rows:  # ratio to CTranslate2 of the same precision on the same setting
-        same = [r for r in rows if r["engine"] == f"ct2-{row['precision']}" and r["setting"] == row["setting"]]
+    for row in rows:  # ratio to CTranslate2 of the same precision on the same setting (and the same shortlist)
+        listed = "+shortlist" in row["engine"] or "+vmap" in row["engine"]
+        ct2 = f"ct2-{row['precision']}" + ("+vmap" if listed else "")
+        same = [r for r in rows if r["engine"] == ct2 and r["setting"] == row["setting"]]
         ref = same[0] if same else None
         row["x_ct2_wall"] = row["tok_per_s"] / ref["tok_per_s"] if ref else None
         row["x_ct2_cpu"] = row["tok_per_cpu_s"] / ref["tok_per_cpu_s"] if ref else None
@@ -143,6 +145,22 @@ def targets(rows: list[dict]) -> list[str]:
     ]
     if deltas:
         out[0] += "; int8 - fp32 BLEU, onnxruntime (within 0.3): " + ", ".join(deltas) + "."
+    listed = [
+        f"{engine} {s} {ratio(engine + suffix, engine, s)} (BLEU {bleu_change(by, engine + suffix, engine, s):+.2f})"
+        for engine, suffix in (
+            ("ort-fp32", "+shortlist"),
+            ("ort-int8", "+shortlist"),
+            ("ct2-fp32", "+vmap"),
+            ("ct2-int8", "+vmap"),
+        )
+        for s in settings
+        if (engine + suffix, s) in by and (engine, s) in by
+    ]
+    if listed:
+        out += [
+            "",
+            "Lexical shortlist (issue 33) vs the whole vocabulary, tok/CPU-s (BLEU change): " + ", ".join(listed) + ".",
+        ]
     per_repeat = [
         f"{s} {ratio('ort-int8', 'ct2-int8', s)} ({repeat_ratios(by[('ort-int8', s)], by[('ct2-int8', s)])})"
         for s in settings
@@ -155,6 +173,10 @@ def targets(rows: list[dict]) -> list[str]:
             "(each repeat's ratio, in run order): " + ", ".join(per_repeat) + ".",
         ]
     return out
+
+
+def bleu_change(by: dict, engine: str, reference: str, setting: str) -> float:
+    return by[(engine, setting)]["bleu"] - by[(reference, setting)]["bleu"]
 
 
 def repeat_ratios(row: dict, ref: dict) -> str:

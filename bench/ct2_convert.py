@@ -136,7 +136,15 @@ def convert(release: Path, out: Path, force: bool = False) -> Path:
 class CT2Runner:
     """Token-id in, token-id out wrapper around ``ctranslate2.Translator`` (no re-tokenisation)."""
 
-    def __init__(self, model_dir: Path, pieces: Sequence[str], compute_type: str = "float32", threads: int = 1):
+    def __init__(
+        self,
+        model_dir: Path,
+        pieces: Sequence[str],
+        compute_type: str = "float32",
+        threads: int = 1,
+        use_vmap: bool = False,
+    ):
+        """``use_vmap``: decode over the vocabulary map (``vmap.txt`` in ``model_dir``, ``vmap_model``)."""
         import ctranslate2
 
         self.translator = ctranslate2.Translator(
@@ -144,6 +152,7 @@ class CT2Runner:
         )
         self.pieces = list(pieces)
         self.index = {p: i for i, p in enumerate(self.pieces)}
+        self.use_vmap = use_vmap
 
     def translate_ids(
         self,
@@ -165,8 +174,38 @@ class CT2Runner:
             max_decoding_length=max(limits),
             max_batch_size=0,
             return_scores=False,
+            use_vmap=self.use_vmap,
         )
         return [[self.index[p] for p in r.hypotheses[0]][:lim] for r, lim in zip(results, limits, strict=True)]
+
+
+def vmap_model(model_dir: Path, bundle: Path, out: Path | None = None) -> Path:
+    """A CTranslate2 model folder that decodes over the bundle's lexical shortlist (core/shortlist.py): the files of
+    ``model_dir`` linked and a ``vmap.txt`` written from the shortlist in CTranslate2's vocabulary-map format, one
+    line per source piece, ``piece<TAB>target pieces separated by spaces``, and the always-included frequent pieces
+    on the line of the empty source key."""
+    from core.bundle import load_bundle
+    from core.shortlist import load_shortlist
+
+    loaded = load_bundle(bundle)
+    entry = loaded.manifest.get("shortlist")
+    if not entry:
+        raise ValueError(f"{bundle} has no shortlist (python -m export.cli shortlist)")
+    pieces = json.loads((model_dir / "shared_vocabulary.json").read_text(encoding="utf-8"))
+    shortlist = load_shortlist(loaded.path / entry["file"], len(pieces))
+    out = out or model_dir.with_name(model_dir.name + "-vmap")
+    out.mkdir(parents=True, exist_ok=True)
+    for f in model_dir.iterdir():
+        link = out / f.name
+        if f.name != "vmap.txt" and not link.exists():
+            link.symlink_to(f.resolve())
+    lines = ["\t" + " ".join(pieces[int(t)] for t in shortlist.frequent)]
+    for s, piece in enumerate(pieces):
+        targets = shortlist.targets_of(s)
+        if len(targets):
+            lines.append(piece + "\t" + " ".join(pieces[int(t)] for t in targets))
+    (out / "vmap.txt").write_text("\n".join(lines) + "\n", encoding="utf-8")
+    return out
 
 
 def check_agreement(

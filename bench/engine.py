@@ -7,7 +7,9 @@ Engines: ``pytorch`` (model.decoding greedy / beam with the key/value cache, fp3
 ``ort-int8`` (service.engine.Engine on the bundle's variants), ``ct2-fp32`` / ``ct2-int8`` (CTranslate2
 on the converted checkpoint, see bench/ct2_convert.py). Append ``+decoder`` to an ort engine to search with
 decoder.onnx instead of the lean decoder_step.onnx, ``+own-arena`` to give each of its sessions an arena of its own
-instead of the process's shared one (for A/B runs).
+instead of the process's shared one (for A/B runs). The bundle's lexical shortlist (``python -m export.cli
+shortlist``, core/shortlist.py) runs only in the ``+shortlist`` ort engines and the ``+vmap`` ct2 engines (the same
+table written as CTranslate2's vmap.txt, decoded with use_vmap); every other engine searches the whole vocabulary.
 
 Method: every engine lives in its own fresh process (its own peak RSS), all get the same token ids
 (tokenisation is outside the timing), the same thread count and the same batches (batch 32: the test set
@@ -37,6 +39,7 @@ ROOT = Path(__file__).resolve().parent.parent
 
 SETTINGS = [("greedy", 1, 32), ("greedy", 1, 1), ("beam4", 4, 32), ("beam4", 4, 1)]  # (name, beam, batch)
 ENGINES = ["pytorch", "ort-fp32", "ort-int8", "ct2-fp32", "ct2-int8"]
+SHORTLIST_ENGINES = ["ort-fp32+shortlist", "ort-int8+shortlist", "ct2-fp32+vmap", "ct2-int8+vmap"]
 SECTION = "bench/engine.py"  # markers of this script's section in docs/benchmarks.md
 MIN_AGREEMENT = 0.99
 
@@ -72,6 +75,8 @@ def _runner(engine: str, args: dict):
         extra = {"lean_decoder": False} if "+decoder" in engine else {}  # older engines lack the options
         if "+own-arena" in engine:  # each session with an arena of its own (before item 15 of the speed log)
             extra["shared_arena"] = False
+        if "shortlist" in load_bundle(args["bundle"]).manifest:  # the whole vocabulary unless +shortlist
+            extra["shortlist"] = "+shortlist" in engine
         ort_engine = Engine(load_bundle(args["bundle"]), variant, "cpu", intra_op_threads=threads, **extra)
 
         def run(sources, limits, beam):
@@ -83,10 +88,18 @@ def _runner(engine: str, args: dict):
 
         ct2_dir = Path(args["ct2"])
         pieces = json.loads((ct2_dir / "shared_vocabulary.json").read_text(encoding="utf-8"))
-        compute_type = {"ct2-fp32": "float32", "ct2-int8": "int8"}[engine]
-        runner = CT2Runner(ct2_dir, pieces, compute_type=compute_type, threads=threads)
+        base, _, option = engine.partition("+")
+        compute_type = {"ct2-fp32": "float32", "ct2-int8": "int8"}[base]
+        if option == "vmap":
+            from bench.ct2_convert import vmap_model
+
+            ct2_dir = vmap_model(ct2_dir, Path(args["bundle"]))
+        runner = CT2Runner(ct2_dir, pieces, compute_type=compute_type, threads=threads, use_vmap=option == "vmap")
         return lambda sources, limits, beam: runner.translate_ids(sources, limits, beam)
-    raise ValueError(f"unknown engine {engine!r}; choose from {ENGINES} (ort engines accept +decoder, +own-arena)")
+    raise ValueError(
+        f"unknown engine {engine!r}; choose from {ENGINES} (ort engines accept +decoder, +own-arena, +shortlist; "
+        "ct2 engines +vmap)"
+    )
 
 
 def _worker(conn, engine: str, args: dict) -> None:
@@ -166,7 +179,11 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--model", default="checkpoints/de-en")
     parser.add_argument("--bundle", default="model_repository/de-en/1")
     parser.add_argument("--ct2", default="build/ct2/de-en", help="CTranslate2 model folder (converted if missing)")
-    parser.add_argument("--engines", nargs="+", default=ENGINES)
+    parser.add_argument(
+        "--engines",
+        nargs="+",
+        help=f"default: {' '.join(ENGINES)}, and {' '.join(SHORTLIST_ENGINES)} when the bundle has a shortlist",
+    )
     parser.add_argument("--settings", nargs="+", help="subset of " + " ".join(f"{n}/b{b}" for n, _, b in SETTINGS))
     parser.add_argument("--threads", type=int, default=1, help="intra-op threads of every engine")
     parser.add_argument("--repeats", type=int, default=3)
@@ -182,6 +199,8 @@ def main(argv: list[str] | None = None) -> int:
     for var in ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS"):
         os.environ[var] = str(args.threads)
     bundle = json.loads((Path(args.bundle) / "manifest.json").read_text())
+    if not args.engines:
+        args.engines = ENGINES + (SHORTLIST_ENGINES if "shortlist" in bundle else [])
     config = bundle["model"]
     src_lang, tgt_lang = bundle["source_language"], bundle["target_language"]
     data = Path(args.data)

@@ -124,3 +124,17 @@ def step_graph_keys(graphs: Mapping[str, object]) -> tuple[str, str] | None:
     if LIVE_STEP not in graphs:
         return None
     return (BATCH_STEP if BATCH_STEP in graphs else LIVE_STEP), LIVE_STEP
+
+
+# A step graph rewritten for the lexical shortlist (export/vocab_subset.py, issue 33) takes one more input,
+# ``vocab_ids`` (subset,) int64 ascending: empty = the whole vocabulary, exactly as before; else ``log_probs`` is
+# (rows, subset) over those ids (column j = id vocab_ids[j]) and ``top_ids`` are vocabulary ids. Orthogonal to the
+# interface version (both step graphs of a bundle get it); the metadata entry marks it, the input name is what the
+# engine checks.
+VOCAB_IDS = "vocab_ids"
+VOCAB_SUBSET_KEY = "mtserve.vocab_subset"
+
+
+def has_vocab_ids(session) -> bool:
+    """Whether an onnxruntime session's step graph takes ``vocab_ids`` (an empty one = the whole vocabulary)."""
+    return any(i.name == VOCAB_IDS for i in session.get_inputs())

@@ -1,4 +1,5 @@
-"""``python -m export.cli export | evaluate | verify``: build a bundle, measure its BLEU, check parity."""
+"""``python -m export.cli export | evaluate | verify | shortlist``: build a bundle, measure its BLEU, check parity,
+add a lexical shortlist learned from parallel text."""
 
 from __future__ import annotations
 
@@ -17,6 +18,7 @@ from export.manifest import build_manifest, git_commit, seal
 from export.onnx_export import export_graphs
 from export.pack import pack_bundle
 from export.quantize import convert_fp16, convert_fp16_step, quantize_int8_static
+from export.shortlist import DEFAULTS
 from model.checkpoint import TOKENIZER_FILE, load_release
 from service.engine import Engine, TranslateOptions
 
@@ -139,7 +141,13 @@ def cmd_evaluate(args: argparse.Namespace) -> int:
         splits[split] = (sources, references)
     report: dict[str, dict] = {}
     for variant in args.variants or bundle.variants:
-        engine = Engine(bundle, variant=variant, providers=args.providers, intra_op_threads=args.threads)
+        engine = Engine(
+            bundle,
+            variant=variant,
+            providers=args.providers,
+            intra_op_threads=args.threads,
+            shortlist=not args.no_shortlist,
+        )
         for split, (sources, references) in splits.items():
             scores = {}
             ids, truncated = _source_ids(engine, sources)
@@ -152,6 +160,8 @@ def cmd_evaluate(args: argparse.Namespace) -> int:
                 result = bleu(hyps, references)
                 result.update(beam_size=beam, seconds=round(time.time() - started, 1), providers=engine.providers)
                 result["truncated_sources"] = truncated
+                if engine.shortlist is not None:  # searched over the bundle's lexical shortlist (core/shortlist.py)
+                    result["shortlist"] = True
                 scores[f"beam{beam}"] = result
                 print(score_line(f"{variant} {split} beam={beam}", result), file=sys.stderr)
                 if args.hypotheses:
@@ -232,6 +242,19 @@ def cmd_verify(args: argparse.Namespace) -> int:
     return 0 if worst <= 1e-4 else 1
 
 
+def cmd_shortlist(args: argparse.Namespace) -> int:
+    from export.shortlist import add_shortlist, learn_for_bundle
+
+    options = {key: getattr(args, key) for key in DEFAULTS}
+    bundle_dir = Path(args.bundle)
+    load_bundle(bundle_dir)  # refuses a bundle whose files do not match its manifest before anything is written
+    started = time.time()
+    shortlist, info = learn_for_bundle(bundle_dir, Path(args.data), args.prefix, args.limit, **options)
+    manifest = add_shortlist(bundle_dir, shortlist, {**info, "seconds": round(time.time() - started, 1)})
+    print(json.dumps(manifest["shortlist"], indent=2))
+    return 0
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m export.cli", description=__doc__)
     sub = parser.add_subparsers(dest="command", required=True)
@@ -291,6 +314,11 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--report", help="write every score (variant -> split -> beam) to this JSON file too")
     p.add_argument("--hypotheses", help="write translations to <this>.<variant>.<split>.beam<N>")
     p.add_argument("--no-seal", action="store_true", help="score only: leave the bundle's manifest as it is")
+    p.add_argument(
+        "--no-shortlist",
+        action="store_true",
+        help="search the whole vocabulary even when the bundle has a lexical shortlist (the engine uses it by default)",
+    )
     p.add_argument("--variants", nargs="*")
     p.add_argument("--batch-size", type=int, default=32)
     p.add_argument("--threads", type=int, default=1)
@@ -302,6 +330,22 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--shapes", type=int, default=12)
     p.add_argument("--output")
     p.set_defaults(func=cmd_verify)
+
+    p = sub.add_parser(
+        "shortlist",
+        help="learn a lexical shortlist (IBM Model 1 over the bundle's subwords) from parallel text and add it to "
+        "the bundle in place: shortlist.npz, step graphs that take vocab_ids, the manifest sealed again",
+    )
+    p.add_argument("--bundle", required=True, help="bundle folder (rewritten in place: export to a copy first)")
+    p.add_argument("--data", required=True, help="corpus folder with <prefix>.<source> and <prefix>.<target>")
+    p.add_argument("--prefix", default="train", help="file prefix of the parallel text (default: train)")
+    p.add_argument("--limit", type=int, default=0, help="only the first N pairs (0 = all)")
+    # defaults: export/shortlist.py DEFAULTS, chosen on de-en v2 (docs/engine-speed-log.md)
+    p.add_argument("--top-n", type=int, default=DEFAULTS["top_n"], help="translations kept per source subword")
+    p.add_argument("--min-prob", type=float, default=DEFAULTS["min_prob"], help="least p(target | source) kept")
+    p.add_argument("--frequent", type=int, default=DEFAULTS["frequent"], help="frequent target subwords always in")
+    p.add_argument("--iterations", type=int, default=DEFAULTS["iterations"], help="IBM Model 1 EM iterations")
+    p.set_defaults(func=cmd_shortlist)
 
     args = parser.parse_args(argv)
     return args.func(args)

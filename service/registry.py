@@ -322,10 +322,11 @@ class Registry:
     def _engine(self, bundle: Bundle) -> Engine:
         e = self.settings.engine
         probe_variant = bundle.default_variant if e.variant == "auto" else e.variant
-        engine = Engine(bundle, probe_variant, e.providers, e.intra_op_threads, e.inter_op_threads)
+        threads = {"intra_op_threads": e.intra_op_threads, "inter_op_threads": e.inter_op_threads}
+        engine = Engine(bundle, probe_variant, e.providers, **threads, shortlist=e.shortlist)
         variant = choose_variant(bundle, e.variant, engine.providers)
         if variant != engine.variant:
-            engine = Engine(bundle, variant, e.providers, e.intra_op_threads, e.inter_op_threads)
+            engine = Engine(bundle, variant, e.providers, **threads, shortlist=e.shortlist)
         return engine
 
     def get(self, name: str | None) -> LoadedModel:

@@ -81,6 +81,11 @@ class EngineSettings(SettingsGroup):
     intra_op_threads: int = Field(1, ge=1, le=256)
     inter_op_threads: int = Field(1, ge=1, le=256)
     engine_workers: int = Field(1, ge=1, le=64, description="batches run concurrently per model")
+    shortlist: bool = Field(
+        True,
+        description="search over the bundle's lexical shortlist when it has one (the most frequent target subwords and "
+        "the likely translations of the batch's source subwords); false = always the whole vocabulary",
+    )
 
 
 class SchedulingSettings(SettingsGroup):

@@ -25,7 +25,7 @@ from pathlib import Path
 import numpy as np
 import onnxruntime as ort
 
-from core.graphs import MAX_TOP_K_KEY, step_interface, step_present_names
+from core.graphs import MAX_TOP_K_KEY, VOCAB_IDS, has_vocab_ids, step_interface, step_present_names
 from core.search import Hypothesis
 from core.tokenizer import BOS_ID, EOS_ID, PAD_ID
 from service.engine.search import TopCandidates, beam_search, greedy_search
@@ -75,6 +75,8 @@ class DeviceRunner:
         self.heads, self.d_head = int(cache[1]), int(cache[3])
         self.max_top_k = int(step.get_modelmeta().custom_metadata_map.get(MAX_TOP_K_KEY, 1 << 30))
         self.presents = step_present_names(self.n_layers)
+        # a graph with a vocabulary subset input (core/graphs.py VOCAB_IDS) runs here over the whole vocabulary
+        self.full_vocabulary = {VOCAB_IDS: np.zeros(0, np.int64)} if has_vocab_ids(step) else {}
 
     def gather(self, value: ort.OrtValue, indices: np.ndarray) -> ort.OrtValue:
         """``value[indices]`` along the first axis, computed and kept on the device."""
@@ -127,7 +129,7 @@ class DeviceDecoderState:
         r, n = self.runner, len(tokens)
         binding = r.step.io_binding()
         feeds = ragged_inputs(np.full(n, self.past_len), self.row_sources, self.sources.count, self.past_len)
-        feeds.update(tokens=np.ascontiguousarray(tokens, dtype=np.int64), top_k=self._top_k)
+        feeds.update(tokens=np.ascontiguousarray(tokens, dtype=np.int64), top_k=self._top_k, **r.full_vocabulary)
         for name, value in feeds.items():
             binding.bind_cpu_input(name, value)
         binding.bind_ortvalue_input("src_mask", self.sources.src_mask)

@@ -19,14 +19,17 @@ from core.graphs import (
     ENCODER_OUTPUTS,
     KV_CACHE,
     MAX_TOP_K_KEY,
+    VOCAB_IDS,
     decoder_cache,
     decoder_outputs,
+    has_vocab_ids,
     step_graph_keys,
     step_interface,
     step_present_names,
 )
 from core.normalize import source_normalizer
 from core.search import Hypothesis, length_limits
+from core.shortlist import Shortlist, load_shortlist
 from core.tokenizer import BOS_ID, EOS_ID, PAD_ID, Tokenizer
 from service.engine.constrained import Constraint, constrained_beam_search, constrained_beam_size
 from service.engine.constrained_greedy import GREEDY_TERM_TOP_K, constrained_greedy_search
@@ -100,8 +103,23 @@ class _DecoderState:
         lean: bool = False,
         row_sources: np.ndarray | None = None,
         top_k: int = 1,
+        vocab_ids: np.ndarray | None = None,
+        vocab_size: int = 0,
     ) -> None:
+        """``vocab_ids``: the ascending vocabulary subset (of a ``vocab_size``-id vocabulary) the step projects onto
+        (the lexical shortlist, core/shortlist.py), for a step graph that takes it; None = the whole vocabulary."""
         self.session, self.lean, self.top_k = session, lean, top_k
+        # a graph that takes vocab_ids is always fed one (empty: the whole vocabulary, exactly as before); over a
+        # subset its log_probs columns are the subset's, so the graph's TopK (cheap over a few thousand ids) ranks
+        # for greedy too and its top_ids are vocabulary ids
+        self.subset = vocab_ids if lean and vocab_ids is not None and len(vocab_ids) else None
+        self.vocab_size = vocab_size
+        if self.subset is not None and not has_vocab_ids(session):
+            raise ValueError("a vocabulary subset needs a step graph that takes vocab_ids (export.cli shortlist)")
+        takes_vocab = lean and has_vocab_ids(session)
+        self._vocab_feed = {VOCAB_IDS: self.subset if self.subset is not None else np.zeros(0, np.int64)}
+        if not takes_vocab:
+            self._vocab_feed = {}
         metadata = session.get_modelmeta().custom_metadata_map if lean else {}
         # interface 2 and later: cross keys/values per source, rows grouped by source
         self.per_source = lean and step_interface(metadata) >= 2
@@ -112,6 +130,8 @@ class _DecoderState:
         # A graph's two-stage top-k serves at most MAX_TOP_K_KEY candidates; beyond, numpy ranks log_probs
         max_top_k = int(metadata.get(MAX_TOP_K_KEY, 1 << 30))
         self.fetch_top = self.has_top_k and (top_k > 1 or not self.per_source) and top_k <= max_top_k
+        if self.subset is not None:  # the subset's own TopK serves any top_k up to the subset's size
+            self.fetch_top = top_k <= len(self.subset)
         self._top_k_input = np.array([top_k if self.fetch_top else 0], dtype=np.int64)
         self.fetch_full = False  # with fetch_top: the full log_probs too (TopCandidates.full), set before a step
         self._fetch: list[str] | None = None
@@ -178,7 +198,7 @@ class _DecoderState:
             self._fetch = ["top_log_probs", "top_ids", *presents] if self.fetch_top else ["log_probs", *presents]
             if self.fetch_top and self.fetch_full:
                 self._fetch.append("log_probs")
-        feeds = {"tokens": tokens, "src_mask": self.src_mask}
+        feeds = {"tokens": tokens, "src_mask": self.src_mask, **self._vocab_feed}
         if self.has_top_k:
             feeds["top_k"] = self._top_k_input
         if self.ragged:
@@ -189,13 +209,23 @@ class _DecoderState:
         outputs = self.session.run(self._fetch, feeds)
         if not self.fetch_top:
             self.past_keys, self.past_values = outputs[1::2], outputs[2::2]
-            return outputs[0]  # (rows, vocab)
+            return self._full(outputs[0])  # (rows, vocab)
         if self.fetch_full:
-            presents, full = outputs[2:-1], outputs[-1]
+            presents, full = outputs[2:-1], self._full(outputs[-1])
             self.past_keys, self.past_values = presents[0::2], presents[1::2]
             return TopCandidates(outputs[0], outputs[1], full)
         self.past_keys, self.past_values = outputs[2::2], outputs[3::2]
         return TopCandidates(outputs[0], outputs[1])  # (rows, top_k) each, best first
+
+
+    def _full(self, log_probs: np.ndarray) -> np.ndarray:
+        """(rows, vocab) log-probabilities from a step's output: as it is, or a subset's columns put at their ids
+        (-inf elsewhere: ids outside the subset are never chosen)."""
+        if self.subset is None:
+            return log_probs
+        full = np.full((len(log_probs), self.vocab_size), -np.inf, dtype=np.float32)
+        full[:, self.subset] = log_probs
+        return full
 
 
 class Engine:
@@ -209,10 +239,13 @@ class Engine:
         lean_decoder: bool = True,
         io_binding: bool | None = None,
         shared_arena: bool = True,
+        shortlist: bool = True,
     ) -> None:
         """``io_binding``: search with the cache on the device (service/engine/device_state.py); None = when the
         sessions run on CUDA and the bundle's step graph allows it (interface 3), True = on any provider.
-        ``shared_arena``: CPU sessions allocate from the process's one onnxruntime arena (runtime.py)."""
+        ``shared_arena``: CPU sessions allocate from the process's one onnxruntime arena (runtime.py).
+        ``shortlist``: search over the bundle's lexical shortlist (core/shortlist.py) when it has one and its step
+        graphs take vocab_ids; requests that need the whole vocabulary still get it (``vocab_subset``)."""
         self.bundle = bundle
         self.variant = variant or bundle.default_variant
         self.config = bundle.model_config
@@ -248,6 +281,7 @@ class Engine:
             self._decoder = create_session(bundle.graph(self.variant, "decoder"), providers, **settings)
         self.providers = self.encoder.get_providers()
         self.max_source_tokens = int(self.config["max_positions"])  # EOS included
+        self.vocab_size = int(self.config["vocab_size"])
         self.device_runner: DeviceRunner | None = None
         self._after_term: np.ndarray | None = None
         # greedy requests with terms: "row" = one decoder row per sentence (constrained_greedy.py), "beam" = the
@@ -259,6 +293,20 @@ class Engine:
         if io_binding:
             gather = create_session(GATHER_GRAPH, providers, **settings)
             self.device_runner = DeviceRunner(self.encoder, self.step_decoder, gather)
+        self.shortlist: Shortlist | None = None
+        entry = bundle.manifest.get("shortlist")
+        usable = self.device_runner is None and self.step_decoder is not None and has_vocab_ids(self.step_decoder)
+        if shortlist and entry and usable:  # the file is listed and hashed: load_bundle verified it
+            self.shortlist = load_shortlist(bundle.path / entry["file"], self.vocab_size)
+
+    def vocab_subset(self, sources: Sequence[Sequence[int]], options: TranslateOptions) -> np.ndarray | None:
+        """The vocabulary ids a batch of ``sources`` searches over: the shortlist's union for them, or None (the
+        whole vocabulary) without a shortlist and for requests that need it: n-best lists (their scores rank
+        hypotheses against each other), attention (its scores must match the attention graph's) and constraints
+        (their tokens need not be on the list)."""
+        if self.shortlist is None or options.num_hypotheses > 1 or options.return_attention or options.constrained:
+            return None
+        return self.shortlist.vocab_ids(sources)
 
     @property
     def threads(self) -> dict[str, int]:
@@ -534,11 +582,12 @@ class Engine:
         k = options.beam_size
         session, lean = (self.step_decoder, True) if self.step_decoder is not None else (self.decoder, False)
         keys, values, mask = enc["cross_keys"], enc["cross_values"], enc["src_mask"]
+        vocab = {"vocab_ids": self.vocab_subset(sources, options) if lean else None, "vocab_size": self.vocab_size}
         if k == 1:
-            state = _DecoderState(session, keys, values, mask, lean)
+            state = _DecoderState(session, keys, values, mask, lean, **vocab)
             return [[h] for h in greedy_search(state.step, limits, BOS_ID, EOS_ID)]
         rows = np.repeat(np.arange(len(sources)), k)
-        state = _DecoderState(session, keys, values, mask, lean, row_sources=rows, top_k=2 * k)
+        state = _DecoderState(session, keys, values, mask, lean, row_sources=rows, top_k=2 * k, **vocab)
         return beam_search(state.step, limits, BOS_ID, EOS_ID, k, options.length_penalty, options.num_hypotheses)
 
     def attach_attention(self, results: list[Translation]) -> None:

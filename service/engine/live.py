@@ -9,7 +9,10 @@ hands back each sentence the step it finishes (EOS, beams done, or its limit);
 ``remove`` takes a sentence out at any step (its rows leave at the next one). A sentence gives the answer it gets
 alone (same search code as service/engine/search.py, per sentence: same choices, ties and sums, and with an
 interface-4 graph the same step outputs to the bit; an interface-3 graph's float rounding may differ in the last
-bit as the padded cache's width changes).
+bit as the padded cache's width changes). With a lexical shortlist (core/shortlist.py) a step projects onto the union
+of its sentences' lists, so a sentence's log-probabilities are normalized over a set its companions widen: its
+answer may then differ from the one it gets alone (as in any shortlist decoder: Marian, CTranslate2); a sentence that
+needs the whole vocabulary (Engine.vocab_subset) makes the steps it is live in run over the whole vocabulary.
 
 Layout between steps. Rows are grouped by beam size (greedy = 1 row per sentence, then beam sizes ascending), a
 sentence's rows next to each other. The self-attention cache (per layer (rows, heads, width, d_head)) is right
@@ -32,7 +35,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from core.graphs import MAX_TOP_K_KEY, right_padded, step_interface, step_present_names
+from core.graphs import MAX_TOP_K_KEY, VOCAB_IDS, has_vocab_ids, right_padded, step_interface, step_present_names
 from core.search import Hypothesis, length_limits
 from core.tokenizer import BOS_ID, EOS_ID
 from service.engine.engine import Engine, TranslateOptions, Translation
@@ -60,6 +63,7 @@ class _Sentence:
     slot: int  # its source's place in the cross keys/values store
     finished: list[Hypothesis] = field(default_factory=list)  # beam hypotheses that ended
     emitted: int = 0  # tokens handed out as progress (streaming)
+    vocab: np.ndarray | None = None  # its shortlist ids (Engine.vocab_subset); None: it needs the whole vocabulary
 
     @property
     def k(self) -> int:
@@ -138,6 +142,10 @@ class LiveBatch:
         self.max_top_k = int(metadata.get(MAX_TOP_K_KEY, 1 << 30))
         self.right = right_padded(step_interface(metadata))  # the cache's layout (module docstring)
         self._presents = step_present_names(self.n_layers)
+        # the lexical shortlist (core/shortlist.py): a step decodes over the union of its sentences' lists, or over
+        # the whole vocabulary while one of them needs it; cached for the step's sentence keys
+        self.takes_vocab = has_vocab_ids(self.session)
+        self._vocab: tuple[tuple[Hashable, ...], np.ndarray] = ((), np.zeros(0, np.int64))
         self.groups: dict[int, _Group] = {}
         self.sentences: dict[Hashable, _Sentence] = {}
         self._counter = 0  # steps run
@@ -195,6 +203,8 @@ class LiveBatch:
         for (key, source, options, stream), slot in zip(work, slots, strict=True):
             limit = length_limits([len(source)], self.engine.max_source_tokens, options.max_length)[0]
             sentence = _Sentence(key, source, options, limit, stream, slot)
+            if self.takes_vocab:
+                sentence.vocab = self.engine.vocab_subset([source], options)
             self.sentences[key] = sentence
             # it joins at the next step, which the step counter (advanced at the end of a step) numbers now
             self.groups.setdefault(options.beam_size, _Group(options.beam_size)).append(sentence, self._counter)
@@ -234,8 +244,15 @@ class LiveBatch:
             return out
         groups = [g for g in self.groups.values() if g.sentences]
         beam_k = max((g.k for g in groups if g.k > 1), default=0)
-        fetch_top = 0 < 2 * beam_k <= self.max_top_k
-        feeds = self._feeds(groups, 2 * beam_k if fetch_top else 0)
+        vocab = self._vocab_ids(groups)
+        if len(vocab):  # over a subset the graph's TopK ranks for greedy rows too, and top_ids are vocabulary ids
+            fetch_top, top_k = True, max(1, 2 * beam_k)
+        else:
+            fetch_top = 0 < 2 * beam_k <= self.max_top_k
+            top_k = 2 * beam_k if fetch_top else 0
+        feeds = self._feeds(groups, top_k)
+        if self.takes_vocab:
+            feeds[VOCAB_IDS] = vocab
         fetch = ["top_log_probs", "top_ids", *self._presents] if fetch_top else ["log_probs", *self._presents]
         outputs = self.session.run(fetch, feeds)
         n_out = 2 if fetch_top else 1
@@ -268,6 +285,20 @@ class LiveBatch:
         self._counter += 1
         out.seconds = time.perf_counter() - started
         return out
+
+    def _vocab_ids(self, groups: list[_Group]) -> np.ndarray:
+        """The step's vocabulary subset: the union of its sentences' shortlists, empty (the whole vocabulary)
+        without a shortlist or while a sentence needs the whole vocabulary."""
+        if not self.takes_vocab:
+            return self._vocab[1]
+        keys = tuple(s.key for g in groups for s in g.sentences)
+        if keys != self._vocab[0]:
+            lists = [s.vocab for g in groups for s in g.sentences]
+            if any(v is None for v in lists):
+                self._vocab = (keys, np.zeros(0, np.int64))
+            else:
+                self._vocab = (keys, np.unique(np.concatenate(lists)))  # type: ignore[arg-type]
+        return self._vocab[1]
 
     def _feeds(self, groups: list[_Group], top_k: int) -> dict[str, np.ndarray]:
         row_sources = np.concatenate([g.slots if g.k == 1 else np.repeat(g.slots, g.k) for g in groups])

@@ -1,0 +1,74 @@
+"""The lexical shortlist of a bundle (issue 33): which target subwords a batch of sources may need.
+
+A batch decodes over the union of the ``frequent`` target ids (the most frequent target subwords of the training
+data) and, for every source subword of the batch, its likely translations (``targets_of``: a table learned from the
+parallel data, export/shortlist.py), plus the special ids. The search then projects and normalizes over that subset
+only (export/vocab_subset.py), as Marian's lexical shortlist and CTranslate2's vocabulary map do.
+
+File (``shortlist.npz`` in the bundle, listed and hashed by the manifest like every other file): ``frequent`` (K,)
+and ``targets`` (nnz,) ids (uint16 for vocabularies under 65,536, else int32), ``offsets`` (vocab + 1,) int64: the
+translations of source id s are ``targets[offsets[s]:offsets[s + 1]]``, best first. Read with allow_pickle=False.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+
+from core.tokenizer import SPECIAL_IDS
+
+SHORTLIST_FILE = "shortlist.npz"
+
+
+@dataclass(frozen=True)
+class Shortlist:
+    frequent: np.ndarray  # (K,) target ids, most frequent first
+    offsets: np.ndarray  # (vocab + 1,) int64
+    targets: np.ndarray  # (nnz,) target ids, each source's best first
+
+    @property
+    def vocab_size(self) -> int:
+        return len(self.offsets) - 1
+
+    def targets_of(self, source_id: int) -> np.ndarray:
+        return self.targets[self.offsets[source_id] : self.offsets[source_id + 1]]
+
+    def vocab_ids(self, sources: Iterable[Sequence[int]], extra: Iterable[int] = ()) -> np.ndarray:
+        """The ascending int64 target ids a batch of ``sources`` (subword ids) decodes over: the frequent list, the
+        special ids, each source subword's translations and ``extra`` (e.g. tokens a request needs)."""
+        seen = np.unique(np.fromiter((t for s in sources for t in s), dtype=np.int64))
+        seen = seen[(seen >= 0) & (seen < self.vocab_size)]
+        parts = [self.frequent.astype(np.int64), np.array(sorted(SPECIAL_IDS.values()), dtype=np.int64)]
+        parts += [self.targets[self.offsets[s] : self.offsets[s + 1]].astype(np.int64) for s in seen]
+        parts.append(np.fromiter(extra, dtype=np.int64))
+        return np.unique(np.concatenate(parts))
+
+    def save(self, path: Path) -> Path:
+        dtype = np.uint16 if self.vocab_size <= np.iinfo(np.uint16).max + 1 else np.int32
+        with open(path, "wb") as f:  # np.savez on a path would append ".npz" to names without it
+            np.savez_compressed(
+                f,
+                frequent=self.frequent.astype(dtype),
+                offsets=self.offsets.astype(np.int64),
+                targets=self.targets.astype(dtype),
+            )
+        return path
+
+
+def load_shortlist(path: Path, vocab_size: int) -> Shortlist:
+    """Read ``path``; raises ValueError when it does not fit a vocabulary of ``vocab_size``."""
+    with np.load(path, allow_pickle=False) as data:
+        shortlist = Shortlist(data["frequent"], data["offsets"], data["targets"])
+    offsets = shortlist.offsets
+    if (
+        shortlist.vocab_size != vocab_size
+        or offsets[0] != 0
+        or offsets[-1] != len(shortlist.targets)
+        or np.any(np.diff(offsets) < 0)
+        or any(len(a) and int(a.max()) >= vocab_size for a in (shortlist.frequent, shortlist.targets))
+    ):
+        raise ValueError(f"{path}: not a shortlist of a {vocab_size}-id vocabulary")
+    return shortlist

@@ -1,0 +1,71 @@
+"""The lexical shortlist's table (export/shortlist.py, core/shortlist.py): IBM Model 1 finds the word translations of
+a tiny corpus, the file round-trips, and a batch's subset is the union it should be."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from core.shortlist import Shortlist, load_shortlist
+from core.tokenizer import SPECIAL_IDS
+from export.shortlist import ibm1, learn_shortlist
+
+# ids 4..9 "source words", 10..15 their translations (s -> s + 6); 16 a target word with no source (an article)
+VOCAB = 20
+
+
+def corpus(n: int = 300, seed: int = 0) -> tuple[list[list[int]], list[list[int]]]:
+    rng = np.random.default_rng(seed)
+    sources, targets = [], []
+    for _ in range(n):
+        src = [int(x) for x in rng.integers(4, 10, rng.integers(1, 6))]
+        tgt = [16] + [s + 6 for s in src]
+        sources.append(src)
+        targets.append(tgt)
+    return sources, targets
+
+
+def test_ibm1_learns_the_word_translations():
+    sources, targets = corpus()
+    keys, prob = ibm1(sources, targets, VOCAB, iterations=8)
+    table = dict(zip(keys.tolist(), prob.tolist(), strict=True))
+    for s in range(4, 10):
+        row = {k % VOCAB: p for k, p in table.items() if k // VOCAB == s}
+        assert max(row, key=row.get) == s + 6
+        assert row[s + 6] > 0.6
+    null = {k % VOCAB: p for k, p in table.items() if k // VOCAB == VOCAB}
+    assert max(null, key=null.get) == 16  # the word without a source is the NULL word's
+
+
+def test_learned_shortlist_keeps_the_best_translations_first():
+    sources, targets = corpus()
+    shortlist = learn_shortlist(sources, targets, VOCAB, top_n=2, min_prob=0.05, frequent=1, iterations=8)
+    assert shortlist.frequent.tolist() == [16]  # the most frequent target subword (in every sentence)
+    for s in range(4, 10):
+        assert shortlist.targets_of(s)[0] == s + 6
+        assert len(shortlist.targets_of(s)) <= 2
+    assert len(shortlist.targets_of(0)) == 0 and len(shortlist.targets_of(19)) == 0  # never seen as a source
+
+
+def test_vocab_ids_of_a_batch():
+    shortlist = Shortlist(
+        frequent=np.array([16, 12]), offsets=np.array([0] * 5 + [1, 3] + [3] * 14), targets=np.array([11, 13, 19])
+    )
+    got = shortlist.vocab_ids([[4, 5], [6, 2]], extra=[7])
+    want = sorted({16, 12, 11, 13, 19, 7, *SPECIAL_IDS.values()})  # 4 has none, 5 -> 11, 6 -> 13 19, 2 (EOS) none
+    assert got.tolist() == want and got.dtype == np.int64
+
+
+def test_file_round_trip_and_refusal(tmp_path):
+    sources, targets = corpus()
+    shortlist = learn_shortlist(sources, targets, VOCAB, top_n=3, frequent=2)
+    path = shortlist.save(tmp_path / "shortlist.npz")
+    back = load_shortlist(path, VOCAB)
+    for name in ("frequent", "offsets", "targets"):
+        assert np.array_equal(getattr(back, name), getattr(shortlist, name))
+    assert back.targets.dtype == np.uint16  # compact: a 20-id vocabulary fits
+    with pytest.raises(ValueError, match="not a shortlist"):
+        load_shortlist(path, VOCAB + 1)
+    Shortlist(np.array([VOCAB]), shortlist.offsets, shortlist.targets).save(tmp_path / "bad.npz")
+    with pytest.raises(ValueError, match="not a shortlist"):
+        load_shortlist(tmp_path / "bad.npz", VOCAB)  # an id outside the vocabulary
