@@ -178,6 +178,7 @@ def _dockerignore_included(path: str) -> bool:
         "service/engine/engine.py",
         "deploy/entrypoint.sh",
         "deploy/docker/requirements.py",
+        "deploy/docker/requirements.lock",
         "requirements-gpu.txt",
         "model_repository/de-en/1/manifest.json",
     ],
