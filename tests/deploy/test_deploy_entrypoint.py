@@ -115,3 +115,16 @@ def test_entrypoint_end_to_end_serves_translations_and_exits_zero_on_sigterm(tin
     log = (tmp_path / "service.log").read_text(errors="replace")
     assert code == 0, log[-3000:]
     assert '"MT_PORT": ' in log and SECRET not in log
+
+
+def test_refused_start_logs_json_only_and_exits_two(tmp_path):
+    """The real interpreter this time: the service refuses MT_PORT=not-a-port itself, with a JSON line naming the
+    setting instead of a traceback, so every line the container prints on a refused start parses too."""
+    env = {**os.environ, "PYTHON": sys.executable, "MT_PORT": "not-a-port", "MT_API_KEYS": SECRET}
+    result = run(["bash", str(ENTRYPOINT)], env=env, cwd=tmp_path)
+    assert result.returncode == 2, result.stdout + result.stderr
+    lines = (result.stdout + result.stderr).splitlines()
+    entries = [json.loads(line) for line in lines]
+    refusals = [e for e in entries if e["logger"] == "service"]
+    assert [e["level"] for e in refusals] == ["error"] and "invalid setting MT_PORT" in refusals[0]["message"]
+    assert SECRET not in result.stdout + result.stderr
