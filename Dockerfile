@@ -49,7 +49,8 @@ RUN python -m venv --without-pip /opt/venv \
         -r /tmp/requirements.lock
 
 # ---------------------------------------------------------------------------------------------------
-# gpu-builder: the same on the CUDA base, with requirements-gpu.txt's onnxruntime-gpu instead of onnxruntime
+# gpu-builder: the same on the CUDA base, with requirements-gpu.txt's onnxruntime-gpu instead of onnxruntime;
+# the venv's own pip installs, then uninstalls itself (the runtime venv has neither pip nor setuptools here too)
 FROM ${CUDA_IMAGE} AS gpu-builder
 ENV DEBIAN_FRONTEND=noninteractive PIP_DISABLE_PIP_VERSION_CHECK=1 PIP_NO_CACHE_DIR=1
 # The distribution's own python3 (the CUDA base tag fixes the distribution release); not version-pinned
@@ -61,11 +62,13 @@ RUN apt-get update \
 COPY --from=requirements /src/requirements-serving-gpu.txt /tmp/requirements.txt
 COPY requirements-gpu.txt /tmp/requirements-gpu.txt
 RUN python3 -m venv /opt/venv \
-    && /opt/venv/bin/pip install --no-cache-dir -r /tmp/requirements.txt -r /tmp/requirements-gpu.txt
+    && /opt/venv/bin/pip install --no-cache-dir -r /tmp/requirements.txt -r /tmp/requirements-gpu.txt \
+    && /opt/venv/bin/python -m pip uninstall --yes pip setuptools
 
 # ---------------------------------------------------------------------------------------------------
-# gpu: runtime image for NVIDIA GPUs (HOME=/tmp in both runtime images: the service user has no home, and
-# libraries that look for one at start, onnxruntime among them, would print a non-JSON line otherwise) (run with --gpus all, or the compose/Kubernetes GPU settings)
+# gpu: runtime image for NVIDIA GPUs (run with --gpus all, or the compose/Kubernetes GPU settings).
+# HOME=/tmp in both runtime images: the service user has no home, and libraries that look for one at start,
+# onnxruntime among them, would print a non-JSON line otherwise (every line of the container's log is JSON).
 FROM ${CUDA_IMAGE} AS gpu
 ENV DEBIAN_FRONTEND=noninteractive
 # hadolint ignore=DL3008

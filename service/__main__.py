@@ -9,6 +9,8 @@ import sys
 import time
 
 import uvicorn
+from pydantic import ValidationError
+from pydantic_settings import SettingsError
 
 from service import logs
 from service.app import create_app
@@ -106,9 +108,27 @@ def http_limits(connections: ConnectionSettings, max_connections: int) -> HttpLi
     )
 
 
+def load_settings() -> Settings | None:
+    """Settings from the environment, or None after logging what is wrong as JSON lines (the setting's name, never
+    its value, which may be a key): a refused start leaves a log a collector can parse, not a traceback."""
+    try:
+        return Settings()
+    except (ValidationError, SettingsError) as exc:
+        logs.configure("info")
+        if isinstance(exc, SettingsError):  # a value that does not parse as JSON (a dict setting)
+            log.error("invalid settings: %s (the service refuses to start)", exc)
+        else:
+            for error in exc.errors(include_input=False):
+                where = "MT_" + "_".join(str(part) for part in error["loc"]).upper()
+                log.error("invalid setting %s: %s (the service refuses to start)", where, error["msg"])
+        return None
+
+
 def main(wrap_runner: RunnerWrapper | None = None) -> int:
     """``wrap_runner`` puts a wrapper between each scheduler and its engine (tests inject faults with it)."""
-    settings = Settings()
+    settings = load_settings()
+    if settings is None:
+        return 2
     logs.configure(settings.server.log_level)
     app = create_app(settings, wrap_runner)
     max_connections, backlog = accept_budget(settings.connections.max_connections, raise_fd_limit())

@@ -93,6 +93,7 @@ def test_gpu_builder_installs_onnxruntime_gpu_and_cpu_builder_plain_onnxruntime(
     assert "-r /tmp/requirements.txt -r /tmp/requirements-gpu.txt" in gpu_build
     assert "requirements-serving-gpu.txt" in gpu_build and "requirements-cpu.txt" not in gpu_build
     assert "requirements-gpu.txt" not in cpu_build
+    assert "pip uninstall --yes pip setuptools" in gpu_build  # the GPU venv ends without pip too
     # the CPU image: exactly the lock file (hashes), into a venv without pip or setuptools
     assert "COPY deploy/docker/requirements.lock /tmp/requirements.lock" in found["cpu-builder"][1]
     assert "python -m venv --without-pip /opt/venv" in cpu_build
@@ -178,6 +179,7 @@ def _dockerignore_included(path: str) -> bool:
         "service/engine/engine.py",
         "deploy/entrypoint.sh",
         "deploy/docker/requirements.py",
+        "deploy/docker/requirements.lock",
         "requirements-gpu.txt",
         "model_repository/de-en/1/manifest.json",
     ],

@@ -6,6 +6,7 @@ interpreter differs: PYTHON=<this interpreter>), serves the tiny bundle, and sto
 
 from __future__ import annotations
 
+import json
 import os
 import signal
 import subprocess
@@ -41,13 +42,24 @@ def _fake_python(tmp_path: Path) -> Path:
     return fake
 
 
-def test_entrypoint_prints_effective_settings_hides_api_keys_and_execs(tmp_path):
+def _json_lines(out: str) -> list[dict]:
+    """The entry script's lines (the fake interpreter's EXEC line aside): each must be one JSON object in
+    the service's log shape (service/logs.py), so a log collector parses the container's log from line one."""
+    entries = [json.loads(line) for line in out.splitlines() if not line.startswith("EXEC ")]
+    for entry in entries:
+        assert list(entry)[:4] == ["time", "level", "logger", "message"] and entry["logger"] == "entrypoint", entry
+    return entries
+
+
+def test_entrypoint_logs_effective_settings_as_json_hides_secrets_and_execs(tmp_path):
     env = {
         **os.environ,
         "PYTHON": str(_fake_python(tmp_path)),
         "MT_PORT": "8123",
         "MT_MAX_BATCH_TOKENS": "777",
+        "MT_GLOSSARIES_PER_KEY": "7",
         "MT_API_KEYS": f"{SECRET},another-{SECRET}",
+        "MT_REDIS_URL": f"redis://:{SECRET}@redis:6379/0",
     }
     # Started from another folder: the script must find the repository by itself.
     proc = subprocess.Popen(
@@ -56,10 +68,17 @@ def test_entrypoint_prints_effective_settings_hides_api_keys_and_execs(tmp_path)
     out, _ = proc.communicate(timeout=60)
     assert proc.returncode == 0, out
     assert SECRET not in out
-    assert "MT_API_KEYS=<2 configured, hidden>" in out
-    assert "MT_PORT=8123" in out
-    assert "MT_MAX_BATCH_TOKENS=777" in out  # a *_TOKENS limit is not a secret
-    assert "MT_DRAIN_SECONDS=20" in out  # defaults are shown too, as the service resolves them
+    entries = _json_lines(out)
+    settings = [e["settings"] for e in entries if e["message"] == "effective settings (service.settings)"]
+    assert len(settings) == 1, out
+    shown = settings[0]
+    assert shown["MT_API_KEYS"] == "<2 configured, hidden>"
+    assert shown["MT_REDIS_URL"] == "redis://:<hidden>@redis:6379/0"  # where the server is, not its password
+    assert shown["MT_PORT"] == 8123
+    assert shown["MT_MAX_BATCH_TOKENS"] == 777  # a *_TOKENS limit is not a secret
+    assert shown["MT_GLOSSARIES_PER_KEY"] == 7  # nor a count per key
+    assert shown["MT_DRAIN_SECONDS"] == 20  # defaults are shown too, as the service resolves them
+    assert entries[-1]["message"] == f"exec {env['PYTHON']} -m service"
     exec_lines = [line for line in out.splitlines() if line.startswith("EXEC ")]
     assert len(exec_lines) == 1, out
     # `exec`: the server runs in the very process the container runtime started (it gets SIGTERM).
@@ -71,7 +90,8 @@ def test_entrypoint_still_starts_the_service_when_settings_are_invalid(tmp_path)
     env = {**os.environ, "PYTHON": str(_fake_python(tmp_path)), "MT_PORT": "not-a-port"}
     result = run(["bash", str(ENTRYPOINT)], env=env, cwd=tmp_path)
     assert result.returncode == 0
-    assert "invalid setting MT_PORT" in result.stdout
+    errors = [e for e in _json_lines(result.stdout) if e["level"] == "error"]
+    assert [e["message"].split(":")[0] for e in errors] == ["invalid setting MT_PORT"], result.stdout
     assert "EXEC " in result.stdout  # the server itself then refuses the configuration
 
 
@@ -94,4 +114,17 @@ def test_entrypoint_end_to_end_serves_translations_and_exits_zero_on_sigterm(tin
         code = server.stop(signal.SIGTERM, timeout=40)
     log = (tmp_path / "service.log").read_text(errors="replace")
     assert code == 0, log[-3000:]
-    assert "MT_PORT=" in log and SECRET not in log
+    assert '"MT_PORT": ' in log and SECRET not in log
+
+
+def test_refused_start_logs_json_only_and_exits_two(tmp_path):
+    """The real interpreter this time: the service refuses MT_PORT=not-a-port itself, with a JSON line naming the
+    setting instead of a traceback, so every line the container prints on a refused start parses too."""
+    env = {**os.environ, "PYTHON": sys.executable, "MT_PORT": "not-a-port", "MT_API_KEYS": SECRET}
+    result = run(["bash", str(ENTRYPOINT)], env=env, cwd=tmp_path)
+    assert result.returncode == 2, result.stdout + result.stderr
+    lines = (result.stdout + result.stderr).splitlines()
+    entries = [json.loads(line) for line in lines]
+    refusals = [e for e in entries if e["logger"] == "service"]
+    assert [e["level"] for e in refusals] == ["error"] and "invalid setting MT_PORT" in refusals[0]["message"]
+    assert SECRET not in result.stdout + result.stderr
