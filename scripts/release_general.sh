@@ -34,6 +34,17 @@ if [ "$STAGE" = all ] || [ "$STAGE" = export ]; then
         --source-language de --calibration-data "$DATA"/train.src --force
     "$PY" -m export.cli export --model "$OUT" --out "$ZH" --name zh-en --version 2 --variants $VARIANTS \
         --source-language zh --calibration-data "$DATA"/train.src --force
+    # The vocabulary shortlist of each bundle (issue 33; export/shortlist.py): IBM Model 1 over that direction's
+    # training pairs, gathered into one parallel text per direction.
+    for pair in "de news-de tatoeba-de multi30k" "zh news-zh tatoeba-zh tico-zh cedict"; do
+        set -- $pair
+        src=$1 && shift
+        folder=$DATA/shortlist-$src && mkdir -p "$folder"
+        for c in "$@"; do cat "$DATA/$c.train.$src"; done > "$folder"/train.$src
+        for c in "$@"; do cat "$DATA/$c.train.en"; done > "$folder"/train.en
+    done
+    "$PY" -m export.cli shortlist --bundle "$DE" --data "$DATA"/shortlist-de
+    "$PY" -m export.cli shortlist --bundle "$ZH" --data "$DATA"/shortlist-zh
 fi
 # Every split of each direction, greedy and beam 4, every variant through the engine; the first split is the
 # bundle's headline BLEU. Reports beside the released weights.
