@@ -216,7 +216,14 @@ def _fuzz(operation, mode, base_url: str, counts: dict[str, int]) -> None:
     @given(case=operation.as_strategy(generation_mode=mode))
     def run(case):
         counts[label] += 1
-        case.call_and_validate(base_url=base_url, checks=CHECKS, timeout=30)
+        try:
+            case.call_and_validate(base_url=base_url, checks=CHECKS, timeout=30)
+        except Exception as exc:
+            # printed first: schemathesis's negative strategy may not replay the same case, and hypothesis then
+            # reports only "FlakyStrategyDefinition", hiding what failed
+            body = repr(case.body)[:500]
+            print(f"failing case: {label} path={case.path_parameters} query={case.query} body={body}: {exc!r}")
+            raise
 
     if FUZZ_SEED is not None:
         run = seed(int(FUZZ_SEED))(run)
