@@ -5,6 +5,7 @@ document requests each a DeepL 4xx ({"message": ...})."""
 from __future__ import annotations
 
 import io
+import re
 import sys
 from pathlib import Path
 
@@ -15,6 +16,8 @@ import httpx
 import pptx
 import pytest
 from live_server import LiveServer
+
+from service.api.deepl_glossaries import NAME_PATTERN
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "documents"))
 from fixtures import make_docx, make_pptx  # noqa: E402
@@ -100,6 +103,7 @@ BAD_GLOSSARIES = [
     ),
     ({"name": "x", "source_lang": "de", "target_lang": "en", "entries": "\n", "entries_format": "tsv"}, 400),
     ({"name": " ", "source_lang": "de", "target_lang": "en", "entries": "a\tb", "entries_format": "tsv"}, 400),
+    ({"name": "\x1d", "source_lang": "de", "target_lang": "en", "entries": "a\tb", "entries_format": "tsv"}, 400),
     ({"source_lang": "de", "target_lang": "en", "entries": "a\tb", "entries_format": "tsv"}, 400),
     ({"name": "x", "source_lang": "de", "target_lang": "en", "entries": ["a"], "entries_format": "tsv"}, 400),
 ]
@@ -198,3 +202,10 @@ def test_document_errors(server, translator):
     handle = translator.translate_document_upload(long, target_lang="EN-US", filename="long.txt")
     with pytest.raises(deepl.DocumentNotReadyException):
         translator.translate_document_download(handle, io.BytesIO())
+
+
+def test_the_name_pattern_refuses_exactly_what_strip_removes():
+    """The schema's pattern for a glossary name and the server's check are one rule: a character is blank for the
+    pattern exactly when str.strip() removes it (a fuzzer that trusts the schema must never hear 400 for a name)."""
+    differ = [hex(c) for c in range(0x110000) if (chr(c).strip() == "") != (re.search(NAME_PATTERN, chr(c)) is None)]
+    assert differ == []
