@@ -7,9 +7,11 @@ Engines: ``pytorch`` (model.decoding greedy / beam with the key/value cache, fp3
 ``ort-int8`` (service.engine.Engine on the bundle's variants), ``ct2-fp32`` / ``ct2-int8`` (CTranslate2
 on the converted checkpoint, see bench/ct2_convert.py). Append ``+decoder`` to an ort engine to search with
 decoder.onnx instead of the lean decoder_step.onnx, ``+own-arena`` to give each of its sessions an arena of its own
-instead of the process's shared one (for A/B runs). The bundle's lexical shortlist (``python -m export.cli
-shortlist``, core/shortlist.py) runs only in the ``+shortlist`` ort engines and the ``+vmap`` ct2 engines (the same
-table written as CTranslate2's vmap.txt, decoded with use_vmap); every other engine searches the whole vocabulary.
+instead of the process's shared one (for A/B runs), ``+steps`` to search a lone sentence step by step in Python
+where the bundle has a search loop graph (export/search_loop.py; batch 1). The bundle's lexical
+shortlist (``python -m export.cli shortlist``, core/shortlist.py) runs only in the ``+shortlist`` ort engines and
+the ``+vmap`` ct2 engines (the same table written as CTranslate2's vmap.txt, decoded with use_vmap); every other
+engine searches the whole vocabulary.
 
 Method: every engine lives in its own fresh process (its own peak RSS), all get the same token ids
 (tokenisation is outside the timing), the same thread count and the same batches (batch 32: the test set
@@ -75,6 +77,8 @@ def _runner(engine: str, args: dict):
         extra = {"lean_decoder": False} if "+decoder" in engine else {}  # older engines lack the options
         if "+own-arena" in engine:  # each session with an arena of its own (before item 15 of the speed log)
             extra["shared_arena"] = False
+        if "+steps" in engine:  # a lone sentence step by step in Python, not in the search loop graph
+            extra["search_loop"] = False
         if "shortlist" in load_bundle(args["bundle"]).manifest:  # the whole vocabulary unless +shortlist
             extra["shortlist"] = "+shortlist" in engine
         ort_engine = Engine(load_bundle(args["bundle"]), variant, "cpu", intra_op_threads=threads, **extra)
@@ -97,8 +101,8 @@ def _runner(engine: str, args: dict):
         runner = CT2Runner(ct2_dir, pieces, compute_type=compute_type, threads=threads, use_vmap=option == "vmap")
         return lambda sources, limits, beam: runner.translate_ids(sources, limits, beam)
     raise ValueError(
-        f"unknown engine {engine!r}; choose from {ENGINES} (ort engines accept +decoder, +own-arena, +shortlist; "
-        "ct2 engines +vmap)"
+        f"unknown engine {engine!r}; choose from {ENGINES} (ort engines accept +decoder, +own-arena, +shortlist, "
+        "+steps; ct2 engines +vmap)"
     )
 
 

@@ -13,6 +13,7 @@ decoder_step.onnx: tokens, src_mask, top_k, [positions, self_mask, query_rows, r
                    cross_keys_<i>, cross_values_<i>, past_keys_<i>, past_values_<i>
                    -> log_probs, top_log_probs, top_ids, present_keys_<i>, present_values_<i>
 decoder_step_batch.onnx: the same inputs and outputs, interface 3, for whole-batch search (BATCH_STEP below)
+decoder_loop.onnx: decoder_step_batch inside an ONNX Loop: one sentence's whole search (SEARCH_LOOP below)
 
 Interfaces 3 and 4 let rows at different positions share a step (continuous batching, service/engine/live.py):
 - ``positions`` (rows, 1) int64: each row's own position (its number of real cache entries);
@@ -124,6 +125,18 @@ def step_graph_keys(graphs: Mapping[str, object]) -> tuple[str, str] | None:
     if LIVE_STEP not in graphs:
         return None
     return (BATCH_STEP if BATCH_STEP in graphs else LIVE_STEP), LIVE_STEP
+
+
+# SEARCH_LOOP ("decoder_loop", issue 33 lever 3): the whole-batch step graph as the body of an ONNX Loop that runs
+# the beam search of one sentence, k beams (k = 1: greedy), in one session call (export/search_loop.py). Inputs:
+# max_steps () int64; tokens (k, 1) = BOS; past_keys_<i> / past_values_<i> (k, heads, 0, d_head) empty; scores
+# (k, 1) float64, the start beams' scores (0, then -inf); src_mask, cross_keys_<i>, cross_values_<i> of one source;
+# vocab_ids when the step graph takes it. Outputs per step (steps, k) each, in rank order: ``ended`` (EOS among the
+# k best candidates), ``ended_beams``, ``ended_scores``, and the k continuing candidates' ``going_beams``,
+# ``going_ids``, ``going_scores``: the back-pointers service/engine/search_loop.py rebuilds hypotheses from. Bundles
+# carry it beside the step graphs (same weights file regions); older ones search in Python.
+SEARCH_LOOP = "decoder_loop"
+SEARCH_LOOP_OUTPUTS = ["ended", "ended_beams", "ended_scores", "going_beams", "going_ids", "going_scores"]
 
 
 # A step graph rewritten for the lexical shortlist (export/vocab_subset.py, issue 33) takes one more input,

@@ -18,6 +18,7 @@ from export.manifest import build_manifest, git_commit, seal
 from export.onnx_export import export_graphs
 from export.pack import pack_bundle
 from export.quantize import convert_fp16, convert_fp16_step, quantize_int8_static
+from export.search_loop import add_search_loops
 from export.shortlist import DEFAULTS
 from model.checkpoint import TOKENIZER_FILE, load_release
 from service.engine import Engine, TranslateOptions
@@ -112,6 +113,7 @@ def cmd_export(args: argparse.Namespace) -> int:
         variants, report = pack_bundle(out, variants)
         for graph, counts in report.items():
             print(f"packed {graph}: {', '.join(f'{n} {kind}' for kind, n in sorted(counts.items()))}", file=sys.stderr)
+        variants = add_search_loops(out, variants)  # read the packed weights files' regions
     sealed(variants, f"mtserve-bundle/{args.bundle_format}")
     print(f"wrote {out} ({', '.join(variants)}) in {time.time() - started:.1f}s", file=sys.stderr)
     return 0

@@ -8,9 +8,12 @@ from pathlib import Path
 from typing import Any
 
 from core.bundle import FORMAT, FORMATS, write_manifest
+from core.graphs import SEARCH_LOOP
 from core.tokenizer import SPECIAL_IDS
 from export.onnx_export import OPSET, graph_signature
 from export.pack import GRAPH_KEYS
+
+MANIFEST_GRAPHS = (*GRAPH_KEYS, SEARCH_LOOP)  # the packed graphs and the search loop written after packing
 
 
 def git_commit(repo: Path | None = None) -> str | None:
@@ -56,11 +59,11 @@ def build_manifest(
         raise ValueError(f"bundle format {bundle_format!r} is none of {FORMATS}")
     files = ["tokenizer.model"]
     for v in variants.values():
-        for rel in [v[key] for key in GRAPH_KEYS if key in v] + v.get("weights", []):
+        for rel in [v[key] for key in MANIFEST_GRAPHS if key in v] + v.get("weights", []):
             if rel not in files:
                 files.append(rel)
     fp32 = variants["fp32"]
-    graphs = {g: graph_signature(bundle_dir / fp32[g]) for g in GRAPH_KEYS if g in fp32}
+    graphs = {g: graph_signature(bundle_dir / fp32[g]) for g in MANIFEST_GRAPHS if g in fp32}
     manifest = {
         "format": bundle_format,
         "name": name,

@@ -23,10 +23,11 @@ import numpy as np
 import onnx
 
 from core.bundle import MANIFEST
-from core.graphs import STEP_GRAPHS
+from core.graphs import SEARCH_LOOP, STEP_GRAPHS
 from core.shortlist import SHORTLIST_FILE, Shortlist
 from export.manifest import seal
 from export.onnx_export import graph_signature
+from export.search_loop import add_search_loops
 from export.vocab_subset import add_vocab_subset, takes_vocab_ids
 
 log = logging.getLogger(__name__)
@@ -139,8 +140,11 @@ def add_shortlist(bundle_dir: Path, shortlist: Shortlist, info: dict[str, Any]) 
                 continue
             onnx.save(add_vocab_subset(model), str(path))
             rewritten.append(variant[key])
+    # a search loop graph wraps the whole-batch step graph: written again over the rewritten one
+    looped = {name: v for name, v in manifest["variants"].items() if SEARCH_LOOP in v}
+    add_search_loops(bundle_dir, looped)
     fp32 = manifest["variants"].get("fp32", {})
-    for key in STEP_GRAPHS:
+    for key in (*STEP_GRAPHS, SEARCH_LOOP):
         if key in fp32 and key in manifest.get("graphs", {}):
             manifest["graphs"][key] = graph_signature(bundle_dir / fp32[key])
     manifest["shortlist"] = {"file": SHORTLIST_FILE, **info}

@@ -19,6 +19,7 @@ from core.graphs import (
     ENCODER_OUTPUTS,
     KV_CACHE,
     MAX_TOP_K_KEY,
+    SEARCH_LOOP,
     VOCAB_IDS,
     decoder_cache,
     decoder_outputs,
@@ -38,6 +39,7 @@ from service.engine.device_state import GATHER_GRAPH, DeviceRunner, device_searc
 from service.engine.reorder import ReorderBuffers
 from service.engine.runtime import create_session
 from service.engine.search import TopCandidates, beam_search, greedy_search
+from service.engine.search_loop import SearchLoop
 from service.engine.step_inputs import uniform_inputs
 
 
@@ -217,7 +219,6 @@ class _DecoderState:
         self.past_keys, self.past_values = outputs[2::2], outputs[3::2]
         return TopCandidates(outputs[0], outputs[1])  # (rows, top_k) each, best first
 
-
     def _full(self, log_probs: np.ndarray) -> np.ndarray:
         """(rows, vocab) log-probabilities from a step's output: as it is, or a subset's columns put at their ids
         (-inf elsewhere: ids outside the subset are never chosen)."""
@@ -240,12 +241,15 @@ class Engine:
         io_binding: bool | None = None,
         shared_arena: bool = True,
         shortlist: bool = True,
+        search_loop: bool = True,
     ) -> None:
         """``io_binding``: search with the cache on the device (service/engine/device_state.py); None = when the
         sessions run on CUDA and the bundle's step graph allows it (interface 3), True = on any provider.
         ``shared_arena``: CPU sessions allocate from the process's one onnxruntime arena (runtime.py).
         ``shortlist``: search over the bundle's lexical shortlist (core/shortlist.py) when it has one and its step
-        graphs take vocab_ids; requests that need the whole vocabulary still get it (``vocab_subset``)."""
+        graphs take vocab_ids; requests that need the whole vocabulary still get it (``vocab_subset``).
+        ``search_loop``: a lone sentence's greedy or beam search runs in the bundle's ``decoder_loop`` graph (one
+        session call, service/engine/search_loop.py) when it has one; same hypotheses as the step-by-step search."""
         self.bundle = bundle
         self.variant = variant or bundle.default_variant
         self.config = bundle.model_config
@@ -293,6 +297,9 @@ class Engine:
         if io_binding:
             gather = create_session(GATHER_GRAPH, providers, **settings)
             self.device_runner = DeviceRunner(self.encoder, self.step_decoder, gather)
+        self._search_loop: SearchLoop | None = None
+        variant_graphs = bundle.manifest["variants"][self.variant]
+        self._search_loop_key = SEARCH_LOOP if search_loop and lean_decoder and SEARCH_LOOP in variant_graphs else None
         self.shortlist: Shortlist | None = None
         entry = bundle.manifest.get("shortlist")
         usable = self.device_runner is None and self.step_decoder is not None and has_vocab_ids(self.step_decoder)
@@ -342,6 +349,20 @@ class Engine:
                     path = self.bundle.graph(self.variant, self._live_step_key)  # type: ignore[arg-type]
                     self._live_step = create_session(path, providers, **settings)
         return self._live_step
+
+    @property
+    def search_loop(self) -> SearchLoop | None:
+        """The search loop of a lone sentence (the bundle's ``decoder_loop`` graph), created on first use; None when
+        the bundle has none, it was turned off, or the search runs on the device (CUDA I/O binding)."""
+        if self._search_loop_key is None or self.device_runner is not None:
+            return None
+        if self._search_loop is None:
+            with self._decoder_lock:
+                if self._search_loop is None:
+                    providers, settings = self._session_args
+                    path = self.bundle.graph(self.variant, self._search_loop_key)
+                    self._search_loop = SearchLoop(create_session(path, providers, **settings))
+        return self._search_loop
 
     @live_step.setter
     def live_step(self, session) -> None:
@@ -583,6 +604,11 @@ class Engine:
         session, lean = (self.step_decoder, True) if self.step_decoder is not None else (self.decoder, False)
         keys, values, mask = enc["cross_keys"], enc["cross_values"], enc["src_mask"]
         vocab = {"vocab_ids": self.vocab_subset(sources, options) if lean else None, "vocab_size": self.vocab_size}
+        if len(sources) == 1 and lean:
+            loop = self.search_loop
+            if loop is not None and loop.serves(k, vocab["vocab_ids"]):
+                args = (limits[0], k, options.length_penalty, options.num_hypotheses, vocab["vocab_ids"])
+                return [loop.search(enc, *args)]
         if k == 1:
             state = _DecoderState(session, keys, values, mask, lean, **vocab)
             return [[h] for h in greedy_search(state.step, limits, BOS_ID, EOS_ID)]

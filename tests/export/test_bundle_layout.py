@@ -18,7 +18,7 @@ import pytest
 from tiny_bundle import SAMPLE_SENTENCES, write_corpus
 
 from core.bundle import load_bundle
-from core.graphs import STEP_GRAPHS
+from core.graphs import SEARCH_LOOP, STEP_GRAPHS
 from export.cli import main
 from export.pack import GRAPH_KEYS, INLINE_BELOW, PACKED, storage, tensors
 from service.engine import Engine, TranslateOptions
@@ -71,6 +71,14 @@ def test_both_formats_compute_the_same_bits(bundles, variant):
         for a, b in zip(old.translate(texts, options), new.translate(texts, options), strict=True):
             assert a.token_ids == b.token_ids and a.score == b.score
             assert a.hypotheses == b.hypotheses
+    # a lone sentence: format 2's search loop graph (one call) against format 1's step-by-step search
+    assert old.search_loop is None  # format 1's graphs hold their weights: no loop
+    assert (new.search_loop is None) == (variant == "fp16")  # float16 graphs get none (export/search_loop.py)
+    for sentence in SAMPLE_SENTENCES:
+        for beam in (1, 4):
+            options = TranslateOptions(beam_size=beam, num_hypotheses=beam)
+            (a,), (b,) = old.translate([sentence], options), new.translate([sentence], options)
+            assert a.token_ids == b.token_ids and a.score == b.score and a.hypotheses == b.hypotheses
     np.testing.assert_array_equal(old.embed(SAMPLE_SENTENCES), new.embed(SAMPLE_SENTENCES))
     for sentence in SAMPLE_SENTENCES[:2]:  # decoder.onnx (attention outputs, teacher forcing)
         a, b = old.attention(sentence), new.attention(sentence)
@@ -98,25 +106,33 @@ def test_each_tensor_is_stored_once_and_int8_keeps_no_float_copy(bundles):
     assert report["total"] < old / 2.5, (report["total"], old)
 
 
+def _nodes(model: onnx.ModelProto) -> list[onnx.NodeProto]:
+    """The graph's nodes and those of its Loop body (the search loop graph holds the step graph there)."""
+    nodes = list(model.graph.node)
+    for node in model.graph.node:
+        if node.op_type == "Loop":
+            nodes += list(node.attribute[0].g.node)
+    return nodes
+
+
 def test_derived_tensors_are_folded_when_a_session_starts(bundles):
     """Transpose / Concat / Cast / ScatterND nodes the packer added read initializers only: onnxruntime's basic
-    optimizations (constant folding, every execution provider) leave none of them in the optimized graph."""
+    optimizations (constant folding, every execution provider) leave none of them in the optimized graph, nor in
+    the search loop's body, which holds the whole-batch step graph's nodes."""
     manifest = _manifest(bundles[2])
     for variant, entry in manifest["variants"].items():
-        for graph in GRAPH_KEYS:
+        for graph in (*GRAPH_KEYS, SEARCH_LOOP):
             if graph not in entry:
                 continue
             path = bundles[2] / entry[graph]
-            added = [
-                n.name for n in onnx.load(str(path), load_external_data=False).graph.node if n.name.endswith(PACKED)
-            ]
+            added = [n.name for n in _nodes(onnx.load(str(path), load_external_data=False)) if n.name.endswith(PACKED)]
             options = ort.SessionOptions()
             options.graph_optimization_level = ort.GraphOptimizationLevel.ORT_ENABLE_BASIC
             with tempfile.TemporaryDirectory() as tmp:
                 options.optimized_model_filepath = os.path.join(tmp, "optimized.onnx")
                 ort.InferenceSession(str(path), options, providers=["CPUExecutionProvider"])
                 optimized = onnx.load(options.optimized_model_filepath, load_external_data=False)
-            left = {n.name for n in optimized.graph.node} & set(added)
+            left = {n.name for n in _nodes(optimized)} & set(added)
             assert not left, (variant, graph, sorted(left))
-            if variant == "fp16" or graph in STEP_GRAPHS:
+            if variant == "fp16" or graph in (*STEP_GRAPHS, SEARCH_LOOP):
                 assert added, (variant, graph)  # something was derived (fp16 casts, int8/fp32 Q|K|V concat)

@@ -1,0 +1,84 @@
+"""The search of a lone sentence in one onnxruntime call, on a bundle's ``decoder_loop`` graph.
+
+The graph (core/graphs.py ``SEARCH_LOOP``, built by export/search_loop.py) is the whole-batch step graph inside an
+ONNX Loop that ranks a sentence's k beams' candidates each step; it returns per-step back-pointers, from which
+``SearchLoop.search`` rebuilds the hypotheses exactly as service/engine/search.py's ``_beam_one`` builds them (and
+for k = 1 the greedy hypothesis of ``_greedy_one``): the same tokens and the same float64 scores.
+``tests/engine/test_engine_search_loop.py`` holds the two to equality.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from core.graphs import MAX_TOP_K_KEY, SEARCH_LOOP_OUTPUTS, VOCAB_IDS
+from core.search import Hypothesis
+from core.tokenizer import BOS_ID
+
+
+class SearchLoop:
+    def __init__(self, session) -> None:
+        self.session = session
+        names = [i.name for i in session.get_inputs()]
+        self.n_layers = sum(1 for n in names if n.startswith("past_keys_"))
+        self.takes_vocab_ids = VOCAB_IDS in names
+        self.max_top_k = int(session.get_modelmeta().custom_metadata_map.get(MAX_TOP_K_KEY, 1 << 30))
+
+    def serves(self, beam_size: int, vocab_ids: np.ndarray | None) -> bool:
+        """Whether a search of ``beam_size`` beams over ``vocab_ids`` (None: the whole vocabulary) runs here: the
+        step graph's TopK must serve the 2 * beam candidates a step ranks (the step-by-step search ranks the full
+        log-probabilities in numpy beyond that), and a subset needs a graph that takes vocab_ids."""
+        if vocab_ids is not None and len(vocab_ids) and not self.takes_vocab_ids:
+            return False
+        most = len(vocab_ids) if vocab_ids is not None and len(vocab_ids) else self.max_top_k
+        return 2 * beam_size <= most
+
+    def search(
+        self,
+        enc: dict[str, np.ndarray],
+        limit: int,
+        beam_size: int = 1,
+        alpha: float = 0.6,
+        n_best: int = 1,
+        vocab_ids: np.ndarray | None = None,
+    ) -> list[Hypothesis]:
+        """The ``n_best`` best hypotheses of the one source of ``enc`` (run_encoder's outputs), at most ``limit``
+        tokens, ``beam_size`` beams (1: greedy) ranked with length penalty ``alpha``."""
+        if not self.serves(beam_size, vocab_ids):
+            raise ValueError(f"beam {beam_size} over this vocabulary needs the step-by-step search")
+        k = beam_size
+        keys, values = enc["cross_keys"], enc["cross_values"]  # (layers, 1, heads, src, d_head)
+        empty = np.zeros((k, keys.shape[2], 0, keys.shape[4]), dtype=keys.dtype)
+        scores = np.full((k, 1), -np.inf, dtype=np.float64)
+        scores[0] = 0.0  # identical start beams: keep one alive
+        feeds = {
+            "max_steps": np.array(limit, dtype=np.int64),
+            "tokens": np.full((k, 1), BOS_ID, dtype=np.int64),
+            "scores": scores,
+            "src_mask": enc["src_mask"],
+        }
+        for i in range(self.n_layers):
+            feeds[f"past_keys_{i}"] = feeds[f"past_values_{i}"] = empty
+            feeds[f"cross_keys_{i}"], feeds[f"cross_values_{i}"] = keys[i], values[i]
+        if self.takes_vocab_ids:  # empty: the whole vocabulary
+            feeds[VOCAB_IDS] = vocab_ids if vocab_ids is not None else np.zeros(0, dtype=np.int64)
+        ended, ended_beams, ended_scores, beams, ids, going_scores = (
+            a.tolist() for a in self.session.run(SEARCH_LOOP_OUTPUTS, feeds)
+        )
+        finished: list[Hypothesis] = []
+        history: list[list[int]] = [[] for _ in range(k)]
+        for t in range(len(ended)):  # as _beam_one, from the loop's back-pointers
+            for flag, beam, score in zip(ended[t], ended_beams[t], ended_scores[t], strict=True):
+                if flag:
+                    finished.append(Hypothesis.beam(history[beam][:], score, t + 1, alpha))
+            if len(finished) >= k:
+                break
+            if t + 1 >= limit:  # length limit: the live hypotheses end as they are
+                for beam, token, score in zip(beams[t], ids[t], going_scores[t], strict=True):
+                    seq = [*history[beam], token]
+                    finished.append(Hypothesis.beam(seq, score, len(seq), alpha))
+                break
+            history = [[*history[beam], token] for beam, token in zip(beams[t], ids[t], strict=True)]
+        if k == 1:  # greedy: ranked by the score itself
+            return [Hypothesis(h.tokens, h.score, h.score) for h in finished[:1]]
+        return sorted(finished, key=lambda h: -h.normalized)[:n_best]
