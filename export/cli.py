@@ -1,5 +1,5 @@
-"""``python -m export.cli export | evaluate | verify | shortlist``: build a bundle, measure its BLEU, check parity,
-add a lexical shortlist learned from parallel text."""
+"""``python -m export.cli export | evaluate | verify | shortlist | compare``: build a bundle, measure its BLEU, check
+parity, add a lexical shortlist learned from parallel text, compare two evaluation reports."""
 
 from __future__ import annotations
 
@@ -257,6 +257,17 @@ def cmd_shortlist(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_compare(args: argparse.Namespace) -> int:
+    from export.report_compare import compare, table, within
+
+    rows = compare(json.loads(Path(args.base).read_text()), json.loads(Path(args.candidate).read_text()))
+    print(table(rows, args.max_loss))
+    worst = min(r["delta"] for r in rows)
+    ok = within(rows, args.max_loss)
+    print(f"largest loss {-worst:+.2f} BLEU: {'within' if ok else 'over'} the {args.max_loss} allowed", file=sys.stderr)
+    return 0 if ok else 1
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m export.cli", description=__doc__)
     sub = parser.add_subparsers(dest="command", required=True)
@@ -348,6 +359,16 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--frequent", type=int, default=DEFAULTS["frequent"], help="frequent target subwords always in")
     p.add_argument("--iterations", type=int, default=DEFAULTS["iterations"], help="IBM Model 1 EM iterations")
     p.set_defaults(func=cmd_shortlist)
+
+    p = sub.add_parser(
+        "compare",
+        help="two evaluate --report files side by side; exit 1 when the candidate loses more than --max-loss BLEU "
+        "on any variant, split and beam (the release's shortlist check: --no-shortlist report as the base)",
+    )
+    p.add_argument("--base", required=True)
+    p.add_argument("--candidate", required=True)
+    p.add_argument("--max-loss", type=float, default=0.2)
+    p.set_defaults(func=cmd_compare)
 
     args = parser.parse_args(argv)
     return args.func(args)

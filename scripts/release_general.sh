@@ -35,7 +35,8 @@ if [ "$STAGE" = all ] || [ "$STAGE" = export ]; then
     "$PY" -m export.cli export --model "$OUT" --out "$ZH" --name zh-en --version 2 --variants $VARIANTS \
         --source-language zh --calibration-data "$DATA"/train.src --force
     # The vocabulary shortlist of each bundle (issue 33; export/shortlist.py): IBM Model 1 over that direction's
-    # training pairs, gathered into one parallel text per direction.
+    # training pairs, gathered into one parallel text per direction. It ships only if int8 BLEU with it stays within
+    # 0.2 of the whole vocabulary on every split and beam (export.cli compare), measured on a copy of the bundle.
     for pair in "de news-de tatoeba-de multi30k" "zh news-zh tatoeba-zh tico-zh cedict"; do
         set -- $pair
         src=$1 && shift
@@ -43,8 +44,25 @@ if [ "$STAGE" = all ] || [ "$STAGE" = export ]; then
         for c in "$@"; do cat "$DATA/$c.train.$src"; done > "$folder"/train.$src
         for c in "$@"; do cat "$DATA/$c.train.en"; done > "$folder"/train.en
     done
-    "$PY" -m export.cli shortlist --bundle "$DE" --data "$DATA"/shortlist-de
-    "$PY" -m export.cli shortlist --bundle "$ZH" --data "$DATA"/shortlist-zh
+    for pair in "de $DE news-de.val multi30k.test tatoeba-de.test" "zh $ZH news-zh.val tico-zh.test tatoeba-zh.test"; do
+        set -- $pair
+        src=$1 bundle=$2 && shift 2
+        trial=$(mktemp -d)/$(basename "$(dirname "$bundle")")/$(basename "$bundle")
+        mkdir -p "$(dirname "$trial")" && cp -r "$bundle" "$trial"
+        "$PY" -m export.cli shortlist --bundle "$trial" --data "$DATA"/shortlist-$src
+        "$PY" -m export.cli evaluate --bundle "$bundle" --data "$DATA" --split "$@" --beam 1 4 --variants int8 \
+            --no-seal --report "$OUT"/shortlist-check.$src.whole.json
+        "$PY" -m export.cli evaluate --bundle "$trial" --data "$DATA" --split "$@" --beam 1 4 --variants int8 \
+            --no-seal --report "$OUT"/shortlist-check.$src.shortlist.json
+        if "$PY" -m export.cli compare --base "$OUT"/shortlist-check.$src.whole.json \
+            --candidate "$OUT"/shortlist-check.$src.shortlist.json --max-loss 0.2; then
+            rm -rf "$bundle" && cp -r "$trial" "$bundle"
+            echo "$bundle: shortlist kept"
+        else
+            echo "$bundle: shortlist left out (over 0.2 BLEU lost; see $OUT/shortlist-check.$src.*.json)"
+        fi
+        rm -rf "$(dirname "$(dirname "$trial")")"
+    done
 fi
 # Every split of each direction, greedy and beam 4, every variant through the engine; the first split is the
 # bundle's headline BLEU. Reports beside the released weights.
