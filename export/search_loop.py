@@ -19,6 +19,11 @@ hypotheses from these back-pointers exactly as ``_beam_one`` builds them. Greedy
 best candidate ends the sentence when it is EOS, else it goes on (the same tokens and float64 sums as the greedy
 search: the step's TopK keeps the lower id among ties, as numpy's argmax).
 
+Over a shortlist step graph (export/vocab_subset.py) the subset's projection rows, scales and bias depend only on
+``vocab_ids`` and weights: ``_hoist_subset`` gathers them once per sentence in the outer graph instead of at every
+step (the step-by-step search gathers them every step; docs/engine-speed-log.md item 23 found that gather eats
+what int8 saves).
+
 The step graph's nodes and initializers move into the body unchanged: initializers that are external data keep
 their references (file, offset, length), so the loop graph reads the same regions of the same weights file and a
 bundle grows by one small graph proto per variant. (Initializers in the outer graph, read by the body through
@@ -158,13 +163,99 @@ def _body_constants() -> list[onnx.TensorProto]:
     ]
 
 
+def _hoist_subset(graph: onnx.GraphProto) -> tuple[list[onnx.NodeProto], list[onnx.TensorProto]]:
+    """Take the loop-invariant part of a shortlist step graph's subset branch (export/vocab_subset.py: the Gathers
+    of the subset's projection rows, scales and bias, and the int8 rows' Transpose, which read only ``vocab_ids``
+    and weights) out of ``graph`` (edited in place), to run once per sentence in the outer graph instead of at
+    every step. Returns those nodes, reading copies of the weights and weight-only nodes they need (renamed
+    ``hoist.*``: a Loop body may not redefine an outer name; the copies keep their external-data references, so
+    onnxruntime loads that weight twice, once for the whole-vocabulary branch's prepacked product). A Gather of an
+    empty ``vocab_ids`` (the whole vocabulary) is empty and cheap. Nothing to hoist: ([], [])."""
+    branch_node = next((n for n in graph.node if n.op_type == "If" and n.input[0] == "vocab_ids.empty"), None)
+    if branch_node is None:
+        return [], []
+    subset = next(a.g for a in branch_node.attribute if a.name == "else_branch")
+    initializers = {t.name: t for t in graph.initializer}
+    producers = {out: n for n in graph.node for out in n.output}
+
+    def weight_only(name: str, seen: set[str]) -> bool:  # an initializer, or a node of initializers only
+        if name in initializers or name in seen:
+            return True
+        node = producers.get(name)
+        if node is None or node.op_type in ("If", "Loop", "Scan"):
+            return False
+        if all(weight_only(i, seen) for i in node.input if i):
+            seen.add(name)
+            return True
+        return False
+
+    constant: set[str] = set()
+    invariant = {VOCAB_IDS}
+    hoisted = []
+    for node in subset.node:
+        reads = [i for i in node.input if i]
+        if not any(a.type in (onnx.AttributeProto.GRAPH, onnx.AttributeProto.GRAPHS) for a in node.attribute) and all(
+            i in invariant or weight_only(i, constant) for i in reads
+        ):
+            hoisted.append(node)
+            invariant.update(node.output)
+    if not hoisted:
+        return [], []
+    kept = [n for n in subset.node if all(n is not h for h in hoisted)]
+    del subset.node[:]
+    subset.node.extend(kept)
+    # the weights and weight-only nodes the hoisted nodes read, copied under new names
+    needed: list[str] = []
+
+    def need(name: str) -> None:
+        if name in needed or name in invariant:
+            return
+        node = producers.get(name)
+        if node is not None:
+            for i in node.input:
+                if i:
+                    need(i)
+        needed.append(name)
+
+    for node in hoisted:
+        for i in node.input:
+            if i and i not in invariant:
+                need(i)
+    renamed = {name: f"hoist.{name}" for name in needed}
+    copies = []
+    for name in needed:
+        if name in initializers:
+            tensor = onnx.TensorProto()
+            tensor.CopyFrom(initializers[name])
+            tensor.name = renamed[name]
+            copies.append(tensor)
+    outer_nodes = []
+    done: set[int] = set()
+    for name in needed:
+        node = producers.get(name)
+        if node is None or id(node) in done:
+            continue
+        done.add(id(node))
+        copy = onnx.NodeProto()
+        copy.CopyFrom(node)
+        copy.name = f"hoist.{node.name}"
+        copy.input[:] = [renamed.get(i, i) for i in node.input]
+        copy.output[:] = [renamed.get(o, o) for o in node.output]
+        outer_nodes.append(copy)
+    for node in hoisted:
+        node.input[:] = [renamed.get(i, i) for i in node.input]
+    return [*outer_nodes, *hoisted], copies
+
+
 def loop_model(step: onnx.ModelProto) -> onnx.ModelProto:
     """The search loop of one sentence over ``step`` (a decoder step graph of interface 3 or later); ``step`` is
     left as it was (its nodes and initializers are copied)."""
     metadata = {p.key: p.value for p in step.metadata_props}
     if step_interface(metadata) < 3:
         raise ValueError("a search loop needs a step graph of interface 3 or later (positions, self_mask inputs)")
-    graph = step.graph
+    graph = onnx.GraphProto()
+    graph.CopyFrom(step.graph)
+    hoisted, hoisted_weights = _hoist_subset(graph)
     inputs = {i.name: i for i in graph.input}
     outputs = {o.name: o for o in graph.output}
     carried = _carried(graph)
@@ -219,7 +310,7 @@ def loop_model(step: onnx.ModelProto) -> onnx.ModelProto:
         helper.make_tensor_value_info(SEARCH_LOOP_OUTPUTS[5], F64, ["steps", "rows"]),
     ]
     outer = helper.make_graph(
-        [*_outer_nodes(), loop],
+        [*_outer_nodes(), *hoisted, loop],
         "search_loop",
         [
             helper.make_tensor_value_info("max_steps", I64, []),
@@ -228,7 +319,7 @@ def loop_model(step: onnx.ModelProto) -> onnx.ModelProto:
             *[inputs[n] for n in fed],
         ],
         scan,
-        initializer=_outer_constants(),
+        initializer=[*_outer_constants(), *hoisted_weights],
     )
     model = helper.make_model(outer, opset_imports=list(step.opset_import), producer_name="mtserve search loop")
     model.ir_version = step.ir_version
