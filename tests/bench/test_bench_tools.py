@@ -267,3 +267,36 @@ def test_step_graphs_ratios_compare_each_graph_with_the_same_bundles_live_step()
         ("b:fp32/decoder_step_batch", 32): 9.0,  # no live step timed for fp32: no ratio
     }
     assert step_ratios(medians) == {("b:int8/decoder_step_batch", 32): 0.75, ("b:int8/decoder", 32): 2.5}
+
+
+def test_search_loop_experiment_gives_a_bundle_without_loops_its_loop_and_compares_both_ways(
+    tiny_bundle_dir, tmp_path, capsys
+):
+    """bench/experiments/search_loop.py on a copy of the tiny bundle whose loop graphs were taken out: the copy it
+    makes gets them back (sealed, loadable), both ways agree on every sentence, and the table has both rows."""
+    import json
+    import shutil
+
+    from bench.experiments.search_loop import main, with_loops
+    from core.bundle import load_bundle
+    from core.graphs import SEARCH_LOOP
+    from export.manifest import seal
+
+    bare = tmp_path / "bare" / "de-en" / "1"
+    shutil.copytree(tiny_bundle_dir, bare)
+    manifest = json.loads((bare / "manifest.json").read_text())
+    for variant in manifest["variants"].values():
+        (bare / variant.pop(SEARCH_LOOP)).unlink()
+    manifest["files"] = [f for f in manifest["files"] if SEARCH_LOOP not in f]
+    manifest["graphs"].pop(SEARCH_LOOP)
+    seal(bare, {k: v for k, v in manifest.items() if k != "manifest_sha256"})
+    copy = with_loops(bare, tmp_path / "work")
+    assert copy != bare and SEARCH_LOOP in load_bundle(copy).manifest["variants"]["int8"]
+    assert with_loops(copy, tmp_path / "again") == copy  # a bundle with loops is used as it is
+    corpus = tmp_path / "corpus"
+    corpus.mkdir()
+    (corpus / "test.de").write_text("\n".join(SAMPLE_SENTENCES) + "\n", encoding="utf-8")
+    code = main(["--bundle", str(bare), "--data", str(corpus), "--split", "test", "--repeats", "1"])
+    out = capsys.readouterr().out
+    assert code == 0 and out.count(": 0 differ") == 2
+    assert "| beam 4 | search loop graph |" in out and "| greedy | step by step (Python) |" in out
