@@ -322,11 +322,14 @@ class Registry:
     def _engine(self, bundle: Bundle) -> Engine:
         e = self.settings.engine
         probe_variant = bundle.default_variant if e.variant == "auto" else e.variant
-        threads = {"intra_op_threads": e.intra_op_threads, "inter_op_threads": e.inter_op_threads}
-        engine = Engine(bundle, probe_variant, e.providers, **threads, shortlist=e.shortlist)
+        # the continuous scheduler's live decode serves lone sentences: no search loop session to hold
+        loop = e.search_loop and self.settings.scheduling.scheduler != "continuous"
+        options = {"intra_op_threads": e.intra_op_threads, "inter_op_threads": e.inter_op_threads}
+        options.update(shortlist=e.shortlist, search_loop=loop)
+        engine = Engine(bundle, probe_variant, e.providers, **options)
         variant = choose_variant(bundle, e.variant, engine.providers)
         if variant != engine.variant:
-            engine = Engine(bundle, variant, e.providers, **threads, shortlist=e.shortlist)
+            engine = Engine(bundle, variant, e.providers, **options)
         return engine
 
     def get(self, name: str | None) -> LoadedModel:

@@ -86,6 +86,12 @@ class EngineSettings(SettingsGroup):
         description="search over the bundle's lexical shortlist when it has one (the most frequent target subwords and "
         "the likely translations of the batch's source subwords); false = always the whole vocabulary",
     )
+    search_loop: bool = Field(
+        True,
+        description="a lone sentence's greedy or beam search runs in the bundle's search loop graph, one onnxruntime "
+        "call (bundles exported since it exists; same hypotheses); false = step by step in Python. Not used (and not "
+        "loaded) with MT_SCHEDULER=continuous, whose live decode serves lone sentences",
+    )
 
 
 class SchedulingSettings(SettingsGroup):
@@ -285,6 +291,7 @@ class StateSettings(SettingsGroup):
     glossaries_per_key: int = Field(
         100, ge=1, description="stored glossaries per API key (per server without API keys); beyond it 409"
     )
+
 
 class DocumentSettings(SettingsGroup):
     """Document translation (docs/documents.md): what an upload may hold, how long results are kept."""

@@ -24,6 +24,7 @@ DEFAULTS = {
     "MT_INTER_OP_THREADS": 1,
     "MT_ENGINE_WORKERS": 1,
     "MT_SHORTLIST": True,
+    "MT_SEARCH_LOOP": True,
     "MT_SCHEDULER": "dynamic",
     "MT_BATCHING": True,
     "MT_MAX_BATCH_SENTENCES": 32,

@@ -1,0 +1,26 @@
+"""The engines the registry builds follow MT_SEARCH_LOOP and the scheduler: a search loop session where lone
+sentences go through whole-batch search (dynamic, off), none with the continuous scheduler (its live decode serves
+them) or when the setting is off."""
+
+from __future__ import annotations
+
+import pytest
+
+from core.bundle import load_bundle
+from service.metrics import Metrics
+from service.registry import Registry
+from service.settings import Settings
+
+
+@pytest.mark.parametrize(
+    "scheduler, setting, loop",
+    [("dynamic", "true", True), ("off", "true", True), ("continuous", "true", False), ("dynamic", "false", False)],
+)
+def test_the_search_loop_follows_the_setting_and_the_scheduler(tiny_bundle_dir, monkeypatch, scheduler, setting, loop):
+    monkeypatch.setenv("MT_SCHEDULER", scheduler)
+    monkeypatch.setenv("MT_SEARCH_LOOP", setting)
+    monkeypatch.setenv("MT_PROVIDERS", "cpu")
+    engine = Registry(Settings(), Metrics())._engine(load_bundle(tiny_bundle_dir))
+    assert (engine.search_loop is not None) == loop
+    (answer,) = engine.translate(["der hund"])
+    assert answer.text
