@@ -9,7 +9,8 @@ Started by tests as ``LiveServer(..., command=COMMAND)``; ``-c`` keeps the repos
 the import path.
 
 With ``MT_TEST_STEP_DELAY_S`` in the environment every decoder step (decoder_step.onnx run) takes that much longer,
-so that tests can act while continuous batching is mid-decode (a deadline, a disconnect, SIGTERM). With
+so that tests can act while continuous batching is mid-decode (a deadline, a disconnect, SIGTERM); lone sentences
+then search step by step (``MT_SEARCH_LOOP`` false unless the test sets it). With
 ``MT_TEST_RESTART_DELAY_S`` every engine a model builds after its first (a restart) takes that much longer to start,
 so that tests can watch the service while it restarts.
 """
@@ -100,5 +101,9 @@ def inject_faults(runner, engine):
 
 
 if __name__ == "__main__":
+    if float(os.environ.get("MT_TEST_STEP_DELAY_S", "0")):
+        # a slowed step must be a step: the search loop graph decodes a lone sentence in one call, which would take
+        # one delay instead of one per token (tests that slow steps want the decode to last)
+        os.environ.setdefault("MT_SEARCH_LOOP", "false")
     main = runpy.run_module("service.__main__")["main"]
     sys.exit(main(wrap_runner=inject_faults))
