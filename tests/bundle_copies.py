@@ -7,6 +7,7 @@ import shutil
 from pathlib import Path
 
 from core.bundle import MANIFEST, write_manifest
+from core.graphs import SEARCH_LOOP
 
 
 def copy_bundle(source: Path, target: Path, **changes) -> Path:
@@ -14,6 +15,19 @@ def copy_bundle(source: Path, target: Path, **changes) -> Path:
     shutil.copytree(source, target)
     manifest = json.loads((target / MANIFEST).read_text())
     manifest.update(changes)
+    manifest.pop("manifest_sha256", None)
+    write_manifest(target, manifest)
+    return target
+
+
+def without_search_loops(source: Path, target: Path) -> Path:
+    """``source`` copied to ``target`` without its search loop graphs (a bundle exported before they existed)."""
+    shutil.copytree(source, target)
+    manifest = json.loads((target / MANIFEST).read_text())
+    for variant in manifest["variants"].values():
+        (target / variant.pop(SEARCH_LOOP)).unlink()
+    manifest["files"] = [f for f in manifest["files"] if SEARCH_LOOP not in f]
+    manifest["graphs"].pop(SEARCH_LOOP)
     manifest.pop("manifest_sha256", None)
     write_manifest(target, manifest)
     return target

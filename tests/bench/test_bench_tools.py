@@ -274,22 +274,13 @@ def test_search_loop_experiment_gives_a_bundle_without_loops_its_loop_and_compar
 ):
     """bench/experiments/search_loop.py on a copy of the tiny bundle whose loop graphs were taken out: the copy it
     makes gets them back (sealed, loadable), both ways agree on every sentence, and the table has both rows."""
-    import json
-    import shutil
+    from bundle_copies import without_search_loops
 
     from bench.experiments.search_loop import main, with_loops
     from core.bundle import load_bundle
     from core.graphs import SEARCH_LOOP
-    from export.manifest import seal
 
-    bare = tmp_path / "bare" / "de-en" / "1"
-    shutil.copytree(tiny_bundle_dir, bare)
-    manifest = json.loads((bare / "manifest.json").read_text())
-    for variant in manifest["variants"].values():
-        (bare / variant.pop(SEARCH_LOOP)).unlink()
-    manifest["files"] = [f for f in manifest["files"] if SEARCH_LOOP not in f]
-    manifest["graphs"].pop(SEARCH_LOOP)
-    seal(bare, {k: v for k, v in manifest.items() if k != "manifest_sha256"})
+    bare = without_search_loops(tiny_bundle_dir, tmp_path / "bare" / "de-en" / "1")
     copy = with_loops(bare, tmp_path / "work")
     assert copy != bare and SEARCH_LOOP in load_bundle(copy).manifest["variants"]["int8"]
     assert with_loops(copy, tmp_path / "again") == copy  # a bundle with loops is used as it is

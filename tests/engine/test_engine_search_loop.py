@@ -7,17 +7,15 @@ from __future__ import annotations
 
 import json
 import random
-import shutil
 
 import numpy as np
 import onnx
 import pytest
-from tiny_bundle import SAMPLE_SENTENCES, WORD_MAP, write_corpus
+from bundle_copies import without_search_loops
+from tiny_bundle import SAMPLE_SENTENCES, WORD_MAP
 
 from core.bundle import load_bundle
 from core.graphs import SEARCH_LOOP, SEARCH_LOOP_OUTPUTS, VOCAB_IDS
-from export.cli import main as export_main
-from export.manifest import seal
 from service.engine import Engine, TranslateOptions
 
 OPTIONS = [
@@ -54,16 +52,6 @@ class Counter:
     def run(self, fetch, feeds):
         self.calls += 1
         return self.session.run(fetch, feeds)
-
-
-@pytest.fixture(scope="module")
-def shortlisted(tiny_bundle_dir, tmp_path_factory):
-    work = tmp_path_factory.mktemp("loop-shortlist")
-    bundle = work / "de-en" / "1"
-    shutil.copytree(tiny_bundle_dir, bundle)
-    corpus = write_corpus(work / "corpus")
-    assert export_main(["shortlist", "--bundle", str(bundle), "--data", str(corpus), "--frequent", "8"]) == 0
-    return bundle
 
 
 def test_every_packed_variant_carries_a_sealed_loop_over_its_batch_step_graph(tiny_bundle_dir):
@@ -133,14 +121,7 @@ def test_the_loop_over_a_shortlist_searches_the_same_subset(shortlisted, variant
 
 
 def test_a_bundle_without_the_graph_searches_step_by_step(tiny_bundle_dir, tmp_path):
-    copy = tmp_path / "de-en" / "1"
-    shutil.copytree(tiny_bundle_dir, copy)
-    manifest = json.loads((copy / "manifest.json").read_text())
-    for variant in manifest["variants"].values():
-        (copy / variant.pop(SEARCH_LOOP)).unlink()
-    manifest["files"] = [f for f in manifest["files"] if SEARCH_LOOP not in f]
-    manifest["graphs"].pop(SEARCH_LOOP)
-    seal(copy, {k: v for k, v in manifest.items() if k != "manifest_sha256"})
+    copy = without_search_loops(tiny_bundle_dir, tmp_path / "de-en" / "1")
     engine = Engine(load_bundle(copy), variant="int8", providers="cpu")
     assert engine.search_loop is None
     (got,) = engine.translate(SAMPLE_SENTENCES[:1], TranslateOptions(beam_size=4))

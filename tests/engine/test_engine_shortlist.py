@@ -9,13 +9,12 @@ import shutil
 
 import numpy as np
 import pytest
-from tiny_bundle import SAMPLE_SENTENCES, write_corpus
+from tiny_bundle import SAMPLE_SENTENCES
 
 from core.bundle import BundleError, load_bundle
 from core.graphs import VOCAB_IDS, has_vocab_ids
 from core.shortlist import SHORTLIST_FILE, Shortlist
 from core.tokenizer import BOS_ID
-from export.cli import main as export_main
 from service.engine import Engine, TranslateOptions
 from service.engine.constrained import Constraint
 from service.engine.engine import _DecoderState
@@ -26,18 +25,6 @@ GREEDY, BEAM = TranslateOptions(), TranslateOptions(beam_size=4)
 # sentences of the toy corpus's own words (SAMPLE_SENTENCES also hold words it never saw, "dem", "blauen", whose
 # translations no table can learn)
 KNOWN = ["ein mann spielt", "der hund rennt im park", "eine frau sitzt auf ball", "die rot katze sitzt unter blau ball"]
-
-
-@pytest.fixture(scope="module")
-def shortlisted(tiny_bundle_dir, tmp_path_factory):
-    """A copy of the tiny bundle with a shortlist learned from its own training corpus."""
-    work = tmp_path_factory.mktemp("shortlist")
-    bundle = work / "de-en" / "1"
-    shutil.copytree(tiny_bundle_dir, bundle)
-    corpus = write_corpus(work / "corpus")
-    code = export_main(["shortlist", "--bundle", str(bundle), "--data", str(corpus), "--frequent", "8"])
-    assert code == 0
-    return bundle
 
 
 @pytest.fixture(scope="module", params=["fp32", "int8"])
