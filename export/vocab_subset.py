@@ -29,10 +29,24 @@ def _producers(graph: onnx.GraphProto) -> dict[str, onnx.NodeProto]:
     return {out: node for node in graph.node for out in node.output}
 
 
+def _log_softmax(graph: onnx.GraphProto) -> tuple[onnx.NodeProto, bool]:
+    """The LogSoftmax that makes ``log_probs``, and whether a Cast to float32 stands between them (fp16 graphs keep
+    float32 outputs: export.quantize.convert_fp16_step)."""
+    producer = _producers(graph)
+    node = producer["log_probs"]
+    cast = node.op_type == "Cast" and node.input[0] in producer
+    if cast:
+        node = producer[node.input[0]]
+    if node.op_type != "LogSoftmax":
+        made = f"a Cast of {node.op_type}" if cast else node.op_type
+        raise ValueError(f"log_probs is made by {made}, not LogSoftmax: not a decoder_step graph")
+    return node, cast
+
+
 def _projection(graph: onnx.GraphProto) -> onnx.NodeProto:
     """The node whose output LogSoftmax normalizes into ``log_probs`` (MatMul, Add of a bias, MatMulIntegerToFloat)."""
     producer = _producers(graph)
-    log_softmax = producer["log_probs"]
+    log_softmax, _ = _log_softmax(graph)
     if log_softmax.op_type != "LogSoftmax":
         raise ValueError(f"log_probs is made by {log_softmax.op_type}, not LogSoftmax: not a decoder_step graph")
     return producer[log_softmax.input[0]]
@@ -136,8 +150,19 @@ def add_vocab_subset(model: onnx.ModelProto) -> onnx.ModelProto:
     subset_nodes: list[onnx.NodeProto] = []
     constants: list[onnx.NodeProto] = []
     subset_logits = _subset_projection(graph, logits, subset_nodes, constants)
+    _, cast = _log_softmax(graph)
+    if cast:  # fp16 inside, float32 out: normalize in fp16 as the full branch does, rank the float32 values
+        subset_nodes += [
+            helper.make_node("LogSoftmax", [subset_logits], ["subset.log_probs16"], name="LogSoftmax_subset", axis=-1),
+            helper.make_node(
+                "Cast", ["subset.log_probs16"], ["subset.log_probs"], name="Cast_subset", to=TensorProto.FLOAT
+            ),
+        ]
+    else:
+        subset_nodes.append(
+            helper.make_node("LogSoftmax", [subset_logits], ["subset.log_probs"], name="LogSoftmax_subset", axis=-1)
+        )
     subset_nodes += [
-        helper.make_node("LogSoftmax", [subset_logits], ["subset.log_probs"], name="LogSoftmax_subset", axis=-1),
         helper.make_node("TopK", ["subset.log_probs", "top_k"], ["subset.top_log_probs", "subset.top_at"], axis=-1),
         helper.make_node("Gather", [VOCAB_IDS, "subset.top_at"], ["subset.top_ids"], name="Gather_subset_ids"),
     ]
