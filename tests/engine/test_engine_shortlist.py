@@ -155,3 +155,21 @@ def test_live_decode_over_the_union_of_its_sentences(engines):
         results.update(live.step().finished)
     want = engine.translate(SAMPLE_SENTENCES, GREEDY)
     assert [results[i].text for i in range(len(SAMPLE_SENTENCES))] == [t.text for t in want]
+
+
+def test_verify_checks_a_shortlisted_bundle_over_the_whole_vocabulary(shortlisted, tiny_model_dir, tmp_path):
+    """`export.cli verify` on a bundle with a shortlist (the release runs it after the shortlist decision): its
+    step graphs take vocab_ids, fed empty (the whole vocabulary, as PyTorch computes), and translations are
+    compared with the engine's whole-vocabulary search."""
+    from tiny_bundle import write_corpus
+
+    from export.cli import main as export_main
+
+    corpus = write_corpus(tmp_path / "corpus", n_train=10, n_valid=12)
+    report_path = tmp_path / "verify.json"
+    args = ["verify", "--bundle", str(shortlisted), "--model", str(tiny_model_dir / "release"), "--shapes", "4"]
+    assert export_main([*args, "--data", str(corpus), "--split", "test", "--output", str(report_path)]) == 0
+    report = json.loads(report_path.read_text())
+    assert report["max_abs_diff"]["step.log_probs"] <= 1e-4
+    for beam in ("beam1", "beam4"):
+        assert report[beam]["identical"] == report[beam]["total"] == 12, report[beam]["differing"]
