@@ -350,6 +350,11 @@ class Engine:
                     self._live_step = create_session(path, providers, **settings)
         return self._live_step
 
+    @live_step.setter
+    def live_step(self, session) -> None:
+        """A session (or a wrapper of one: tests, benchmarks) the live decode runs from now on."""
+        self._live_step = session
+
     @property
     def search_loop(self) -> SearchLoop | None:
         """The search loop of a lone sentence (the bundle's ``decoder_loop`` graph), created on first use; None when
@@ -363,11 +368,6 @@ class Engine:
                     path = self.bundle.graph(self.variant, self._search_loop_key)
                     self._search_loop = SearchLoop(create_session(path, providers, **settings))
         return self._search_loop
-
-    @live_step.setter
-    def live_step(self, session) -> None:
-        """A session (or a wrapper of one: tests, benchmarks) the live decode runs from now on."""
-        self._live_step = session
 
     @property
     def step_graphs(self) -> dict[str, str]:
