@@ -1,11 +1,14 @@
 #!/usr/bin/env bash
 # The general-domain models end to end (docs/general-domain.md): prepare the corpora -> train (or resume) one
-# shared de+zh -> en model -> export it twice (de-en version 3, zh-en version 2) -> bundle BLEU on every split ->
-# confidence -> parity.
+# shared de+zh -> en model -> export it twice (de-en version 3, zh-en version 2) -> shortlist check -> bundle BLEU
+# on every split -> confidence -> parity.
 #   bash scripts/release_general.sh ../shared/data
 # Steps that are done are cheap to repeat: prepare rewrites the same files, train resumes from
-# runs/general/checkpoints/last.pt and, once its 30,100 steps are done, only finalizes (average vs best).
-# STAGE=export skips preparation and training (a finished run), STAGE=evaluate also the export.
+# runs/general/checkpoints/last.pt and, once its steps are done (10 epochs, or the config's "max_steps"), only
+# finalizes (average vs best).
+# STAGE=export skips preparation and training (a finished run), STAGE=evaluate also the export and the shortlist.
+# After the export the two directions run side by side, one core each (every engine and PyTorch on one thread),
+# each logging to $OUT/release.<src>.log; the script fails if either fails.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 SHARED=${1:?usage: scripts/release_general.sh <folder of the corpora: ../shared/data>}
@@ -15,9 +18,10 @@ PY=${PYTHON:-.venv/bin/python}
 STAGE=${STAGE:-all}
 OUT=${OUT:-checkpoints/general}
 REPOSITORY=${REPOSITORY:-model_repository}
+PARITY=${PARITY:-docs}  # where docs/parity-<name>-<version>.json go
+VARIANTS=${VARIANTS:-fp32 int8 fp16}
 DE=$REPOSITORY/de-en/3
 ZH=$REPOSITORY/zh-en/2
-VARIANTS=${VARIANTS:-fp32 int8 fp16}
 
 if [ "$STAGE" = all ]; then
     "$PY" -m model.cli prepare --recipe configs/data/general.json --data "$SHARED" --out "$DATA"
@@ -28,15 +32,7 @@ if [ "$STAGE" = all ] || [ "$STAGE" = export ]; then
     cp "$RUN"/release/model.safetensors "$RUN"/release/config.json "$RUN"/release/tokenizer.model \
         "$RUN"/release/prepare.json "$OUT"/
     cp "$RUN"/curve.png "$RUN"/log.jsonl "$OUT"/
-    # Both bundles calibrate int8 on the same mixed German+Chinese sources, so their weights files are the same
-    # bytes (git stores them once); they differ in the manifest's languages and source normalisation.
-    "$PY" -m export.cli export --model "$OUT" --out "$DE" --name de-en --version 3 --variants $VARIANTS \
-        --source-language de --calibration-data "$DATA"/train.src --force
-    "$PY" -m export.cli export --model "$OUT" --out "$ZH" --name zh-en --version 2 --variants $VARIANTS \
-        --source-language zh --calibration-data "$DATA"/train.src --force
-    # The vocabulary shortlist of each bundle (issue 33; export/shortlist.py): IBM Model 1 over that direction's
-    # training pairs, gathered into one parallel text per direction. It ships only if int8 BLEU with it stays within
-    # 0.2 of the whole vocabulary on every split and beam (export.cli compare), measured on a copy of the bundle.
+    # The vocabulary shortlist's training pairs (issue 33; export/shortlist.py): one parallel text per direction.
     for pair in "de news-de tatoeba-de multi30k" "zh news-zh tatoeba-zh tico-zh cedict"; do
         set -- $pair
         src=$1 && shift
@@ -44,16 +40,31 @@ if [ "$STAGE" = all ] || [ "$STAGE" = export ]; then
         for c in "$@"; do cat "$DATA/$c.train.$src"; done > "$folder"/train.$src
         for c in "$@"; do cat "$DATA/$c.train.en"; done > "$folder"/train.en
     done
-    for pair in "de $DE news-de.val multi30k.test tatoeba-de.test" "zh $ZH news-zh.val tico-zh.test tatoeba-zh.test"; do
-        set -- $pair
-        src=$1 bundle=$2 && shift 2
+fi
+
+# One direction: export (both bundles calibrate int8 on the same mixed German+Chinese sources, so their weights
+# files are the same bytes and git stores them once; they differ in the manifest's languages and source
+# normalisation) -> shortlist decision -> BLEU of every variant, split and beam (sealed; the first split is the
+# bundle's headline) -> confidence fitted on every domain's validation split -> parity against PyTorch on 1,000
+# news sentences (the long ones).
+direction() {
+    local src=$1 bundle=$2 name=$3 version=$4 fit=$5 test=$6
+    shift 6
+    local splits=("$@")
+    export OMP_NUM_THREADS=1
+    if [ "$STAGE" = all ] || [ "$STAGE" = export ]; then
+        "$PY" -m export.cli export --model "$OUT" --out "$bundle" --name "$name" --version "$version" \
+            --variants $VARIANTS --source-language "$src" --calibration-data "$DATA"/train.src --force
+        # The shortlist ships only if int8 BLEU with it stays within 0.2 of the whole vocabulary on every split
+        # and beam (export.cli compare), measured on a copy of the bundle.
+        local trial
         trial=$(mktemp -d)/$(basename "$(dirname "$bundle")")/$(basename "$bundle")
         mkdir -p "$(dirname "$trial")" && cp -r "$bundle" "$trial"
         "$PY" -m export.cli shortlist --bundle "$trial" --data "$DATA"/shortlist-$src
-        "$PY" -m export.cli evaluate --bundle "$bundle" --data "$DATA" --split "$@" --beam 1 4 --variants int8 \
-            --no-seal --report "$OUT"/shortlist-check.$src.whole.json
-        "$PY" -m export.cli evaluate --bundle "$trial" --data "$DATA" --split "$@" --beam 1 4 --variants int8 \
-            --no-seal --report "$OUT"/shortlist-check.$src.shortlist.json
+        "$PY" -m export.cli evaluate --bundle "$bundle" --data "$DATA" --split "${splits[@]}" --beam 1 4 \
+            --variants int8 --no-seal --report "$OUT"/shortlist-check.$src.whole.json
+        "$PY" -m export.cli evaluate --bundle "$trial" --data "$DATA" --split "${splits[@]}" --beam 1 4 \
+            --variants int8 --no-seal --report "$OUT"/shortlist-check.$src.shortlist.json
         if "$PY" -m export.cli compare --base "$OUT"/shortlist-check.$src.whole.json \
             --candidate "$OUT"/shortlist-check.$src.shortlist.json --max-loss 0.2; then
             rm -rf "$bundle" && cp -r "$trial" "$bundle"
@@ -62,21 +73,25 @@ if [ "$STAGE" = all ] || [ "$STAGE" = export ]; then
             echo "$bundle: shortlist left out (over 0.2 BLEU lost; see $OUT/shortlist-check.$src.*.json)"
         fi
         rm -rf "$(dirname "$(dirname "$trial")")"
-    done
-fi
-# Every split of each direction, greedy and beam 4, every variant through the engine; the first split is the
-# bundle's headline BLEU. Reports beside the released weights.
-"$PY" -m export.cli evaluate --bundle "$DE" --data "$DATA" \
-    --split news-de.val multi30k.test tatoeba-de.test --beam 1 4 --report "$OUT"/evaluation.de-en.json
-"$PY" -m export.cli evaluate --bundle "$ZH" --data "$DATA" \
-    --split news-zh.val tico-zh.test tatoeba-zh.test --beam 1 4 --report "$OUT"/evaluation.zh-en.json
-# Confidence is fitted on the validation splits of every domain and tested on the test splits.
-"$PY" -m export.confidence --bundle "$DE" --data "$DATA" --fit-split news-de.val tatoeba-de.val multi30k.val \
-    --test-split tatoeba-de.test multi30k.test
-"$PY" -m export.confidence --bundle "$ZH" --data "$DATA" --fit-split news-zh.val tatoeba-zh.val tico-zh.val \
-    --test-split tatoeba-zh.test tico-zh.test
-# Parity PyTorch vs onnxruntime on 1,000 news sentences (the long ones) of each direction.
-"$PY" -m export.cli verify --bundle "$DE" --model "$OUT" --data "$DATA" --split news-de.val --limit 1000 \
-    --beam 1 4 --output docs/parity-de-en-3.json
-"$PY" -m export.cli verify --bundle "$ZH" --model "$OUT" --data "$DATA" --split news-zh.val --limit 1000 \
-    --beam 1 4 --output docs/parity-zh-en-2.json
+    fi
+    "$PY" -m export.cli evaluate --bundle "$bundle" --data "$DATA" --split "${splits[@]}" --beam 1 4 \
+        --report "$OUT"/evaluation.$name.json
+    # shellcheck disable=SC2086  # $fit and $test are lists of splits
+    "$PY" -m export.confidence --bundle "$bundle" --data "$DATA" --fit-split $fit --test-split $test
+    mkdir -p "$PARITY"
+    "$PY" -m export.cli verify --bundle "$bundle" --model "$OUT" --data "$DATA" --split "${splits[0]}" --limit 1000 \
+        --beam 1 4 --output "$PARITY"/parity-$name-$version.json
+}
+
+mkdir -p "$OUT"
+direction de "$DE" de-en 3 "news-de.val tatoeba-de.val multi30k.val" "tatoeba-de.test multi30k.test" \
+    news-de.val multi30k.test tatoeba-de.test > "$OUT"/release.de.log 2>&1 &
+de_pid=$!
+direction zh "$ZH" zh-en 2 "news-zh.val tatoeba-zh.val tico-zh.val" "tatoeba-zh.test tico-zh.test" \
+    news-zh.val tico-zh.test tatoeba-zh.test > "$OUT"/release.zh.log 2>&1 &
+zh_pid=$!
+status=0
+wait $de_pid || { status=1; echo "de-en failed: $OUT/release.de.log"; tail -20 "$OUT"/release.de.log; }
+wait $zh_pid || { status=1; echo "zh-en failed: $OUT/release.zh.log"; tail -20 "$OUT"/release.zh.log; }
+[ $status = 0 ] && echo "released $DE and $ZH (logs: $OUT/release.de.log, $OUT/release.zh.log)"
+exit $status
