@@ -4,7 +4,8 @@
         --data ../shared/data/multi30k --split test_2016_flickr
 
 The spec is filled by hand (``ctranslate2.specs``), so CTranslate2 runs exactly our weights:
-- post-norm layers (pre_norm=False): x = LN(x + sublayer(x)), no final encoder/decoder norm;
+- post-norm layers (pre_norm=False): x = LN(x + sublayer(x)), no final encoder/decoder norm; or pre-norm layers
+  (pre_norm=True, the general-domain models): x = x + sublayer(LN(x)), each stack ending in its LayerNorm;
 - embeddings multiplied by sqrt(d_model) (scale_embeddings), one table shared by source, target and output;
 - positions: CTranslate2's built-in sinusoidal table concatenates [sin | cos] halves, ours interleaves
   PE(i, 2j) = sin, PE(i, 2j+1) = cos, so our own table is written into ``position_encodings.encodings``;
@@ -60,16 +61,20 @@ def build_spec(model, pieces: Sequence[str]):
     from model.positional import sinusoidal_table
 
     cfg = model.cfg
-    if cfg.positional_encoding != "sinusoidal" or cfg.norm_placement != "post" or cfg.activation != "relu":
-        raise ValueError("this converter covers the default architecture: sinusoidal positions, post-norm, relu")
+    if cfg.positional_encoding != "sinusoidal" or cfg.activation != "relu":
+        raise ValueError("this converter covers sinusoidal positions and relu (post-norm or pre-norm layers)")
+    pre_norm = cfg.norm_placement == "pre"
     if len(pieces) != cfg.vocab_size:
         raise ValueError(f"tokenizer has {len(pieces)} pieces, model vocabulary is {cfg.vocab_size}")
     encoder = transformer_spec.TransformerEncoderSpec(
-        cfg.n_encoder_layers, cfg.n_heads, pre_norm=False, activation=common_spec.Activation.RELU
+        cfg.n_encoder_layers, cfg.n_heads, pre_norm=pre_norm, activation=common_spec.Activation.RELU
     )
     decoder = transformer_spec.TransformerDecoderSpec(
-        cfg.n_decoder_layers, cfg.n_heads, pre_norm=False, activation=common_spec.Activation.RELU
+        cfg.n_decoder_layers, cfg.n_heads, pre_norm=pre_norm, activation=common_spec.Activation.RELU
     )
+    if pre_norm:  # a sublayer's LayerNorm goes before it (same spec names), and each stack ends in a LayerNorm
+        _norm(encoder.layer_norm, model.encoder_norm)
+        _norm(decoder.layer_norm, model.decoder_norm)
     positions = sinusoidal_table(cfg.max_positions, cfg.d_model).numpy()  # (max_positions, d_model), interleaved
     embedding = _np(model.src_embed.weight)
     for side, embed in ((encoder, model.src_embed), (decoder, model.tgt_embed)):

@@ -81,6 +81,46 @@ def test_ct2_conversion_runs_our_model_and_the_check_notices_a_wrong_one(tiny_mo
     assert check_agreement(release, wrong, SAMPLE_SENTENCES * 4)["rate"] < 0.9
 
 
+def test_ct2_conversion_of_a_pre_norm_model_scores_every_token_as_pytorch(tiny_model_dir, tmp_path):
+    """The general-domain models are pre-norm (x + sublayer(LN(x)), each stack ending in a LayerNorm): the converted
+    model's per-token log-probabilities (CTranslate2's score_batch, teacher forcing) equal PyTorch's. A random
+    model with random LayerNorm weights, so a missing or misplaced norm shows."""
+    ctranslate2 = pytest.importorskip("ctranslate2")
+    import shutil
+
+    from bench.ct2_convert import convert
+    from core.tokenizer import Tokenizer
+    from model.checkpoint import save_release
+
+    tiny, _ = load_release(tiny_model_dir / "release")
+    cfg = ModelConfig.from_dict({**tiny.cfg.to_dict(), "norm_placement": "pre"})
+    torch.manual_seed(0)
+    model = Transformer(cfg).eval()
+    with torch.no_grad():
+        for module in model.modules():
+            if isinstance(module, torch.nn.LayerNorm):
+                module.weight.uniform_(0.5, 1.5)
+                module.bias.uniform_(-0.2, 0.2)
+    release = tmp_path / "pre-norm"
+    save_release(release, model)
+    shutil.copy(tiny_model_dir / "release" / "tokenizer.model", release / "tokenizer.model")
+    out = convert(release, tmp_path / "ct2")
+    tokenizer = Tokenizer(release / "tokenizer.model")
+    pieces = [tokenizer.sp.id_to_piece(i) for i in range(tokenizer.vocab_size)]
+    translator = ctranslate2.Translator(str(out), device="cpu", intra_threads=1)
+    sources = [tokenizer.encode(s) + [cfg.eos_id] for s in SAMPLE_SENTENCES[:3]]
+    targets = [tokenizer.encode(s)[:6] for s in reversed(SAMPLE_SENTENCES[:3])]
+    scored = translator.score_batch(
+        [[pieces[i] for i in s] for s in sources], [[pieces[i] for i in t] for t in targets]
+    )
+    for source, target, result in zip(sources, targets, scored, strict=True):
+        with torch.no_grad():
+            logits = model(torch.tensor([source]), torch.tensor([[cfg.bos_id, *target]]))
+        expected = torch.log_softmax(logits[0].float(), dim=-1)[range(len(target) + 1), [*target, cfg.eos_id]]
+        assert len(result.log_probs) == len(target) + 1
+        assert torch.allclose(torch.tensor(result.log_probs), expected, atol=1e-4), (result.log_probs, expected)
+
+
 def test_profile_engine_splits_cpu_time_and_profiles_the_step(tiny_bundle_dir):
     """bench/profile_engine.py on the tiny bundle: the split adds up, and the step profile names real operators."""
     import json
