@@ -1,5 +1,6 @@
-"""``python -m export.cli export | evaluate | verify | shortlist | compare``: build a bundle, measure its BLEU, check
-parity, add a lexical shortlist learned from parallel text, compare two evaluation reports."""
+"""``python -m export.cli export | evaluate | verify | shortlist | compare | tables``: build a bundle, measure its BLEU,
+check parity, add a lexical shortlist learned from parallel text, compare two evaluation reports, print a report's
+markdown tables."""
 
 from __future__ import annotations
 
@@ -270,6 +271,16 @@ def cmd_compare(args: argparse.Namespace) -> int:
     return 0 if ok else 1
 
 
+def cmd_tables(args: argparse.Namespace) -> int:
+    from export.report_tables import scores, variants
+
+    report = json.loads(Path(args.report).read_text())
+    baseline = json.loads(Path(args.baseline).read_text()) if args.baseline else None
+    print(scores(report, args.variant, baseline), end="\n\n")
+    print(variants(report))
+    return 0
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m export.cli", description=__doc__)
     sub = parser.add_subparsers(dest="command", required=True)
@@ -371,6 +382,12 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--candidate", required=True)
     p.add_argument("--max-loss", type=float, default=0.2)
     p.set_defaults(func=cmd_compare)
+
+    p = sub.add_parser("tables", help="markdown tables of an evaluate --report file (model cards, release notes)")
+    p.add_argument("--report", required=True)
+    p.add_argument("--baseline", help="the replaced model's report on the same splits, shown beside")
+    p.add_argument("--variant", default="int8", help="the variant of the scores table (the served one)")
+    p.set_defaults(func=cmd_tables)
 
     args = parser.parse_args(argv)
     return args.func(args)
