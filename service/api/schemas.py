@@ -169,6 +169,14 @@ def request_models(limits: LimitSettings) -> RequestModels:
         )
         num_hypotheses: Int = Field(1, ge=1, le=limits.max_beam_size, description="n-best size, at most beam_size")
         length_penalty: float = Field(0.6, ge=0.0, le=5.0)
+        no_repeat_ngram_size: Int = Field(
+            0,
+            ge=0,
+            le=32,
+            description="> 0: no n-gram of this many subwords twice in a translation (stops a translation that "
+            "loops on a syllable or phrase, as CTranslate2's option of that name); 0: off. Not applied to sentences "
+            "with glossary terms or do-not-translate spans",
+        )
         return_attention: bool = False
         return_alignment: bool = False
         timeout_s: Timeout = None

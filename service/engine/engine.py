@@ -36,6 +36,7 @@ from service.engine.constrained import Constraint, constrained_beam_search, cons
 from service.engine.constrained_greedy import GREEDY_TERM_TOP_K, constrained_greedy_search
 from service.engine.decoder_cache import decoder_feeds, empty_cache
 from service.engine.device_state import GATHER_GRAPH, DeviceRunner, device_search, wants_device_search
+from service.engine.no_repeat import NoRepeatNgram
 from service.engine.reorder import ReorderBuffers
 from service.engine.runtime import create_session
 from service.engine.search import TopCandidates, beam_search, greedy_search
@@ -61,6 +62,9 @@ class TranslateOptions:
     length_penalty: float = 0.6
     return_attention: bool = False
     constrained: bool = False  # its sources carry constraints: whole batches only (no live decode)
+    # > 0: no n-gram of this size twice in a hypothesis (service/engine/no_repeat.py); whole batches searched step by
+    # step only (no live decode, no search loop graph); not applied to sentences with constraints
+    no_repeat_ngram_size: int = 0
 
 
 @dataclass
@@ -73,6 +77,14 @@ class Translation:
     attention: np.ndarray | None = None  # cross-attention (layers, heads, target, source)
     truncated: bool = False  # stopped at its length limit without EOS (set by the serving layer, which knows it)
     missing: list = field(default_factory=list)  # glossary terms / spans it lacks (service/serving/terms.py Use)
+
+
+def _guarded(state: _DecoderState, options: TranslateOptions):
+    """The state's step, wrapped to ban repeated n-grams when the options ask (service/engine/no_repeat.py)."""
+    if not options.no_repeat_ngram_size:
+        return state.step
+    state.fetch_full = True  # the guard replaces a banned candidate by the next best: every log-probability
+    return NoRepeatNgram(state.step, options.no_repeat_ngram_size)
 
 
 def pad_batch(sequences: Sequence[Sequence[int]]) -> np.ndarray:
@@ -584,7 +596,7 @@ class Engine:
     def _search(
         self, sources: list[list[int]], options: TranslateOptions, stats: dict[str, float]
     ) -> list[list[Hypothesis]]:
-        if self.device_runner is not None:  # the same search with encoder outputs and cache on the device
+        if self.device_runner is not None and not options.no_repeat_ngram_size:  # encoder outputs, cache on the device
             limits = length_limits([len(s) for s in sources], self.max_source_tokens, options.max_length)
             return device_search(self.device_runner, pad_batch(sources), limits, options, stats)
         started = time.perf_counter()
@@ -604,17 +616,18 @@ class Engine:
         session, lean = (self.step_decoder, True) if self.step_decoder is not None else (self.decoder, False)
         keys, values, mask = enc["cross_keys"], enc["cross_values"], enc["src_mask"]
         vocab = {"vocab_ids": self.vocab_subset(sources, options) if lean else None, "vocab_size": self.vocab_size}
-        if len(sources) == 1 and lean:
+        if len(sources) == 1 and lean and not options.no_repeat_ngram_size:
             loop = self.search_loop
             if loop is not None and loop.serves(k, vocab["vocab_ids"]):
                 args = (limits[0], k, options.length_penalty, options.num_hypotheses, vocab["vocab_ids"])
                 return [loop.search(enc, *args)]
         if k == 1:
             state = _DecoderState(session, keys, values, mask, lean, **vocab)
-            return [[h] for h in greedy_search(state.step, limits, BOS_ID, EOS_ID)]
+            return [[h] for h in greedy_search(_guarded(state, options), limits, BOS_ID, EOS_ID)]
         rows = np.repeat(np.arange(len(sources)), k)
         state = _DecoderState(session, keys, values, mask, lean, row_sources=rows, top_k=2 * k, **vocab)
-        return beam_search(state.step, limits, BOS_ID, EOS_ID, k, options.length_penalty, options.num_hypotheses)
+        step = _guarded(state, options)
+        return beam_search(step, limits, BOS_ID, EOS_ID, k, options.length_penalty, options.num_hypotheses)
 
     def attach_attention(self, results: list[Translation]) -> None:
         """Cross-attention of each best hypothesis: row j is the step that generated token j."""

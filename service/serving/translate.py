@@ -21,6 +21,7 @@ def options_of(body: Any) -> TranslateOptions:
         max_length=body.max_length,
         num_hypotheses=body.num_hypotheses,
         length_penalty=body.length_penalty,
+        no_repeat_ngram_size=body.no_repeat_ngram_size,
         return_attention=body.return_attention or body.return_alignment,
     )
 

@@ -66,6 +66,20 @@ def test_max_length_caps_generated_tokens(api):
     assert 1 <= len(out["target_tokens"]) <= 3
 
 
+def test_no_repeat_ngram_size_blocks_repeats_and_is_validated(api):
+    texts = SAMPLES[:3]
+    for beam in (1, 3):
+        plain = translate(api, texts=texts, beam_size=beam)["translations"]
+        far = translate(api, texts=texts, beam_size=beam, no_repeat_ngram_size=32)["translations"]
+        assert [t["text"] for t in far] == [t["text"] for t in plain]  # a block no translation reaches
+        blocked = translate(api, texts=texts, beam_size=beam, no_repeat_ngram_size=1)["translations"]
+        for t in blocked:  # size 1: no subword twice
+            assert len(t["target_tokens"]) == len(set(t["target_tokens"])), t["target_tokens"]
+    for bad in (-1, 33, "2", 1.5):
+        response = api.post("/v1/translate", json={"texts": texts, "no_repeat_ngram_size": bad})
+        assert response.status_code == 422, (bad, response.text)
+
+
 def test_alignment_pairs_are_in_range(api):
     out = translate(api, texts=SAMPLES, beam_size=3, return_alignment=True)["translations"]
     for t in out:

@@ -1,0 +1,97 @@
+"""The repeated-n-gram block (service/engine/no_repeat.py, ``TranslateOptions.no_repeat_ngram_size``): no n-gram
+twice in any hypothesis, greedy and beam, a sentence alike alone and in a batch, and a block no output can reach
+changes nothing."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from tiny_bundle import SAMPLE_SENTENCES
+
+from core.bundle import load_bundle
+from service.engine import Engine, TranslateOptions
+from service.engine.no_repeat import NoRepeatNgram
+from service.engine.search import TopCandidates, beam_search, greedy_search, top_candidates
+
+BOS, EOS, VOCAB = 1, 2, 12
+
+
+def _ngrams(tokens: list[int], n: int) -> list[tuple[int, ...]]:
+    return [tuple(tokens[i : i + n]) for i in range(len(tokens) - n + 1)]
+
+
+def looping_step(top: int = 0):
+    """A decoder that always prefers token 5, then 6, 7, ... (EOS last): left alone it loops on 5."""
+    base = np.log(np.exp(-np.arange(VOCAB, dtype=np.float32)) / np.exp(-np.arange(VOCAB)).sum()).astype(np.float32)
+    order = [5, 6, 7, 8, 9, 10, 11, 3, 4, 0, 1, EOS]
+    row = np.empty(VOCAB, np.float32)
+    row[order] = base
+
+    def step(last: np.ndarray, rows: np.ndarray | None):
+        full = np.tile(row, (len(last), 1))
+        if top:
+            candidates = top_candidates(full, top)
+            return TopCandidates(candidates.log_probs, candidates.ids, full)
+        return full
+
+    return step
+
+
+@pytest.mark.parametrize("n", [1, 2, 3])
+def test_greedy_never_repeats_an_ngram(n):
+    free = greedy_search(looping_step(), [20, 20], BOS, EOS)
+    assert free[0].tokens == [5] * 20  # the loop the block is for
+    guarded = greedy_search(NoRepeatNgram(looping_step(), n), [20, 20], BOS, EOS)
+    for hyp in guarded:
+        grams = _ngrams(hyp.tokens, n)
+        assert len(grams) == len(set(grams)), hyp.tokens
+        assert np.isfinite(hyp.score)
+    assert guarded[0].tokens == guarded[1].tokens  # rows of one batch are independent
+
+
+@pytest.mark.parametrize("n", [2, 3])
+def test_beam_never_repeats_an_ngram_in_any_hypothesis(n):
+    for top in (0, 8):  # plain log-probabilities, or the graph's top candidates with the full array beside
+        nbest = beam_search(NoRepeatNgram(looping_step(top), n), [12, 12, 12], BOS, EOS, 4, 0.6, 4)
+        for sentence in nbest:
+            assert len(sentence) == 4
+            for hyp in sentence:
+                grams = _ngrams(hyp.tokens, n)
+                assert len(grams) == len(set(grams)), hyp.tokens
+
+
+def test_top_candidates_without_the_full_array_are_refused():
+    def step(last, rows):
+        return TopCandidates(np.zeros((len(last), 2), np.float32), np.tile([5, 6], (len(last), 1)))
+
+    guarded = NoRepeatNgram(step, 1)
+    guarded(np.full((1, 1), BOS), None)
+    with pytest.raises(ValueError, match="every log-probability"):
+        guarded(np.full((1, 1), 5), None)
+    with pytest.raises(ValueError, match="at least 1"):
+        NoRepeatNgram(step, 0)
+
+
+@pytest.fixture(scope="module", params=["fp32", "int8"])
+def engine(request, tiny_bundle_dir):
+    return Engine(load_bundle(tiny_bundle_dir), variant=request.param, providers="cpu")
+
+
+@pytest.mark.parametrize("beam", [1, 4])
+def test_engine_block_alone_equals_batched_and_holds(engine, beam):
+    sentences = [s for s in SAMPLE_SENTENCES if len(engine.source_ids([s])[0]) < engine.max_source_tokens // 2]
+    options = TranslateOptions(beam_size=beam, max_length=40, no_repeat_ngram_size=2)
+    batched = engine.translate(sentences, options)
+    for sentence, together in zip(sentences, batched, strict=True):
+        alone = engine.translate([sentence], options)[0]
+        assert alone.token_ids == together.token_ids and alone.score == pytest.approx(together.score, abs=1e-5)
+        grams = _ngrams(together.token_ids, 2)
+        assert len(grams) == len(set(grams)), together.token_ids
+
+
+@pytest.mark.parametrize("beam", [1, 4])
+def test_engine_block_no_output_reaches_changes_nothing(engine, beam):
+    plain = engine.translate(SAMPLE_SENTENCES, TranslateOptions(beam_size=beam))
+    far = engine.translate(SAMPLE_SENTENCES, TranslateOptions(beam_size=beam, no_repeat_ngram_size=32))
+    for a, b in zip(plain, far, strict=True):
+        assert a.token_ids == b.token_ids and a.score == pytest.approx(b.score, abs=1e-5)
