@@ -2,10 +2,10 @@
 option of that name): a step wrapper that sets the log-probability of every token that would complete an n-gram
 the row's hypothesis already holds to -inf.
 
-The wrapper sits between a search (service/engine/search.py, constrained.py) and its ``StepFn``: each call's
-``rows`` (which previous rows go on, in which order) and ``last`` (each row's new token) are all it needs to keep
-every row's tokens, so the searches do not change. A row's ban depends on its own tokens only, so a sentence
-decodes alike alone and in any batch. It needs every log-probability of a step (``TopCandidates.full`` or the
+The wrapper sits between a search (service/engine/search.py; not the constrained searches) and its ``StepFn``:
+each call's ``rows`` (which previous rows go on, in which order) and ``last`` (each row's new token) are all it
+needs to keep every row's tokens, so the searches do not change. A row's ban depends on its own tokens only, so a
+sentence decodes alike alone and in any batch. It needs every log-probability of a step (``TopCandidates.full`` or the
 plain array): a banned token among the graph's top candidates is replaced by the next best one, which the top
 candidates alone may not hold. Measured on the general-domain model through CTranslate2 (docs/general-domain.md):
 a 4-gram block removed every loop at no measurable BLEU cost.
