@@ -1,6 +1,6 @@
-"""``python -m export.cli export | evaluate | verify | shortlist | compare | tables``: build a bundle, measure its BLEU,
-check parity, add a lexical shortlist learned from parallel text, compare two evaluation reports, print a report's
-markdown tables."""
+"""``python -m export.cli export | evaluate | verify | shortlist | decoding | compare | tables``: build a bundle,
+measure its BLEU, check parity, add a lexical shortlist learned from parallel text, set its decoding defaults,
+compare two evaluation reports, print a report's markdown tables."""
 
 from __future__ import annotations
 
@@ -157,11 +157,15 @@ def cmd_evaluate(args: argparse.Namespace) -> int:
             for beam in args.beam:
                 started = time.time()
                 hyps = []
+                options = engine.resolved(
+                    TranslateOptions(beam_size=beam, no_repeat_ngram_size=args.no_repeat_ngram_size)
+                )
                 for start in range(0, len(ids), args.batch_size):
                     chunk = ids[start : start + args.batch_size]
-                    hyps += [t.text for t in engine.translate_ids(chunk, TranslateOptions(beam_size=beam))]
+                    hyps += [t.text for t in engine.translate_ids(chunk, options)]
                 result = bleu(hyps, references)
                 result.update(beam_size=beam, seconds=round(time.time() - started, 1), providers=engine.providers)
+                result["no_repeat_ngram_size"] = options.no_repeat_ngram_size
                 result["truncated_sources"] = truncated
                 if engine.shortlist is not None:  # searched over the bundle's lexical shortlist (core/shortlist.py)
                     result["shortlist"] = True
@@ -194,8 +198,15 @@ def cmd_evaluate(args: argparse.Namespace) -> int:
         "every measured beam size; otherwise fp32 (exact). GPUs serve fp16 when the bundle has it, else fp32. "
         "MT_VARIANT overrides."
     )
-    if args.limit or args.no_seal:
-        why = f"--limit {args.limit}: scores of part of each split" if args.limit else "--no-seal"
+    served = {"no_repeat_ngram_size": 0, **manifest.get("decoding", {})}["no_repeat_ngram_size"]
+    other_decoding = args.no_repeat_ngram_size not in (None, served)
+    if args.limit or args.no_seal or other_decoding:
+        if args.limit:
+            why = f"--limit {args.limit}: scores of part of each split"
+        elif other_decoding:
+            why = f"--no-repeat-ngram-size {args.no_repeat_ngram_size}: not the bundle's default ({served})"
+        else:
+            why = "--no-seal"
         print(f"{why}: not written to the manifest", file=sys.stderr)
     else:
         seal(bundle.path, manifest)
@@ -257,6 +268,20 @@ def cmd_shortlist(args: argparse.Namespace) -> int:
     shortlist, info = learn_for_bundle(bundle_dir, Path(args.data), args.prefix, args.limit, **options)
     manifest = add_shortlist(bundle_dir, shortlist, {**info, "seconds": round(time.time() - started, 1)})
     print(json.dumps(manifest["shortlist"], indent=2))
+    return 0
+
+
+def cmd_decoding(args: argparse.Namespace) -> int:
+    """Set the bundle's decoding defaults (the options a request leaves out) and reseal its manifest."""
+    bundle = load_bundle(args.bundle)  # refuses a bundle whose files do not match its manifest
+    manifest = bundle.manifest
+    decoding = dict(manifest.get("decoding", {}))
+    decoding["no_repeat_ngram_size"] = args.no_repeat_ngram_size
+    manifest["decoding"] = decoding
+    if args.why:
+        manifest["decoding_reason"] = args.why
+    seal(bundle.path, manifest)
+    print(json.dumps({"decoding": decoding, "decoding_reason": manifest.get("decoding_reason")}, indent=2))
     return 0
 
 
@@ -345,10 +370,33 @@ def main(argv: list[str] | None = None) -> int:
         action="store_true",
         help="search the whole vocabulary even when the bundle has a lexical shortlist (the engine uses it by default)",
     )
+    p.add_argument(
+        "--no-repeat-ngram-size",
+        type=int,
+        help="search with this repeated-n-gram block (0: off) instead of the bundle's default; such scores are "
+        "not sealed into the manifest unless they are the default's",
+    )
     p.add_argument("--variants", nargs="*")
     p.add_argument("--batch-size", type=int, default=32)
     p.add_argument("--threads", type=int, default=1)
     p.set_defaults(func=cmd_evaluate)
+
+    p = sub.add_parser(
+        "decoding",
+        help="set the bundle's decoding defaults, which requests that leave the option out get (GET /v1/models "
+        "shows them); the manifest is sealed again",
+    )
+    p.add_argument("--bundle", required=True, help="bundle folder (its manifest is rewritten)")
+    p.add_argument(
+        "--no-repeat-ngram-size",
+        type=int,
+        required=True,
+        choices=range(33),
+        metavar="0..32",
+        help="no n-gram of this many subwords twice in a translation; 0: off",
+    )
+    p.add_argument("--why", help="the measurement behind the choice, kept in the manifest as decoding_reason")
+    p.set_defaults(func=cmd_decoding)
 
     p = sub.add_parser("verify", help="PyTorch vs onnxruntime parity (graphs and translations)")
     bundle_and_corpus(p, "corpus folder for translation parity (optional)", data_required=False)

@@ -187,7 +187,7 @@ def translation_parity(
 ) -> TranslationParity:
     """Token-identical best hypotheses of the PyTorch reference and the engine, batch by batch."""
     sources = engine.source_ids(texts)
-    options = TranslateOptions(beam_size=beam_size)
+    options = TranslateOptions(beam_size=beam_size, no_repeat_ngram_size=0)  # the searches PyTorch's reference runs
     identical, differing = 0, []
     for start in range(0, len(sources), batch_size):
         chunk = sources[start : start + batch_size]

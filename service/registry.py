@@ -75,6 +75,7 @@ class LoadedModel:
             "heads": m["model"]["n_heads"],
             "dimension": m["model"]["d_model"],
             "scheduler": self.scheduler.mode,  # continuous falls back to dynamic for older bundles
+            "decoding": dict(self.engine.decoding),  # defaults of the options a request leaves out
         }
 
 

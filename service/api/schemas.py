@@ -109,6 +109,11 @@ class ModelInfo(BaseModel):
     scheduler: str | None = Field(
         None, description="continuous, dynamic or off (continuous needs a bundle with an interface-3 step graph)"
     )
+    decoding: dict[str, int] | None = Field(
+        None,
+        description="the model's defaults of decoding options a request leaves out (no_repeat_ngram_size: 0 = off; "
+        "a model with a repeated-n-gram block decodes whole batches, not continuously)",
+    )
     versions_available: list[str] | None = Field(None, description="version folders on disk, lowest first")
     version_reason: str | None = Field(None, description="why this version is served")
 
@@ -169,13 +174,11 @@ def request_models(limits: LimitSettings) -> RequestModels:
         )
         num_hypotheses: Int = Field(1, ge=1, le=limits.max_beam_size, description="n-best size, at most beam_size")
         length_penalty: float = Field(0.6, ge=0.0, le=5.0)
-        no_repeat_ngram_size: Int = Field(
-            0,
-            ge=0,
-            le=32,
+        no_repeat_ngram_size: Annotated[int, Field(ge=0, le=32), BeforeValidator(_integral)] | None = Field(
+            None,
             description="> 0: no n-gram of this many subwords twice in a translation (stops a translation that "
-            "loops on a syllable or phrase, as CTranslate2's option of that name); 0: off. Not applied to sentences "
-            "with glossary terms or do-not-translate spans",
+            "loops on a syllable or phrase, as CTranslate2's option of that name); 0: off; absent: the model's default "
+            "(`decoding` in GET /v1/models). Not applied to sentences with glossary terms or do-not-translate spans",
         )
         return_attention: bool = False
         return_alignment: bool = False

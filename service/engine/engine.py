@@ -10,7 +10,7 @@ from __future__ import annotations
 import threading
 import time
 from collections.abc import Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 import numpy as np
 
@@ -63,8 +63,9 @@ class TranslateOptions:
     return_attention: bool = False
     constrained: bool = False  # its sources carry constraints: whole batches only (no live decode)
     # > 0: no n-gram of this size twice in a hypothesis (service/engine/no_repeat.py); whole batches searched step by
-    # step only (no live decode, no search loop graph); not applied to sentences with constraints
-    no_repeat_ngram_size: int = 0
+    # step only (no live decode, no search loop graph); not applied to sentences with constraints. 0: off. None: the
+    # bundle's default (``Engine.resolved``: its manifest's "decoding", 0 when it has none)
+    no_repeat_ngram_size: int | None = None
 
 
 @dataclass
@@ -264,6 +265,8 @@ class Engine:
         session call, service/engine/search_loop.py) when it has one; same hypotheses as the step-by-step search."""
         self.bundle = bundle
         self.variant = variant or bundle.default_variant
+        # the bundle's decoding defaults, for options left None (export.cli decoding writes them)
+        self.decoding = {"no_repeat_ngram_size": 0, **bundle.manifest.get("decoding", {})}
         self.config = bundle.model_config
         self.tokenizer = Tokenizer(bundle.tokenizer_file)
         self.normalize_source = source_normalizer(
@@ -426,6 +429,12 @@ class Engine:
         return dict(zip(names, self.decoder.run(names, feeds), strict=True))
 
     # --- translate ---------------------------------------------------------------------------
+    def resolved(self, options: TranslateOptions) -> TranslateOptions:
+        """``options`` with what it leaves None set to the bundle's decoding defaults (``self.decoding``)."""
+        if options.no_repeat_ngram_size is not None:
+            return options
+        return replace(options, no_repeat_ngram_size=int(self.decoding["no_repeat_ngram_size"]))
+
     def translate(
         self,
         texts: Sequence[str],
@@ -444,7 +453,7 @@ class Engine:
         """``stats``, when given, receives encode / decode seconds and generated_tokens of this call.
         ``constraints``: per source, target token sequences its translation must hold (service/engine/constrained.py);
         sources with constraints decode with the constrained beam search, the others as usual."""
-        options = options or TranslateOptions()
+        options = self.resolved(options or TranslateOptions())
         if constraints is not None and any(constraints):
             return self._translate_constrained(sources, options, stats, [list(c) for c in constraints])
         stats = stats if stats is not None else {}

@@ -6,7 +6,7 @@ import asyncio
 from collections.abc import Sequence
 from typing import Any
 
-from service.engine.engine import SourceTooLongError
+from service.engine.engine import SourceTooLongError, TranslateOptions
 from service.registry import LoadedModel, UnknownModel
 from service.scheduling.errors import ShuttingDown
 from service.serving.context import RequestContext
@@ -53,6 +53,8 @@ async def _wait(
     model: LoadedModel, options: WorkOptions, sources: list[Source], ctx: RequestContext, listener: Any = None
 ) -> list[Any]:
     lengths = [s.length for s in sources]
+    if isinstance(options, TranslateOptions):  # what the request left to the model, as this version has it
+        options = model.engine.resolved(options)
     submit = model.scheduler.submit(
         options,
         sources,

@@ -19,6 +19,7 @@ from dataclasses import dataclass
 
 from core.confidence import confidence
 from service.engine.engine import TranslateOptions, Translation
+from service.language import MISMATCH_MIN_CONFIDENCE, is_mismatch
 from service.registry import LoadedModel
 from service.serving.segmentation import split_text
 
@@ -35,7 +36,7 @@ class QualityPolicy:
     identify: Identify | None = None
     candidates: tuple[str, ...] = ()
     reject_mismatch: bool = False
-    min_detect_confidence: float = 0.8
+    min_detect_confidence: float = MISMATCH_MIN_CONFIDENCE
 
 
 class LanguageMismatch(ValueError):
@@ -53,9 +54,7 @@ def mismatch(model: LoadedModel, text: str, policy: QualityPolicy) -> tuple[str,
     if policy.identify is None or not policy.candidates or not text.strip():
         return None
     found = policy.identify(text, sorted({*policy.candidates, source_language}))
-    if found is not None and found[0] != source_language and found[1] >= policy.min_detect_confidence:
-        return found
-    return None
+    return found if is_mismatch(found, source_language, policy.min_detect_confidence) else None
 
 
 def check_languages(models: Sequence[LoadedModel], texts: Sequence[str], policy: QualityPolicy) -> None:
