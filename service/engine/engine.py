@@ -84,8 +84,9 @@ def _guarded(state: _DecoderState, options: TranslateOptions):
     """The state's step, wrapped to ban repeated n-grams when the options ask (service/engine/no_repeat.py)."""
     if not options.no_repeat_ngram_size:
         return state.step
-    state.fetch_full = True  # the guard replaces a banned candidate by the next best: every log-probability
-    return NoRepeatNgram(state.step, options.no_repeat_ngram_size)
+    if state.fetch_top:  # the guard asks the graph's TopK for as many more candidates as a row has banned tokens
+        return NoRepeatNgram(state.step, options.no_repeat_ngram_size, widen=state.widen)
+    return NoRepeatNgram(state.step, options.no_repeat_ngram_size)  # every log-probability comes anyway
 
 
 def pad_batch(sequences: Sequence[Sequence[int]]) -> np.ndarray:
@@ -148,6 +149,8 @@ class _DecoderState:
         if self.subset is not None:  # the subset's own TopK serves any top_k up to the subset's size
             self.fetch_top = top_k <= len(self.subset)
         self._top_k_input = np.array([top_k if self.fetch_top else 0], dtype=np.int64)
+        # the most candidates the graph's TopK serves (``widen``)
+        self._top_k_limit = min(max_top_k, len(self.subset)) if self.subset is not None else max_top_k
         self.fetch_full = False  # with fetch_top: the full log_probs too (TopCandidates.full), set before a step
         self._fetch: list[str] | None = None
         self._reorder = ReorderBuffers()
@@ -161,6 +164,15 @@ class _DecoderState:
         keys, values = empty_cache(self.cache, cross_keys, len(self.row_sources))
         self.past_keys: np.ndarray | list[np.ndarray] = list(keys) if lean else keys
         self.past_values: np.ndarray | list[np.ndarray] = list(values) if lean else values
+
+    def widen(self, extra: int) -> bool:
+        """The next steps' graph TopK returns ``top_k + extra`` candidates per row (0: back to ``top_k``); False,
+        changing nothing, when the graph serves fewer."""
+        count = self.top_k + extra
+        if not self.fetch_top or count > self._top_k_limit:
+            return False
+        self._top_k_input = np.array([count], dtype=np.int64)
+        return True
 
     def _select(self, row_sources: np.ndarray) -> None:
         """Cross keys/values and mask of the sources the rows read (per row, or per source for interface 2)."""

@@ -60,14 +60,42 @@ def test_beam_never_repeats_an_ngram_in_any_hypothesis(n):
                 assert len(grams) == len(set(grams)), hyp.tokens
 
 
-def test_top_candidates_without_the_full_array_are_refused():
+def widening_step():
+    """looping_step's top candidates from a graph-like TopK: 8 per row, or as many more as ``widen`` asks."""
+    step, count = looping_step(), [8]
+
+    def top(last, rows):
+        candidates = top_candidates(step(last, rows), count[0])
+        return TopCandidates(candidates.log_probs, candidates.ids)
+
+    def widen(extra: int) -> bool:
+        if 8 + extra > VOCAB:  # as a graph's TopK: no more candidates than it serves
+            return False
+        count[0] = 8 + extra
+        return True
+
+    return top, widen, count
+
+
+@pytest.mark.parametrize("n", [2, 3])
+def test_widened_candidates_equal_the_masked_full_array(n):
+    top, widen, count = widening_step()
+    widened = beam_search(NoRepeatNgram(top, n, widen=widen), [12, 12], BOS, EOS, 4, 0.6, 4)
+    full = beam_search(NoRepeatNgram(looping_step(8), n), [12, 12], BOS, EOS, 4, 0.6, 4)
+    assert count[0] == 8  # back to the graph's count after each widened step
+    for a, b in zip(widened, full, strict=True):
+        assert [h.tokens for h in a] == [h.tokens for h in b]
+        assert [h.score for h in a] == pytest.approx([h.score for h in b])
+
+
+def test_top_candidates_that_cannot_widen_drop_the_banned_ones():
     def step(last, rows):
         return TopCandidates(np.zeros((len(last), 2), np.float32), np.tile([5, 6], (len(last), 1)))
 
-    guarded = NoRepeatNgram(step, 1)
+    guarded = NoRepeatNgram(step, 1, widen=lambda extra: False)
     guarded(np.full((1, 1), BOS), None)
-    with pytest.raises(ValueError, match="every log-probability"):
-        guarded(np.full((1, 1), 5), None)
+    out = guarded(np.full((1, 1), 5), None)  # 5 is banned: 6 moves up, the missing candidate is -inf
+    assert out.ids.tolist() == [[6, EOS]] and out.log_probs[0, 0] == 0.0 and out.log_probs[0, 1] == -np.inf
     with pytest.raises(ValueError, match="at least 1"):
         NoRepeatNgram(step, 0)
 
