@@ -81,7 +81,7 @@ def main(argv: list[str] | None = None) -> int:
     bundle = load_bundle(args.bundle)
     m = bundle.manifest
     engine = Engine(bundle)
-    data = {}
+    data, skipped = {}, {}
     for role, splits in (("fit", args.fit_split), ("test", args.test_split)):
         sources, references = [], []
         for split in splits:  # several splits (a general model's domains) are scored as one
@@ -90,6 +90,12 @@ def main(argv: list[str] | None = None) -> int:
             if args.limit:
                 src, ref = src[: args.limit], ref[: args.limit]
             sources, references = sources + src, references + ref
+        # a source over the model's limit is refused by the service (422), so it has no confidence to fit
+        lengths = [len(ids) for ids in engine.tokenizer.encode_batch([engine.normalize_source(s) for s in sources])]
+        fits = [n < engine.max_source_tokens for n in lengths]
+        skipped[role] = fits.count(False)
+        sources = [s for s, ok in zip(sources, fits, strict=True) if ok]
+        references = [r for r, ok in zip(references, fits, strict=True) if ok]
         data[role] = features_and_labels(engine, sources, references, args.threshold, args.beam)
     x, y = data["fit"]
     a, b = fit_logistic(x, y)
@@ -104,10 +110,16 @@ def main(argv: list[str] | None = None) -> int:
         "threshold_chrf": args.threshold,
         "variant": engine.variant,
         "beam_size": args.beam,
-        "fit": {"split": " + ".join(args.fit_split), "sentences": len(x), "positive_rate": round(float(y.mean()), 4)},
+        "fit": {
+            "split": " + ".join(args.fit_split),
+            "sentences": len(x),
+            "positive_rate": round(float(y.mean()), 4),
+            "over_the_source_limit": skipped["fit"],
+        },
         "test": {
             "split": " + ".join(args.test_split),
             "sentences": len(tx),
+            "over_the_source_limit": skipped["test"],
             "positive_rate": round(float(ty.mean()), 4),
             "ece": round(calibration_error(p, ty), 4),
             "brier": round(float(np.mean((p - ty) ** 2)), 4),

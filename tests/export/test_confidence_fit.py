@@ -49,3 +49,23 @@ def test_the_cli_fits_on_several_splits_as_one(tiny_bundle_dir, tmp_path, capsys
     assert report["fit"]["split"] == "val + news.val" and report["fit"]["sentences"] == 20
     assert report["test"]["split"] == "test" and report["test"]["sentences"] == 10
     assert (tiny_bundle_dir / "manifest.json").read_bytes() == before  # --dry-run
+
+
+def test_the_cli_leaves_out_sources_over_the_model_limit(tiny_bundle_dir, tmp_path, capsys):
+    """The service refuses such a source (422), so it has no confidence to fit; the count is in the report."""
+    import json
+
+    from tiny_bundle import write_corpus
+
+    from export.confidence import main
+
+    corpus = write_corpus(tmp_path / "corpus", n_train=1, n_valid=12, seed=5)
+    lines = (corpus / "val.de").read_text().splitlines()
+    lines[0] = " ".join(["Hund"] * 400)  # far past the tiny model's positions
+    (corpus / "val.de").write_text("\n".join(lines) + "\n")
+    args = ["--bundle", str(tiny_bundle_dir), "--data", str(corpus), "--fit-split", "val", "--test-split", "test",
+            "--beam", "1", "--limit", "10", "--dry-run"]  # fmt: skip
+    assert main(args) == 0
+    report = json.loads(capsys.readouterr().out)
+    assert report["fit"]["sentences"] == 9 and report["fit"]["over_the_source_limit"] == 1
+    assert report["test"]["over_the_source_limit"] == 0
