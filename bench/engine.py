@@ -8,7 +8,9 @@ Engines: ``pytorch`` (model.decoding greedy / beam with the key/value cache, fp3
 on the converted checkpoint, see bench/ct2_convert.py). Append ``+decoder`` to an ort engine to search with
 decoder.onnx instead of the lean decoder_step.onnx, ``+own-arena`` to give each of its sessions an arena of its own
 instead of the process's shared one (for A/B runs), ``+steps`` to search a lone sentence step by step in Python
-where the bundle has a search loop graph (export/search_loop.py; batch 1). The bundle's lexical
+where the bundle has a search loop graph (export/search_loop.py; batch 1), ``+block`` to search with a 4-gram
+block (``no_repeat_ngram_size`` 4, the general-domain bundles' default; every other ort engine searches without one,
+as PyTorch and CTranslate2 do). The bundle's lexical
 shortlist (``python -m export.cli shortlist``, core/shortlist.py) runs only in the ``+shortlist`` ort engines and
 the ``+vmap`` ct2 engines (the same table written as CTranslate2's vmap.txt, decoded with use_vmap); every other
 engine searches the whole vocabulary.
@@ -84,7 +86,10 @@ def _runner(engine: str, args: dict):
         ort_engine = Engine(load_bundle(args["bundle"]), variant, "cpu", intra_op_threads=threads, **extra)
 
         def run(sources, limits, beam):
-            return [t.token_ids for t in ort_engine.translate_ids(sources, TranslateOptions(beam_size=beam))]
+            # no n-gram block (a bundle's default may have one): the same search as PyTorch's and CTranslate2's;
+            # +block: the 4-gram block the general-domain bundles serve by default (its cost)
+            options = TranslateOptions(beam_size=beam, no_repeat_ngram_size=4 if "+block" in engine else 0)
+            return [t.token_ids for t in ort_engine.translate_ids(sources, options)]
 
         return run
     if engine.startswith("ct2-"):
@@ -102,7 +107,7 @@ def _runner(engine: str, args: dict):
         return lambda sources, limits, beam: runner.translate_ids(sources, limits, beam)
     raise ValueError(
         f"unknown engine {engine!r}; choose from {ENGINES} (ort engines accept +decoder, +own-arena, +shortlist, "
-        "+steps; ct2 engines +vmap)"
+        "+steps, +block; ct2 engines +vmap)"
     )
 
 

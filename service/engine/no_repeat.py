@@ -122,3 +122,9 @@ class NoRepeatNgram:
         top = top_candidates(full, out.ids.shape[1])
         top.full = full
         return top
+
+
+def repeats_ngram(tokens: list[int], size: int) -> bool:
+    """Whether some n-gram of ``size`` tokens occurs twice in ``tokens``."""
+    grams = [tuple(tokens[i : i + size]) for i in range(len(tokens) - size + 1)]
+    return len(grams) != len(set(grams))

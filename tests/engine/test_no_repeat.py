@@ -10,7 +10,7 @@ from tiny_bundle import SAMPLE_SENTENCES
 
 from core.bundle import load_bundle
 from service.engine import Engine, TranslateOptions
-from service.engine.no_repeat import NoRepeatNgram
+from service.engine.no_repeat import NoRepeatNgram, repeats_ngram
 from service.engine.search import TopCandidates, beam_search, greedy_search, top_candidates
 
 BOS, EOS, VOCAB = 1, 2, 12
@@ -123,3 +123,20 @@ def test_engine_block_no_output_reaches_changes_nothing(engine, beam):
     far = engine.translate(SAMPLE_SENTENCES, TranslateOptions(beam_size=beam, no_repeat_ngram_size=32))
     for a, b in zip(plain, far, strict=True):
         assert a.token_ids == b.token_ids and a.score == pytest.approx(b.score, abs=1e-5)
+
+
+def test_repeats_ngram():
+    assert repeats_ngram([5, 6, 5, 6], 2) and not repeats_ngram([5, 6, 5, 7], 2)
+    assert repeats_ngram([5, 5], 1) and not repeats_ngram([5, 6, 7], 1) and not repeats_ngram([], 4)
+
+
+@pytest.mark.parametrize("size", [1, 2, 3])
+def test_lone_greedy_with_the_block_equals_the_step_by_step_search(engine, size):
+    """A lone sentence's greedy search runs in the search loop graph and is searched again with the block only when
+    its hypothesis repeats an n-gram: the answer is the step-by-step blocked search's, either way."""
+    assert engine.search_loop is not None  # the fast path is there to be checked
+    options = TranslateOptions(beam_size=1, max_length=40, no_repeat_ngram_size=size)
+    batched = engine.translate(SAMPLE_SENTENCES, options)  # a batch: step by step
+    for sentence, together in zip(SAMPLE_SENTENCES, batched, strict=True):
+        alone = engine.translate([sentence], options)[0]
+        assert alone.token_ids == together.token_ids and alone.score == pytest.approx(together.score, abs=1e-5)
