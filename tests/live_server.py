@@ -89,7 +89,9 @@ class LiveServer:
             return self.process.wait()
 
     def __enter__(self) -> LiveServer:
-        return self.start()
+        # ``with LiveServer(...).start() as s`` must not start a second process: it would fail to bind the port
+        # while the first answered /readyz, and the first would outlive the block
+        return self if self.process is not None else self.start()
 
     def __exit__(self, *exc) -> None:
         self.stop()

@@ -40,7 +40,7 @@ def server(tiny_bundle_dir, tmp_path_factory):
         "MT_MAX_WAIT_MS": "5",
         "MT_STATE_DIR": str(root / "state"),
     }
-    with LiveServer(repository, env=env, log_path=root / "service.log").start() as live:
+    with LiveServer(repository, env=env, log_path=root / "service.log") as live:
         yield live
 
 
