@@ -23,6 +23,7 @@ from export.search_loop import add_search_loops
 from export.shortlist import DEFAULTS
 from model.checkpoint import TOKENIZER_FILE, load_release
 from service.engine import Engine, TranslateOptions
+from service.engine.engine import decoding_defaults
 
 VARIANTS = ("fp32", "int8", "fp16")
 MAX_BLEU_LOSS = 0.5  # a derived variant may be the default only within this much BLEU of fp32
@@ -198,7 +199,7 @@ def cmd_evaluate(args: argparse.Namespace) -> int:
         "every measured beam size; otherwise fp32 (exact). GPUs serve fp16 when the bundle has it, else fp32. "
         "MT_VARIANT overrides."
     )
-    served = {"no_repeat_ngram_size": 0, **manifest.get("decoding", {})}["no_repeat_ngram_size"]
+    served = decoding_defaults(manifest)["no_repeat_ngram_size"]
     other_decoding = args.no_repeat_ngram_size not in (None, served)
     if args.limit or args.no_seal or other_decoding:
         if args.limit:

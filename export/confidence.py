@@ -21,6 +21,7 @@ import sacrebleu
 
 from core.bundle import load_bundle
 from core.confidence import confidence_of, mean_log_prob
+from core.tokenizer import EOS_ID
 from export.manifest import seal
 from service.engine import Engine, TranslateOptions
 
@@ -53,11 +54,12 @@ def calibration_error(probabilities: np.ndarray, labels: np.ndarray, bins: int =
 
 
 def features_and_labels(
-    engine: Engine, sources: list[str], references: list[str], threshold: float, beam: int, batch: int = 32
+    engine: Engine, sources: list[list[int]], references: list[str], threshold: float, beam: int, batch: int = 32
 ) -> tuple[np.ndarray, np.ndarray]:
+    """``sources``: subword ids + EOS of each source (Engine.source_ids)."""
     xs, ys = [], []
     for start in range(0, len(sources), batch):
-        chunk = engine.translate(sources[start : start + batch], TranslateOptions(beam_size=beam))
+        chunk = engine.translate_ids(sources[start : start + batch], TranslateOptions(beam_size=beam))
         for t, ref in zip(chunk, references[start : start + batch], strict=True):
             xs.append(mean_log_prob(t.score, len(t.token_ids)))
             ys.append(float(sacrebleu.sentence_chrf(t.text, [ref]).score >= threshold))
@@ -91,12 +93,13 @@ def main(argv: list[str] | None = None) -> int:
                 src, ref = src[: args.limit], ref[: args.limit]
             sources, references = sources + src, references + ref
         # a source over the model's limit is refused by the service (422), so it has no confidence to fit
-        lengths = [len(ids) for ids in engine.tokenizer.encode_batch([engine.normalize_source(s) for s in sources])]
-        fits = [n < engine.max_source_tokens for n in lengths]
+        ids = engine.tokenizer.encode_batch([engine.normalize_source(s) for s in sources])
+        fits = [len(seq) < engine.max_source_tokens for seq in ids]  # with its EOS, within the model's positions
         skipped[role] = fits.count(False)
-        sources = [s for s, ok in zip(sources, fits, strict=True) if ok]
-        references = [r for r, ok in zip(references, fits, strict=True) if ok]
-        data[role] = features_and_labels(engine, sources, references, args.threshold, args.beam)
+        kept = [(seq + [EOS_ID], ref) for seq, ref, ok in zip(ids, references, fits, strict=True) if ok]
+        data[role] = features_and_labels(
+            engine, [seq for seq, _ in kept], [ref for _, ref in kept], args.threshold, args.beam
+        )
     x, y = data["fit"]
     a, b = fit_logistic(x, y)
     params = {"a": round(a, 6), "b": round(b, 6)}

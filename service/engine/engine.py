@@ -89,6 +89,12 @@ def _guarded(state: _DecoderState, options: TranslateOptions):
     return NoRepeatNgram(state.step, options.no_repeat_ngram_size)  # every log-probability comes anyway
 
 
+def decoding_defaults(manifest: dict) -> dict:
+    """A bundle's defaults of the decoding options a request leaves None: its manifest's "decoding" (written by
+    ``python -m export.cli decoding``) over the engine's own (no n-gram block)."""
+    return {"no_repeat_ngram_size": 0, **manifest.get("decoding", {})}
+
+
 def pad_batch(sequences: Sequence[Sequence[int]]) -> np.ndarray:
     width = max(len(s) for s in sequences)
     out = np.full((len(sequences), width), PAD_ID, dtype=np.int64)
@@ -277,8 +283,7 @@ class Engine:
         session call, service/engine/search_loop.py) when it has one; same hypotheses as the step-by-step search."""
         self.bundle = bundle
         self.variant = variant or bundle.default_variant
-        # the bundle's decoding defaults, for options left None (export.cli decoding writes them)
-        self.decoding = {"no_repeat_ngram_size": 0, **bundle.manifest.get("decoding", {})}
+        self.decoding = decoding_defaults(bundle.manifest)  # for options left None
         self.config = bundle.model_config
         self.tokenizer = Tokenizer(bundle.tokenizer_file)
         self.normalize_source = source_normalizer(
