@@ -36,7 +36,7 @@ from service.engine.constrained import Constraint, constrained_beam_search, cons
 from service.engine.constrained_greedy import GREEDY_TERM_TOP_K, constrained_greedy_search
 from service.engine.decoder_cache import decoder_feeds, empty_cache
 from service.engine.device_state import GATHER_GRAPH, DeviceRunner, device_search, wants_device_search
-from service.engine.no_repeat import NoRepeatNgram, repeats_ngram
+from service.engine.no_repeat import NoRepeatNgram
 from service.engine.reorder import ReorderBuffers
 from service.engine.runtime import create_session
 from service.engine.search import TopCandidates, beam_search, greedy_search
@@ -643,14 +643,14 @@ class Engine:
         keys, values, mask = enc["cross_keys"], enc["cross_values"], enc["src_mask"]
         vocab = {"vocab_ids": self.vocab_subset(sources, options) if lean else None, "vocab_size": self.vocab_size}
         block = options.no_repeat_ngram_size
-        if len(sources) == 1 and lean and (not block or k == 1):
+        if len(sources) == 1 and lean:
             loop = self.search_loop
             if loop is not None and loop.serves(k, vocab["vocab_ids"]):
-                args = (limits[0], k, options.length_penalty, options.num_hypotheses, vocab["vocab_ids"])
+                args = (limits[0], k, options.length_penalty, options.num_hypotheses, vocab["vocab_ids"], block or 0)
                 found = loop.search(enc, *args)
-                # greedy with the block: a hypothesis that repeats no n-gram had no step's choice banned, so it is
-                # the blocked search's own; one that repeats is searched again step by step with the block
-                if not block or not repeats_ngram(found[0].tokens, block):
+                # with the block: None when the unblocked search took a token the block bans; searched again step
+                # by step with the block (search_loop.py says why the other answers are the blocked search's own)
+                if found is not None:
                     return [found]
         if k == 1:
             state = _DecoderState(session, keys, values, mask, lean, **vocab)

@@ -5,6 +5,12 @@ ONNX Loop that ranks a sentence's k beams' candidates each step; it returns per-
 ``SearchLoop.search`` rebuilds the hypotheses exactly as service/engine/search.py's ``_beam_one`` builds them (and
 for k = 1 the greedy hypothesis of ``_greedy_one``): the same tokens and the same float64 scores.
 ``tests/engine/test_engine_search_loop.py`` holds the two to equality.
+
+With a repeated-n-gram block (service/engine/no_repeat.py) the graph searches unblocked and ``search`` checks the
+answer: a step's ranking (``rank_one``) only ever reads its candidates up to the k-th one that goes on, so when no
+candidate that went on at any step completes an n-gram its hypothesis already holds, no banned token was among those
+read and the blocked search ranks every step alike (banned tokens are never EOS). Otherwise it returns None and the
+caller searches step by step with the block.
 """
 
 from __future__ import annotations
@@ -41,9 +47,11 @@ class SearchLoop:
         alpha: float = 0.6,
         n_best: int = 1,
         vocab_ids: np.ndarray | None = None,
-    ) -> list[Hypothesis]:
+        no_repeat_ngram_size: int = 0,
+    ) -> list[Hypothesis] | None:
         """The ``n_best`` best hypotheses of the one source of ``enc`` (run_encoder's outputs), at most ``limit``
-        tokens, ``beam_size`` beams (1: greedy) ranked with length penalty ``alpha``."""
+        tokens, ``beam_size`` beams (1: greedy) ranked with length penalty ``alpha``; None when
+        ``no_repeat_ngram_size`` (> 0) would have banned a token this search took (see the module's text)."""
         if not self.serves(beam_size, vocab_ids):
             raise ValueError(f"beam {beam_size} over this vocabulary needs the step-by-step search")
         k = beam_size
@@ -67,7 +75,10 @@ class SearchLoop:
         )
         finished: list[Hypothesis] = []
         history: list[list[int]] = [[] for _ in range(k)]
+        grams = _Grams(k, no_repeat_ngram_size) if no_repeat_ngram_size else None
         for t in range(len(ended)):  # as _beam_one, from the loop's back-pointers
+            if grams is not None and not grams.take(history, beams[t], ids[t]):
+                return None
             for flag, beam, score in zip(ended[t], ended_beams[t], ended_scores[t], strict=True):
                 if flag:
                     finished.append(Hypothesis.beam(history[beam][:], score, t + 1, alpha))
@@ -82,3 +93,26 @@ class SearchLoop:
         if k == 1:  # greedy: ranked by the score itself
             return [Hypothesis(h.tokens, h.score, h.score) for h in finished[:1]]
         return sorted(finished, key=lambda h: -h.normalized)[:n_best]
+
+
+class _Grams:
+    """The n-grams of each live beam's hypothesis, step by step: ``take`` fails when a beam that goes on would
+    complete an n-gram its hypothesis already holds."""
+
+    def __init__(self, k: int, size: int) -> None:
+        self.size = size
+        self.held: list[frozenset[tuple[int, ...]]] = [frozenset()] * k
+
+    def take(self, history: list[list[int]], beams: list[int], ids: list[int]) -> bool:
+        n, held = self.size, []
+        for beam, token in zip(beams, ids, strict=True):
+            seq = history[beam]
+            if len(seq) < n - 1:
+                held.append(self.held[beam])
+                continue
+            gram = (*seq[len(seq) - n + 1 :], token)
+            if gram in self.held[beam]:
+                return False
+            held.append(self.held[beam] | {gram})
+        self.held = held
+        return True

@@ -130,13 +130,29 @@ def test_repeats_ngram():
     assert repeats_ngram([5, 5], 1) and not repeats_ngram([5, 6, 7], 1) and not repeats_ngram([], 4)
 
 
-@pytest.mark.parametrize("size", [1, 2, 3])
-def test_lone_greedy_with_the_block_equals_the_step_by_step_search(engine, size):
-    """A lone sentence's greedy search runs in the search loop graph and is searched again with the block only when
-    its hypothesis repeats an n-gram: the answer is the step-by-step blocked search's, either way."""
-    assert engine.search_loop is not None  # the fast path is there to be checked
-    options = TranslateOptions(beam_size=1, max_length=40, no_repeat_ngram_size=size)
-    batched = engine.translate(SAMPLE_SENTENCES, options)  # a batch: step by step
-    for sentence, together in zip(SAMPLE_SENTENCES, batched, strict=True):
-        alone = engine.translate([sentence], options)[0]
-        assert alone.token_ids == together.token_ids and alone.score == pytest.approx(together.score, abs=1e-5)
+@pytest.mark.parametrize("beam", [1, 4])
+def test_lone_search_with_the_block_equals_the_step_by_step_search(engine, beam, monkeypatch):
+    """A lone sentence's search runs in the search loop graph unblocked; it is searched again step by step with the
+    block only when the loop took a token the block bans: the answer is the step-by-step blocked search's, either
+    way, and both paths are taken."""
+    loop = engine.search_loop
+    assert loop is not None  # the fast path is there to be checked
+    answered: dict[int, list[bool]] = {}
+    search = loop.search
+
+    def recording(*args, **kwargs):
+        found = search(*args, **kwargs)
+        answered.setdefault(args[-1], []).append(found is not None)
+        return found
+
+    monkeypatch.setattr(loop, "search", recording)
+    for size in (1, 2, 3):
+        options = TranslateOptions(beam_size=beam, max_length=40, no_repeat_ngram_size=size)
+        batched = engine.translate(SAMPLE_SENTENCES, options)  # a batch: step by step
+        for sentence, together in zip(SAMPLE_SENTENCES, batched, strict=True):
+            alone = engine.translate([sentence], options)[0]
+            assert alone.token_ids == together.token_ids and alone.score == pytest.approx(together.score, abs=1e-5)
+            assert not repeats_ngram(alone.token_ids, size)
+    assert set(answered) == {1, 2, 3}
+    taken = [flag for flags in answered.values() for flag in flags]
+    assert any(taken) and not all(taken), answered  # some answers from the loop, some searched again
