@@ -169,10 +169,9 @@ class SupervisedLive:
 
     @staticmethod
     def accepts(options: Any) -> bool:
-        """Translations decode live; embeddings, attention, constrained translations (glossaries,
-        do-not-translate spans: service/engine/constrained.py) and the repeated-n-gram block
-        (service/engine/no_repeat.py) run as whole batches."""
-        return isinstance(options, TranslateOptions) and not options.constrained and not options.no_repeat_ngram_size
+        """Translations decode live (the repeated-n-gram block too); embeddings, attention and constrained
+        translations (glossaries, do-not-translate spans: service/engine/constrained.py) run as whole batches."""
+        return isinstance(options, TranslateOptions) and not options.constrained
 
     def cost(self, options: TranslateOptions, source: Source) -> tuple[int, int]:
         """(decoder rows, cache positions it may reach) of one sentence: its beam size and its length limit."""

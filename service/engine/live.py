@@ -7,9 +7,14 @@ step (the engine's live step graph, ``Engine.live_step``: decoder_step.onnx of i
 row, whatever its sentence's position, search (greedy or beam of any size), length penalty or length limit, and
 hands back each sentence the step it finishes (EOS, beams done, or its limit);
 ``remove`` takes a sentence out at any step (its rows leave at the next one). A sentence gives the answer it gets
-alone (same search code as service/engine/search.py, per sentence: same choices, ties and sums, and with an
-interface-4 graph the same step outputs to the bit; an interface-3 graph's float rounding may differ in the last
-bit as the padded cache's width changes). With a lexical shortlist (core/shortlist.py) a step projects onto the union
+alone in a live batch (same search code as service/engine/search.py, per sentence: same choices, ties and sums, and
+with an interface-4 graph the same step outputs to the bit; an interface-3 graph's float rounding may differ in the
+last bit as the padded cache's width changes). Where a bundle has a second step graph for whole batches
+(``decoder_step_batch``), Engine.translate's answer is the same in fp32; in int8 a score can differ from it by a
+quantization step (the two graphs sum in different orders: docs/reliability.md). The repeated-n-gram block
+(``TranslateOptions.no_repeat_ngram_size``) bans each row's tokens from its ``history`` (service/engine/no_repeat.py
+``banned_after``), the graph's TopK ranking as many more candidates as a row has banned, as the whole-batch search
+does. With a lexical shortlist (core/shortlist.py) a step projects onto the union
 of its sentences' lists, so a sentence's log-probabilities are normalized over a set its companions widen: its
 answer may then differ from the one it gets alone (as in any shortlist decoder: Marian, CTranslate2); a sentence that
 needs the whole vocabulary (Engine.vocab_subset) makes the steps it is live in run over the whole vocabulary.
@@ -39,6 +44,7 @@ from core.graphs import MAX_TOP_K_KEY, VOCAB_IDS, has_vocab_ids, right_padded, s
 from core.search import Hypothesis, length_limits
 from core.tokenizer import BOS_ID, EOS_ID
 from service.engine.engine import Engine, TranslateOptions, Translation
+from service.engine.no_repeat import banned_after, drop_banned
 from service.engine.reorder import ReorderBuffers
 from service.engine.search import rank, rank_one, top_candidates
 from service.engine.source_slots import SourceSlots
@@ -250,7 +256,10 @@ class LiveBatch:
         else:
             fetch_top = 0 < 2 * beam_k <= self.max_top_k
             top_k = 2 * beam_k if fetch_top else 0
-        feeds = self._feeds(groups, top_k)
+        banned = self._banned(groups, rows)
+        # the graph's TopK ranks as many more candidates as a row has banned tokens (as NoRepeatNgram's widen)
+        ranked = min(top_k + banned.shape[1], len(vocab) or self.max_top_k) if fetch_top else 0
+        feeds = self._feeds(groups, max(top_k, ranked))
         if self.takes_vocab:
             feeds[VOCAB_IDS] = vocab
         fetch = ["top_log_probs", "top_ids", *self._presents] if fetch_top else ["log_probs", *self._presents]
@@ -258,11 +267,14 @@ class LiveBatch:
         n_out = 2 if fetch_top else 1
         self.keys, self.values = list(outputs[n_out::2]), list(outputs[n_out + 1 :: 2])
         if fetch_top:
-            top_lp, top_ids = outputs[0], outputs[1]
+            top_ids, top_lp = drop_banned(outputs[1], outputs[0], banned, top_k)
             log_probs = None
         else:
             top_lp = top_ids = None
             log_probs = outputs[0]
+            if banned.shape[1]:
+                hit = np.nonzero(banned >= 0)
+                log_probs[hit[0], banned[hit]] = -np.inf
         width = self.width
         for group in groups:
             lo, hi = group.offset, group.offset + len(group.sentences) * group.k
@@ -284,6 +296,25 @@ class LiveBatch:
         self.width = width + 1
         self._counter += 1
         out.seconds = time.perf_counter() - started
+        return out
+
+    def _banned(self, groups: list[_Group], rows: int) -> np.ndarray:
+        """(rows, m) the tokens each row's repeated-n-gram block bans this step (-1 pads; service/engine/no_repeat.py),
+        from the history of its generated tokens."""
+        sizes = np.concatenate(
+            [np.repeat([s.options.no_repeat_ngram_size or 0 for s in g.sentences], g.k) for g in groups]
+        )
+        if not sizes.any():
+            return np.zeros((rows, 0), np.int64)
+        lengths = np.concatenate([np.repeat(self._steps(g), g.k) for g in groups])
+        history = self.history[:, : self.width]
+        parts = []
+        for size in np.unique(sizes[sizes > 0]).tolist():
+            which = np.flatnonzero(sizes == size)
+            parts.append((which, banned_after(history[which], lengths[which], size)))
+        out = np.full((rows, max(p.shape[1] for _, p in parts)), -1, np.int64)
+        for which, part in parts:
+            out[which, : part.shape[1]] = part
         return out
 
     def _vocab_ids(self, groups: list[_Group]) -> np.ndarray:

@@ -128,3 +128,41 @@ def repeats_ngram(tokens: list[int], size: int) -> bool:
     """Whether some n-gram of ``size`` tokens occurs twice in ``tokens``."""
     grams = [tuple(tokens[i : i + size]) for i in range(len(tokens) - size + 1)]
     return len(grams) != len(set(grams))
+
+
+def banned_after(history: np.ndarray, lengths: np.ndarray, size: int) -> np.ndarray:
+    """``NoRepeatNgram``'s ban for many rows at once, from a token matrix (the live decode's ``history``): row r's
+    generated tokens are the last ``lengths[r]`` columns of ``history[r]``. Returns (rows, m) banned token ids, each
+    row's first, the rest -1 (m: the most any row has; 0 columns when none has one)."""
+    rows, width = history.shape
+    windows = width - size + 1  # n-grams whose first n - 1 tokens could be the row's last n - 1: those starting at j
+    if rows == 0 or windows <= 0:
+        return np.zeros((rows, 0), np.int64)
+    match = np.arange(windows)[None, :] >= (width - np.asarray(lengths))[:, None]  # inside the generated tokens
+    for i in range(size - 1):  # its first n - 1 tokens equal the row's last n - 1
+        match &= history[:, i : i + windows] == history[:, width - size + 1 + i : width - size + 2 + i]
+    followers = history[:, size - 1 : size - 1 + windows]
+    counts = match.sum(axis=1)
+    most = int(counts.max())
+    if most == 0:
+        return np.zeros((rows, 0), np.int64)
+    order = np.argsort(~match, axis=1, kind="stable")[:, :most]  # each row's matches first
+    banned = np.take_along_axis(followers, order, axis=1).astype(np.int64)
+    banned[np.arange(most)[None, :] >= counts[:, None]] = -1
+    return banned
+
+
+def drop_banned(ids: np.ndarray, log_probs: np.ndarray, banned: np.ndarray, count: int):
+    """Each row's ``count`` best candidates (``ids`` / ``log_probs``, best first) that ``banned`` (rows, m; -1
+    pads) leaves; where fewer are left, the missing ones are EOS at -inf (as ``NoRepeatNgram._drop``)."""
+    out = (ids[:, :count], log_probs[:, :count])
+    if banned.shape[1] == 0:
+        return out
+    hit = (ids[:, :, None] == banned[:, None, :]).any(axis=2)
+    if not hit.any():
+        return out
+    order = np.argsort(hit, axis=1, kind="stable")[:, :count]  # the ones left first, in their order
+    ids, log_probs = np.take_along_axis(ids, order, axis=1), np.take_along_axis(log_probs, order, axis=1)
+    short = np.take_along_axis(hit, order, axis=1)
+    ids[short], log_probs[short] = EOS_ID, -np.inf
+    return ids, log_probs

@@ -10,7 +10,7 @@ from tiny_bundle import SAMPLE_SENTENCES
 
 from core.bundle import load_bundle
 from service.engine import Engine, TranslateOptions
-from service.engine.no_repeat import NoRepeatNgram, repeats_ngram
+from service.engine.no_repeat import NoRepeatNgram, banned_after, drop_banned, repeats_ngram
 from service.engine.search import TopCandidates, beam_search, greedy_search, top_candidates
 
 BOS, EOS, VOCAB = 1, 2, 12
@@ -156,3 +156,42 @@ def test_lone_search_with_the_block_equals_the_step_by_step_search(engine, beam,
     assert set(answered) == {1, 2, 3}
     taken = [flag for flags in answered.values() for flag in flags]
     assert any(taken) and not all(taken), answered  # some answers from the loop, some searched again
+
+
+@pytest.mark.parametrize("size", [1, 2, 3, 4])
+def test_banned_after_a_token_matrix_is_the_step_wrappers_ban(size):
+    """The live decode's ban from its left-padded token history (banned_after) is NoRepeatNgram's, row by row."""
+    rng = np.random.default_rng(size)
+    width, rows = 14, 40
+    lengths = rng.integers(0, width + 1, rows)
+    history = np.zeros((rows, width), np.int64)
+    for r, n in enumerate(lengths.tolist()):
+        history[r, width - n :] = rng.integers(3, 7, n)  # a small alphabet: many repeats
+    banned = banned_after(history, lengths, size)
+    guard = NoRepeatNgram(lambda last, rows: None, size)
+    for r, n in enumerate(lengths.tolist()):
+        row = guard.rows = None
+        row = _reference_row(guard, history[r, width - n :].tolist())
+        want = guard._banned(row)
+        got = {int(t) for t in banned[r] if t >= 0}
+        assert got == set(want), (r, history[r].tolist())
+
+
+def _reference_row(guard: NoRepeatNgram, tokens: list[int]):
+    from service.engine.no_repeat import _Row
+
+    row = _Row([], {})
+    for token in tokens:
+        guard._append(row, token)
+    return row
+
+
+def test_drop_banned_keeps_each_rows_best_candidates_that_are_left():
+    ids = np.array([[5, 6, 7, 8], [5, 6, 7, 8], [5, 6, 7, 8]])
+    log_probs = -np.arange(12, dtype=np.float32).reshape(3, 4)
+    banned = np.array([[6, -1], [5, 7], [-1, -1]])
+    got_ids, got_lp = drop_banned(ids, log_probs, banned, 2)
+    assert got_ids.tolist() == [[5, 7], [6, 8], [5, 6]]
+    assert got_lp.tolist() == [[0.0, -2.0], [-5.0, -7.0], [-8.0, -9.0]]
+    short_ids, short_lp = drop_banned(ids[:1, :2], log_probs[:1, :2], np.array([[5, 6]]), 2)
+    assert short_ids.tolist() == [[EOS, EOS]] and np.isinf(short_lp).all()
