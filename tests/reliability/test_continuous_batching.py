@@ -25,6 +25,8 @@ KINDS = [
     {"beam_size": 4, "num_hypotheses": 3},
     {"beam_size": 2, "max_length": 4, "length_penalty": 1.0},
     {"beam_size": 3, "max_length": 12},
+    {"beam_size": 1, "no_repeat_ngram_size": 1},  # the repeated-n-gram block decodes live too
+    {"beam_size": 4, "no_repeat_ngram_size": 2},
 ]
 
 
