@@ -72,7 +72,9 @@ def test_the_exported_bundle_has_both_step_graphs_over_the_same_weights(tiny_bun
 
 def test_int8_step_graphs_are_quantized_with_the_same_scales(tiny_bundle_dir):
     """One calibration for both graphs: every activation scale of one is a scale of the other (the interface-4 graph
-    rounds the same projections' inputs; export/calibration.py calibrated_as)."""
+    rounds the same projections' inputs; export/calibration.py calibrated_as). Each graph's ranges come from its own
+    fp32 run of the same feeds, whose attention sums may differ in the last bit (they did on an AVX2-only machine:
+    0.0205287170 against 0.0205287188): equal within float32 rounding."""
     bundle = load_bundle(tiny_bundle_dir)
     scales = []
     for key in (BATCH_STEP, LIVE_STEP):
@@ -80,7 +82,8 @@ def test_int8_step_graphs_are_quantized_with_the_same_scales(tiny_bundle_dir):
         values = {i.name: onnx.numpy_helper.to_array(i) for i in model.graph.initializer}
         quantize = [n for n in model.graph.node if n.op_type == "QuantizeLinear" and n.input[1] in values]
         scales.append(sorted(float(values[n.input[1]]) for n in quantize if values[n.input[1]].size == 1))
-    assert scales[0] and scales[0] == scales[1]
+    assert scales[0] and len(scales[0]) == len(scales[1])
+    assert scales[0] == pytest.approx(scales[1], rel=1e-6)
 
 
 def test_whole_batch_search_runs_the_interface_3_graph_and_the_live_decode_interface_4(engine):
