@@ -62,9 +62,9 @@ class TranslateOptions:
     length_penalty: float = 0.6
     return_attention: bool = False
     constrained: bool = False  # its sources carry constraints: whole batches only (no live decode)
-    # > 0: no n-gram of this size twice in a hypothesis (service/engine/no_repeat.py); whole batches searched step by
-    # step only (no live decode, no search loop graph); not applied to sentences with constraints. 0: off. None: the
-    # bundle's default (``Engine.resolved``: its manifest's "decoding", 0 when it has none)
+    # > 0: no n-gram of this size twice in a hypothesis (service/engine/no_repeat.py; every search but the constrained
+    # ones: not applied to sentences with constraints). 0: off. None: the bundle's default (``Engine.resolved``: its
+    # manifest's "decoding", 0 when it has none)
     no_repeat_ngram_size: int | None = None
 
 

@@ -41,6 +41,11 @@ def continuous_scheduler(
     return Scheduler(queue, ContinuousDriver(queue, runner, live, live_limits))
 
 
+def streaming(q: Queued) -> bool:
+    """Whether the sentence's request streams its tokens (its ticket has a listener)."""
+    return getattr(q.ticket, "listener", None) is not None
+
+
 class ContinuousDriver:
     mode = "continuous"
 
@@ -75,9 +80,13 @@ class ContinuousDriver:
     # --- the event loop's side ---------------------------------------------------------------
     def put(self, items: list[Queued]) -> None:
         for q in items:
-            if self.live.accepts(q.key):
+            if self._live_work(q):
                 q.rows, q.positions = self.live.cost(q.key, q.payload)
         self.queue.put(items)
+
+    def _live_work(self, q: Queued) -> bool:
+        """Whether a waiting sentence decodes live (the runner decides by its work key and whether it streams)."""
+        return self.live.accepts(q.key, streaming(q))
 
     def deadline_passed(self, ticket: Ticket) -> None:
         """The deadline came: the request's waiting sentences are dropped and its live ones leave the decode at
@@ -142,7 +151,7 @@ class ContinuousDriver:
                 removals, self._removals = self._removals, []
                 decode_waiting = other_waiting = False
                 for q in queue.items:
-                    if self.live.accepts(q.key):
+                    if self._live_work(q):
                         decode_waiting = True
                     else:
                         other_waiting = True
@@ -156,14 +165,14 @@ class ContinuousDriver:
                 queue.cond.wait()
             chosen: list[Queued] = []
             if action == "step":
-                waiting = fair_order([q for q in queue.items if self.live.accepts(q.key)], self._last_joined)
+                waiting = fair_order([q for q in queue.items if self._live_work(q)], self._last_joined)
                 load = LiveLoad(sum(q.rows for q in self._live), max((q.positions for q in self._live), default=0))
                 chosen = admit(waiting, load, self.live_limits, self.live.bytes_per_position)
                 self._live.update(dict.fromkeys(chosen))
                 if chosen:
                     self._last_joined = chosen[-1].client
             elif action == "batch":
-                chosen = queue.fair_batch([q for q in queue.items if not self.live.accepts(q.key)])
+                chosen = queue.fair_batch([q for q in queue.items if not self._live_work(q)])
             queue.take(chosen)
         return action, chosen, removals
 
@@ -175,7 +184,7 @@ class ContinuousDriver:
         try:
             done, encode_s = ([], 0.0)
             if joining:
-                items = [(q, q.key, q.payload, q.ticket.listener is not None) for q in joining]
+                items = [(q, q.key, q.payload, streaming(q)) for q in joining]
                 done, encode_s = self.live.join(items)
             out = self.live.step()
         except Exception as exc:

@@ -38,8 +38,9 @@ class LiveRunner(Protocol):
     def rows(self) -> int:
         """Rows of the next step."""
 
-    def accepts(self, key: Hashable) -> bool:
-        """Whether work of this key decodes live (other work runs as whole batches)."""
+    def accepts(self, key: Hashable, streaming: bool) -> bool:
+        """Whether work of this key decodes live, ``streaming``: its request streams its tokens (other work runs as
+        whole batches)."""
 
     def cost(self, key: Hashable, payload: Any) -> tuple[int, int]:
         """(decoder rows, cache positions it may reach) of one sentence."""

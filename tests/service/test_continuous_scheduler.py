@@ -51,7 +51,7 @@ class FakeLive:
         self.gate.set()
         self.stepping = threading.Event()
 
-    def accepts(self, key) -> bool:
+    def accepts(self, key, streaming) -> bool:
         return isinstance(key, Decode)
 
     def cost(self, key, payload) -> tuple[int, int]:

@@ -191,3 +191,16 @@ def test_a_failed_step_on_a_working_engine_is_not_a_restart(monkeypatch):
     with pytest.raises(RuntimeError, match="this step alone"):
         worker.live.step()
     assert restarts(metrics) == 0 and len(builds.engines) == 1
+
+
+def test_what_decodes_live():
+    """Plain translations decode live; constrained ones and other work never; with the repeated-n-gram block only a
+    streaming request (whole batches search a lone blocked sentence faster: worker.py)."""
+    from service.engine import TranslateOptions
+    from service.worker import SupervisedLive
+
+    plain, blocked = TranslateOptions(), TranslateOptions(no_repeat_ngram_size=4)
+    assert SupervisedLive.accepts(plain, False) and SupervisedLive.accepts(plain, True)
+    assert not SupervisedLive.accepts(blocked, False) and SupervisedLive.accepts(blocked, True)
+    assert not SupervisedLive.accepts(TranslateOptions(constrained=True), True)
+    assert not SupervisedLive.accepts("embed", True)
