@@ -173,8 +173,8 @@ class SupervisedLive:
         do-not-translate spans: service/engine/constrained.py) run as whole batches. With the repeated-n-gram block
         (service/engine/no_repeat.py) only a streaming request decodes live (its tokens come as they are final):
         on the general-domain model the live decode costs more than whole batches, whose lone sentences search in
-        one onnxruntime call (docs/benchmarks.md: 0.66x dynamic batching's throughput at 64 clients live against
-        1.10x in whole batches, first streamed token 101 against 194 ms p50)."""
+        one onnxruntime call (docs/engine-speed-log.md item 28: 0.66x dynamic batching's throughput at 64 clients
+        live against 1.10x in whole batches, first streamed token 101 against 194 ms p50)."""
         if not isinstance(options, TranslateOptions) or options.constrained:
             return False
         return streaming or not options.no_repeat_ngram_size

@@ -164,6 +164,39 @@ def test_the_repeated_ngram_block_decodes_live_with_the_alone_answer(engine, alo
     assert changed >= 5, changed
 
 
+@pytest.mark.parametrize("variant", ["fp32", "int8"])
+def test_the_block_decodes_live_over_a_shortlist(shortlisted, variant):
+    """With a shortlist the graph's TopK ranks every row's candidates over the step's subset (the block widens it):
+    no answer repeats a blocked n-gram, where the same schedule without the block repeats some. (Beside others a
+    sentence decodes over the union of their lists, so its answer is not held to its alone answer here: live.py.)"""
+    engine = Engine(load_bundle(shortlisted), variant=variant, providers="cpu")
+    assert LiveBatch(engine).takes_vocab
+    kinds = [TranslateOptions(no_repeat_ngram_size=1), TranslateOptions(beam_size=4, no_repeat_ngram_size=2)]
+    results = []
+    for block in (True, False):
+        items = [
+            (
+                i,
+                engine.source_ids([t])[0],
+                kinds[i % 2] if block else replace(kinds[i % 2], no_repeat_ngram_size=0),
+                False,
+            )
+            for i, t in enumerate(SAMPLE_SENTENCES)
+        ]
+        got: dict = {}
+        run(LiveBatch(engine), {0: items[::2], 2: items[1::2]}, got)
+        results.append(got)
+    blocked, free = results
+    sizes = [kinds[i % 2].no_repeat_ngram_size for i in range(len(SAMPLE_SENTENCES))]
+    assert not any(_repeats(blocked[i].token_ids, n) for i, n in enumerate(sizes))
+    assert any(_repeats(free[i].token_ids, n) for i, n in enumerate(sizes))
+
+
+def _repeats(tokens: list[int], size: int) -> bool:
+    grams = [tuple(tokens[i : i + size]) for i in range(len(tokens) - size + 1)] if size else []
+    return len(grams) != len(set(grams))
+
+
 def test_rows_of_every_search_share_a_step_and_the_cache_shrinks_when_the_longest_leaves(engine):
     live = LiveBatch(engine)
     long_text = "eine kleine rote katze sitzt unter dem blauen ball und ein hund rennt im park"
