@@ -323,10 +323,11 @@ class Registry:
     def _engine(self, bundle: Bundle) -> Engine:
         e = self.settings.engine
         probe_variant = bundle.default_variant if e.variant == "auto" else e.variant
-        # the continuous scheduler's live decode serves lone sentences: no search loop session to hold
-        loop = e.search_loop and self.settings.scheduling.scheduler != "continuous"
+        # the continuous scheduler too: its whole batches (a blocked request that does not stream, worker.py) search a
+        # lone sentence in the loop; the session is created on first use, so a server whose work all decodes live holds
+        # none
         options = {"intra_op_threads": e.intra_op_threads, "inter_op_threads": e.inter_op_threads}
-        options.update(shortlist=e.shortlist, search_loop=loop)
+        options.update(shortlist=e.shortlist, search_loop=e.search_loop)
         engine = Engine(bundle, probe_variant, e.providers, **options)
         variant = choose_variant(bundle, e.variant, engine.providers)
         if variant != engine.variant:

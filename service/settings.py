@@ -89,8 +89,9 @@ class EngineSettings(SettingsGroup):
     search_loop: bool = Field(
         True,
         description="a lone sentence's greedy or beam search runs in the bundle's search loop graph, one onnxruntime "
-        "call (bundles exported since it exists; same hypotheses); false = step by step in Python. Not used (and not "
-        "loaded) with MT_SCHEDULER=continuous, whose live decode serves lone sentences",
+        "call (bundles exported since it exists; same hypotheses); false = step by step in Python. With "
+        "MT_SCHEDULER=continuous it serves the whole batches only (the live decode serves the rest); its session is "
+        "created on first use",
     )
 
 

@@ -1,6 +1,6 @@
-"""The engines the registry builds follow MT_SEARCH_LOOP and the scheduler: a search loop session where lone
-sentences go through whole-batch search (dynamic, off), none with the continuous scheduler (its live decode serves
-them) or when the setting is off."""
+"""The engines the registry builds follow MT_SEARCH_LOOP: a search loop for lone sentences in whole-batch search
+with every scheduler (continuous batching runs blocked requests that do not stream in whole batches), none when the
+setting is off."""
 
 from __future__ import annotations
 
@@ -14,7 +14,7 @@ from service.settings import Settings
 
 @pytest.mark.parametrize(
     "scheduler, setting, loop",
-    [("dynamic", "true", True), ("off", "true", True), ("continuous", "true", False), ("dynamic", "false", False)],
+    [("dynamic", "true", True), ("off", "true", True), ("continuous", "true", True), ("dynamic", "false", False)],
 )
 def test_the_search_loop_follows_the_setting_and_the_scheduler(tiny_bundle_dir, monkeypatch, scheduler, setting, loop):
     monkeypatch.setenv("MT_SCHEDULER", scheduler)
