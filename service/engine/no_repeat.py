@@ -97,15 +97,13 @@ class NoRepeatNgram:
 
     @staticmethod
     def _drop(out: TopCandidates, banned: list[frozenset[int]], count: int) -> TopCandidates:
-        """The ``count`` best candidates of each row that are not banned: each row has at most ``extra`` banned
-        ones among its ``count + extra``, so those left hold the best ``count`` of the masked distribution."""
-        ids, log_probs = out.ids[:, :count].copy(), out.log_probs[:, :count].copy()
+        """The ``count`` best candidates of each row that are not banned (``drop_banned``): each row has at most
+        ``extra`` banned ones among its ``count + extra``, so those left hold the best ``count`` of the masked
+        distribution."""
+        padded = np.full((len(banned), max(map(len, banned))), -1, np.int64)
         for i, tokens in enumerate(banned):
-            if tokens:
-                keep = [j for j, token in enumerate(out.ids[i].tolist()) if token not in tokens][:count]
-                n = len(keep)
-                ids[i, :n], log_probs[i, :n] = out.ids[i, keep], out.log_probs[i, keep]
-                ids[i, n:], log_probs[i, n:] = EOS_ID, -np.inf  # (only when not widened enough)
+            padded[i, : len(tokens)] = sorted(tokens)
+        ids, log_probs = drop_banned(out.ids, out.log_probs, padded, count)
         return TopCandidates(log_probs, ids)
 
     @staticmethod
@@ -154,7 +152,8 @@ def banned_after(history: np.ndarray, lengths: np.ndarray, size: int) -> np.ndar
 
 def drop_banned(ids: np.ndarray, log_probs: np.ndarray, banned: np.ndarray, count: int):
     """Each row's ``count`` best candidates (``ids`` / ``log_probs``, best first) that ``banned`` (rows, m; -1
-    pads) leaves; where fewer are left, the missing ones are EOS at -inf (as ``NoRepeatNgram._drop``)."""
+    pads) leaves; where fewer are left, the missing ones are EOS at -inf (only when the step could not rank
+    enough more candidates)."""
     out = (ids[:, :count], log_probs[:, :count])
     if banned.shape[1] == 0:
         return out
