@@ -7,10 +7,12 @@ Engines: ``pytorch`` (model.decoding greedy / beam with the key/value cache, fp3
 ``ort-int8`` (service.engine.Engine on the bundle's variants), ``ct2-fp32`` / ``ct2-int8`` (CTranslate2
 on the converted checkpoint, see bench/ct2_convert.py). Append ``+decoder`` to an ort engine to search with
 decoder.onnx instead of the lean decoder_step.onnx, ``+own-arena`` to give each of its sessions an arena of its own
-instead of the process's shared one (for A/B runs), ``+steps`` to search a lone sentence step by step in Python
-where the bundle has a search loop graph (export/search_loop.py; batch 1), ``+block`` to search with a 4-gram
-block (``no_repeat_ngram_size`` 4, the general-domain bundles' default; every other ort engine searches without one,
-as PyTorch and CTranslate2 do). The bundle's lexical
+instead of the process's shared one (for A/B runs), ``+own-tables`` to let each session map the embedding itself
+instead of sharing one map (service/engine/shared_tables.py; for A/B runs), ``+no-pattern`` / ``+no-prepack`` to
+turn off onnxruntime's memory pattern / weight prepacking in its sessions (A/B runs), ``+steps`` to search a lone
+sentence step by step in Python where the bundle has a search loop graph (export/search_loop.py; batch 1), ``+block`` to
+search with a 4-gram block (``no_repeat_ngram_size`` 4, the general-domain bundles' default; every other ort engine
+searches without one, as PyTorch and CTranslate2 do). The bundle's lexical
 shortlist (``python -m export.cli shortlist``, core/shortlist.py) runs only in the ``+shortlist`` ort engines and
 the ``+vmap`` ct2 engines (the same table written as CTranslate2's vmap.txt, decoded with use_vmap); every other
 engine searches the whole vocabulary.
@@ -79,6 +81,12 @@ def _runner(engine: str, args: dict):
         extra = {"lean_decoder": False} if "+decoder" in engine else {}  # older engines lack the options
         if "+own-arena" in engine:  # each session with an arena of its own (before item 15 of the speed log)
             extra["shared_arena"] = False
+        if "+own-tables" in engine:  # each session maps the embedding itself (before item 30 of the speed log)
+            extra["shared_tables"] = False
+        if "+no-pattern" in engine:  # onnxruntime's memory pattern off (item 30)
+            extra["memory_pattern"] = False
+        if "+no-prepack" in engine:  # onnxruntime's weight prepacking off (item 30)
+            extra["prepack"] = False
         if "+steps" in engine:  # a lone sentence step by step in Python, not in the search loop graph
             extra["search_loop"] = False
         if "shortlist" in load_bundle(args["bundle"]).manifest:  # the whole vocabulary unless +shortlist
@@ -107,7 +115,7 @@ def _runner(engine: str, args: dict):
         return lambda sources, limits, beam: runner.translate_ids(sources, limits, beam)
     raise ValueError(
         f"unknown engine {engine!r}; choose from {ENGINES} (ort engines accept +decoder, +own-arena, +shortlist, "
-        "+steps, +block; ct2 engines +vmap)"
+        "+steps, +block, +own-tables, +no-pattern, +no-prepack; ct2 engines +vmap)"
     )
 
 

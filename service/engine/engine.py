@@ -41,6 +41,7 @@ from service.engine.reorder import ReorderBuffers
 from service.engine.runtime import create_session
 from service.engine.search import TopCandidates, beam_search, greedy_search
 from service.engine.search_loop import SearchLoop
+from service.engine.shared_tables import SharedTables
 from service.engine.step_inputs import uniform_inputs
 
 
@@ -273,6 +274,9 @@ class Engine:
         shared_arena: bool = True,
         shortlist: bool = True,
         search_loop: bool = True,
+        shared_tables: bool = True,
+        memory_pattern: bool = True,
+        prepack: bool = True,
     ) -> None:
         """``io_binding``: search with the cache on the device (service/engine/device_state.py); None = when the
         sessions run on CUDA and the bundle's step graph allows it (interface 3), True = on any provider.
@@ -280,7 +284,10 @@ class Engine:
         ``shortlist``: search over the bundle's lexical shortlist (core/shortlist.py) when it has one and its step
         graphs take vocab_ids; requests that need the whole vocabulary still get it (``vocab_subset``).
         ``search_loop``: a lone sentence's greedy or beam search runs in the bundle's ``decoder_loop`` graph (one
-        session call, service/engine/search_loop.py) when it has one; same hypotheses as the step-by-step search."""
+        session call, service/engine/search_loop.py) when it has one; same hypotheses as the step-by-step search.
+        ``shared_tables``: the CPU sessions read the embedding from one memory map (service/engine/shared_tables.py)
+        instead of one each. ``memory_pattern``, ``prepack``: onnxruntime's session options of those names
+        (runtime.py ``create_session``)."""
         self.bundle = bundle
         self.variant = variant or bundle.default_variant
         self.decoding = decoding_defaults(bundle.manifest)  # for options left None
@@ -293,6 +300,9 @@ class Engine:
             "intra_op_threads": intra_op_threads,
             "inter_op_threads": inter_op_threads,
             "shared_arena": shared_arena,
+            "tables": SharedTables() if shared_tables else None,
+            "memory_pattern": memory_pattern,
+            "prepack": prepack,
         }
         self.encoder = create_session(bundle.graph(self.variant, "encoder"), providers, **settings)
         # search runs on the lean step graphs when the bundle has them (bundles exported before they existed fall

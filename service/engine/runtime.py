@@ -8,6 +8,8 @@ from pathlib import Path
 
 import onnxruntime as ort
 
+from service.engine.shared_tables import SharedTables
+
 log = logging.getLogger(__name__)
 
 PROVIDER_CHOICES = ("auto", "cpu", "cuda")
@@ -59,6 +61,9 @@ def create_session(
     inter_op_threads: int = 1,
     optimization: str = "all",
     shared_arena: bool = True,
+    tables: SharedTables | None = None,
+    memory_pattern: bool = True,
+    prepack: bool = True,
 ) -> ort.InferenceSession:
     """A session on the asked providers; with ``cuda`` it fails unless CUDA really initialised.
 
@@ -72,6 +77,13 @@ def create_session(
 
     ``shared_arena``: a CPU-only session allocates from the process's one shared arena (above) rather than an arena
     of its own. Sessions on CUDA keep onnxruntime's default allocators.
+
+    ``tables``: a CPU-only session reads its lookup tables (the embedding) from these shared memory maps
+    (shared_tables.py) rather than mapping them itself.
+
+    ``memory_pattern``, ``prepack``: onnxruntime's memory pattern (one block per run for the intermediate tensors,
+    planned from earlier runs of the same shapes) and weight prepacking (products' weights copied once into the
+    kernels' layout), both on by default in onnxruntime; off for A/B runs of their memory and time.
     """
     options = ort.SessionOptions()
     options.intra_op_num_threads = intra_op_threads
@@ -84,6 +96,9 @@ def create_session(
         "all": ort.GraphOptimizationLevel.ORT_ENABLE_ALL,
     }[optimization]
     options.log_severity_level = 3
+    options.enable_mem_pattern = memory_pattern
+    if not prepack:
+        options.add_session_config_entry("session.disable_prepacking", "1")
     providers = requested_providers(choice)
     # onnxruntime fuses Add + LayerNormalization into SkipLayerNormalization, whose CPU kernel measured 4-6x
     # slower than the two ops on this project's shapes (docs/engine-speed-log.md); CUDA keeps the fusion
@@ -91,6 +106,9 @@ def create_session(
     if shared_arena and providers == ["CPUExecutionProvider"]:
         register_shared_cpu_arena()
         options.add_session_config_entry(USE_ENV_ALLOCATORS, "1")
+    if tables is not None and providers == ["CPUExecutionProvider"]:
+        for name, value in tables.for_graph(path).items():
+            options.add_initializer(name, value)
     session = ort.InferenceSession(str(path), sess_options=options, providers=providers, disabled_optimizers=disabled)
     actual = session.get_providers()
     if choice == "cuda" and "CUDAExecutionProvider" not in actual:
