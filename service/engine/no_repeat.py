@@ -25,16 +25,42 @@ from core.tokenizer import EOS_ID
 from service.engine.search import StepFn, TopCandidates, top_candidates
 
 
-class _Row:
-    """One hypothesis's generated tokens and, for each (n - 1)-gram in them, the tokens that followed it."""
+class NgramHistory:
+    """One hypothesis's generated tokens and, for each (n - 1)-gram in them, the tokens that followed it: ``banned``
+    is what would complete an n-gram it already holds. The block's one bookkeeping, for the step wrapper below and
+    for checking the search loop graph's answer (service/engine/search_loop.py)."""
 
-    __slots__ = ("tokens", "followers")
+    __slots__ = ("size", "tokens", "followers")
 
-    def __init__(self, tokens: list[int], followers: dict[tuple[int, ...], frozenset[int]]) -> None:
-        self.tokens, self.followers = tokens, followers
+    def __init__(self, size: int, tokens: list[int] | None = None, followers: dict | None = None) -> None:
+        self.size, self.tokens = size, tokens if tokens is not None else []
+        self.followers: dict[tuple[int, ...], frozenset[int]] = followers if followers is not None else {}
 
-    def copy(self) -> _Row:  # the sets are frozen: sharing them between copies is safe
-        return _Row(self.tokens[:], dict(self.followers))
+    def copy(self) -> NgramHistory:  # the sets are frozen: sharing them between copies is safe
+        return NgramHistory(self.size, self.tokens[:], dict(self.followers))
+
+    def append(self, token: int) -> None:
+        self.tokens.append(token)
+        n = self.size
+        if len(self.tokens) >= n:
+            key = tuple(self.tokens[len(self.tokens) - n : -1])
+            self.followers[key] = self.followers.get(key, frozenset()) | {token}
+
+    def banned(self) -> frozenset[int]:
+        n = self.size
+        if len(self.tokens) < n - 1:
+            return frozenset()
+        return self.followers.get(tuple(self.tokens[len(self.tokens) - n + 1 :]), frozenset())
+
+
+def follow(rows: list[NgramHistory], order: list[int]) -> list[NgramHistory]:
+    """The rows that go on, in ``order``; a row taken twice (two beams from one parent) is copied."""
+    taken: set[int] = set()
+    out = []
+    for r in order:
+        out.append(rows[r].copy() if r in taken else rows[r])
+        taken.add(r)
+    return out
 
 
 class NoRepeatNgram:
@@ -47,17 +73,17 @@ class NoRepeatNgram:
         if size < 1:
             raise ValueError(f"no_repeat_ngram_size must be at least 1, got {size}")
         self.step_fn, self.size, self.widen = step, size, widen
-        self.rows: list[_Row] | None = None
+        self.rows: list[NgramHistory] | None = None
 
     def __call__(self, last: np.ndarray, rows: np.ndarray | None) -> np.ndarray | TopCandidates:
         if self.rows is None:  # the start token
-            self.rows = [_Row([], {}) for _ in range(len(last))]
+            self.rows = [NgramHistory(self.size) for _ in range(len(last))]
         else:
             if rows is not None:
-                self.rows = self._select(rows.tolist())
+                self.rows = follow(self.rows, rows.tolist())
             for row, token in zip(self.rows, last[:, 0].tolist(), strict=True):
-                self._append(row, token)
-        banned = [self._banned(row) for row in self.rows]
+                row.append(token)
+        banned = [row.banned() for row in self.rows]
         extra = max(map(len, banned), default=0)
         if not extra:
             return self.step_fn(last, rows)
@@ -72,28 +98,6 @@ class NoRepeatNgram:
             # is rare): the candidates left, the missing ones at -inf
             return self._drop(out, banned, out.ids.shape[1] - (extra if widened else 0))
         return self._mask(out, banned)
-
-    def _select(self, order: list[int]) -> list[_Row]:
-        """The rows that go on, in order; a row taken twice (two beams from one parent) is copied."""
-        taken: set[int] = set()
-        out = []
-        for r in order:
-            out.append(self.rows[r].copy() if r in taken else self.rows[r])  # type: ignore[index]
-            taken.add(r)
-        return out
-
-    def _append(self, row: _Row, token: int) -> None:
-        row.tokens.append(token)
-        n = self.size
-        if len(row.tokens) >= n:
-            key = tuple(row.tokens[len(row.tokens) - n : -1])
-            row.followers[key] = row.followers.get(key, frozenset()) | {token}
-
-    def _banned(self, row: _Row) -> frozenset[int]:
-        n = self.size
-        if len(row.tokens) < n - 1:
-            return frozenset()
-        return row.followers.get(tuple(row.tokens[len(row.tokens) - n + 1 :]), frozenset())
 
     @staticmethod
     def _drop(out: TopCandidates, banned: list[frozenset[int]], count: int) -> TopCandidates:

@@ -20,6 +20,7 @@ import numpy as np
 from core.graphs import MAX_TOP_K_KEY, SEARCH_LOOP_OUTPUTS, VOCAB_IDS
 from core.search import Hypothesis
 from core.tokenizer import BOS_ID
+from service.engine.no_repeat import NgramHistory, follow
 
 
 class SearchLoop:
@@ -75,10 +76,14 @@ class SearchLoop:
         )
         finished: list[Hypothesis] = []
         history: list[list[int]] = [[] for _ in range(k)]
-        grams = _Grams(k, no_repeat_ngram_size) if no_repeat_ngram_size else None
+        grams = [NgramHistory(no_repeat_ngram_size) for _ in range(k)] if no_repeat_ngram_size else None
         for t in range(len(ended)):  # as _beam_one, from the loop's back-pointers
-            if grams is not None and not grams.take(history, beams[t], ids[t]):
-                return None
+            if grams is not None:  # a beam that goes on completes an n-gram its hypothesis holds: refused
+                if any(token in grams[beam].banned() for beam, token in zip(beams[t], ids[t], strict=True)):
+                    return None
+                grams = follow(grams, beams[t])
+                for row, token in zip(grams, ids[t], strict=True):
+                    row.append(token)
             for flag, beam, score in zip(ended[t], ended_beams[t], ended_scores[t], strict=True):
                 if flag:
                     finished.append(Hypothesis.beam(history[beam][:], score, t + 1, alpha))
@@ -93,26 +98,3 @@ class SearchLoop:
         if k == 1:  # greedy: ranked by the score itself
             return [Hypothesis(h.tokens, h.score, h.score) for h in finished[:1]]
         return sorted(finished, key=lambda h: -h.normalized)[:n_best]
-
-
-class _Grams:
-    """The n-grams of each live beam's hypothesis, step by step: ``take`` fails when a beam that goes on would
-    complete an n-gram its hypothesis already holds."""
-
-    def __init__(self, k: int, size: int) -> None:
-        self.size = size
-        self.held: list[frozenset[tuple[int, ...]]] = [frozenset()] * k
-
-    def take(self, history: list[list[int]], beams: list[int], ids: list[int]) -> bool:
-        n, held = self.size, []
-        for beam, token in zip(beams, ids, strict=True):
-            seq = history[beam]
-            if len(seq) < n - 1:
-                held.append(self.held[beam])
-                continue
-            gram = (*seq[len(seq) - n + 1 :], token)
-            if gram in self.held[beam]:
-                return False
-            held.append(self.held[beam] | {gram})
-        self.held = held
-        return True

@@ -10,7 +10,7 @@ from tiny_bundle import SAMPLE_SENTENCES
 
 from core.bundle import load_bundle
 from service.engine import Engine, TranslateOptions
-from service.engine.no_repeat import NoRepeatNgram, banned_after, drop_banned, repeats_ngram
+from service.engine.no_repeat import NgramHistory, NoRepeatNgram, banned_after, drop_banned, repeats_ngram
 from service.engine.search import TopCandidates, beam_search, greedy_search, top_candidates
 
 BOS, EOS, VOCAB = 1, 2, 12
@@ -168,22 +168,13 @@ def test_banned_after_a_token_matrix_is_the_step_wrappers_ban(size):
     for r, n in enumerate(lengths.tolist()):
         history[r, width - n :] = rng.integers(3, 7, n)  # a small alphabet: many repeats
     banned = banned_after(history, lengths, size)
-    guard = NoRepeatNgram(lambda last, rows: None, size)
     for r, n in enumerate(lengths.tolist()):
-        row = guard.rows = None
-        row = _reference_row(guard, history[r, width - n :].tolist())
-        want = guard._banned(row)
+        row = NgramHistory(size)
+        for token in history[r, width - n :].tolist():
+            row.append(token)
+        want = row.banned()
         got = {int(t) for t in banned[r] if t >= 0}
         assert got == set(want), (r, history[r].tolist())
-
-
-def _reference_row(guard: NoRepeatNgram, tokens: list[int]):
-    from service.engine.no_repeat import _Row
-
-    row = _Row([], {})
-    for token in tokens:
-        guard._append(row, token)
-    return row
 
 
 def test_drop_banned_keeps_each_rows_best_candidates_that_are_left():
