@@ -2,7 +2,8 @@
 under load, sorted into the engine thread's parts and the event loop.
 
     python -m bench.profile_server --data ../shared/data/multi30k [--modes continuous dynamic off] \
-        [--clients 64] [--requests 600] [--beam-size 4] [--variant int8] [--stream]
+        [--clients 64] [--requests 600] [--beam-size 4] [--variant int8] [--stream] \
+        [--settings '' MT_LANGUAGE_MISMATCH=off]
 
 For each mode (a mode may be listed again, to alternate), a server is started as bench/serving.py starts it (same
 settings), warmed up, and sent the same --requests requests (one sentence each, test_2016_flickr in order) by
@@ -176,6 +177,13 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument(
         "--trees", type=Path, nargs="+", default=[ROOT], help="source trees to run the server from, in turn per mode"
     )
+    parser.add_argument(
+        "--settings",
+        nargs="+",
+        default=[""],
+        metavar="KEY=VALUE[,KEY=VALUE]",
+        help="MT_* settings added to the server's, one set per entry ('' = none), run in turn per mode as --trees",
+    )
     parser.add_argument("--raw", type=Path, help="keep py-spy's raw samples here (<mode>-<run>.txt)")
     parser.add_argument("--py-spy", default=shutil.which("py-spy") or str(Path(sys.executable).parent / "py-spy"))
     args = parser.parse_args(argv)
@@ -198,10 +206,13 @@ def main(argv: list[str] | None = None) -> int:
     with tempfile.TemporaryDirectory(prefix="bench-profile-server-") as tmp:
         raw = args.raw or Path(tmp)
         raw.mkdir(parents=True, exist_ok=True)
-        for mode, tree in ((m, t.resolve()) for m in args.modes for t in args.trees):
+        runs = ((m, t.resolve(), e) for m in args.modes for t in args.trees for e in args.settings)
+        for mode, tree, extra in runs:
             label = mode if len(args.trees) == 1 else f"{mode} @ {tree.name}"
+            label += f" {extra}" if len(args.settings) > 1 else ""
             server = service(mode, server_args, Path(tmp))
             server.cwd = tree
+            server.env.update(dict(item.split("=", 1) for item in extra.split(",") if item))
             try:
                 server.start(timeout=300)
                 answered, seconds, counts, (cpu, engine_cpu) = profile(

@@ -73,7 +73,10 @@ def create_app(settings: Settings | None = None, wrap_runner: RunnerWrapper | No
     settings = settings or Settings()
     metrics = Metrics()
     languages = settings.languages
-    quality = QualityPolicy(detect, tuple(languages.detect_languages), languages.language_mismatch == "reject")
+    check = languages.language_mismatch != "off"
+    quality = QualityPolicy(
+        detect if check else None, tuple(languages.detect_languages), languages.language_mismatch == "reject"
+    )
     registry = Registry(settings, metrics, wrap_runner)
     state = AppState(settings, metrics, registry, detector=detect_among, quality=quality)
     shared = settings.state

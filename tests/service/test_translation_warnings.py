@@ -56,6 +56,15 @@ def test_reject_mode_refuses_a_text_in_another_language(tiny_repository, tmp_pat
         assert translate(server.url, {"texts": ["der hund"]}).status_code == 200
 
 
+def test_off_mode_checks_no_language_and_keeps_the_other_warnings(tiny_repository, tmp_path):
+    with LiveServer(tiny_repository, env={"MT_LANGUAGE_MISMATCH": "off"}, log_path=tmp_path / "log") as server:
+        [english, emoji] = translate(server.url, {"texts": [ENGLISH, "der hund 🐕"]}).json()["translations"]
+        assert "language_mismatch" not in codes(english)
+        assert "unknown_characters" in codes(emoji)
+        detected = httpx.post(server.url + "/detect", json={"q": ENGLISH}, timeout=60)  # /detect still detects
+        assert detected.status_code == 200 and detected.json()[0]["language"] == "en"
+
+
 def test_confidence_comes_from_the_bundles_fitted_map(tiny_bundle_dir, tmp_path):
     repository = tmp_path / "repository"
     copy_bundle(tiny_bundle_dir, repository / "de-en" / "1", confidence={"a": 1.0, "b": -50.0})  # always low
