@@ -83,9 +83,9 @@ def _runner(engine: str, args: dict):
             extra["shared_arena"] = False
         if "+own-tables" in engine:  # each session maps the embedding itself (before item 30 of the speed log)
             extra["shared_tables"] = False
-        if "+no-pattern" in engine:  # onnxruntime's memory pattern off (item 30)
+        if "+no-pattern" in engine:  # onnxruntime's memory pattern off (speed-log item 31)
             extra["memory_pattern"] = False
-        if "+no-prepack" in engine:  # onnxruntime's weight prepacking off (item 30)
+        if "+no-prepack" in engine:  # onnxruntime's weight prepacking off (speed-log item 31)
             extra["prepack"] = False
         if "+steps" in engine:  # a lone sentence step by step in Python, not in the search loop graph
             extra["search_loop"] = False
