@@ -101,6 +101,24 @@ def test_cpu_sessions_share_the_process_arena_unless_told_not_to(encoder_path, t
     assert np.array_equal(shared.embed(texts[:2]), own.embed(texts[:2]))
 
 
+def test_memory_pattern_and_prepacking_are_onnxruntimes_defaults_unless_turned_off(encoder_path, tiny_bundle_dir):
+    """The A/B knobs of docs/engine-speed-log.md item 31 reach the session, and change no answer."""
+    default = create_session(encoder_path, "cpu").get_session_options()
+    assert default.enable_mem_pattern
+    with pytest.raises(RuntimeError):  # never set: onnxruntime prepacks
+        default.get_session_config_entry("session.disable_prepacking")
+    off = create_session(encoder_path, "cpu", memory_pattern=False, prepack=False).get_session_options()
+    assert not off.enable_mem_pattern and off.get_session_config_entry("session.disable_prepacking") == "1"
+    bundle = load_bundle(tiny_bundle_dir)
+    usual = Engine(bundle, variant="int8", providers="cpu")
+    plain = Engine(bundle, variant="int8", providers="cpu", memory_pattern=False, prepack=False)
+    texts = ["ein kleiner test", "noch ein satz mit mehr wörtern"]
+    for options in (TranslateOptions(), TranslateOptions(beam_size=3)):
+        a, b = usual.translate(texts, options), plain.translate(texts, options)
+        assert [t.token_ids for t in a] == [t.token_ids for t in b]  # scores: equal here; kernels may round apart
+        assert [t.score for t in a] == pytest.approx([t.score for t in b], rel=1e-5)
+
+
 def test_variant_choice_follows_the_provider():
     """auto: the bundle's default on CPU (int8 when statically quantized); on CUDA fp16 if present, else fp32,
     never the CPU-oriented int8; an explicit MT_VARIANT wins; an unknown one is refused by name."""
