@@ -78,12 +78,9 @@ class SearchLoop:
         history: list[list[int]] = [[] for _ in range(k)]
         grams = [NgramHistory(no_repeat_ngram_size) for _ in range(k)] if no_repeat_ngram_size else None
         for t in range(len(ended)):  # as _beam_one, from the loop's back-pointers
-            if grams is not None:  # a beam that goes on completes an n-gram its hypothesis holds: refused
-                if any(token in grams[beam].banned() for beam, token in zip(beams[t], ids[t], strict=True)):
-                    return None
-                grams = follow(grams, beams[t])
-                for row, token in zip(grams, ids[t], strict=True):
-                    row.append(token)
+            # a beam that goes on completes an n-gram its hypothesis holds: refused
+            if grams is not None and any(token in grams[b].banned() for b, token in zip(beams[t], ids[t], strict=True)):
+                return None
             for flag, beam, score in zip(ended[t], ended_beams[t], ended_scores[t], strict=True):
                 if flag:
                     finished.append(Hypothesis.beam(history[beam][:], score, t + 1, alpha))
@@ -94,7 +91,13 @@ class SearchLoop:
                     seq = [*history[beam], token]
                     finished.append(Hypothesis.beam(seq, score, len(seq), alpha))
                 break
-            history = [[*history[beam], token] for beam, token in zip(beams[t], ids[t], strict=True)]
+            if grams is None:
+                history = [[*history[beam], token] for beam, token in zip(beams[t], ids[t], strict=True)]
+            else:  # the block's rows hold the tokens too: one copy of each hypothesis
+                grams = follow(grams, beams[t])
+                for row, token in zip(grams, ids[t], strict=True):
+                    row.append(token)
+                history = [row.tokens for row in grams]
         if k == 1:  # greedy: ranked by the score itself
             return [Hypothesis(h.tokens, h.score, h.score) for h in finished[:1]]
         return sorted(finished, key=lambda h: -h.normalized)[:n_best]
