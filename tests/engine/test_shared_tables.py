@@ -15,7 +15,7 @@ import pytest
 from onnx import TensorProto, helper
 
 from core.bundle import load_bundle
-from core.onnx_wire import external_tensors
+from core.onnx_wire import ExternalTensor, external_tensors
 from service.engine import Engine, TranslateOptions
 from service.engine.runtime import create_session
 from service.engine.shared_tables import SharedTables
@@ -108,8 +108,6 @@ def test_the_wire_reader_on_a_loop_body_reading_an_outer_table_and_unpacked_dims
 def test_a_region_that_cannot_hold_its_shape_is_refused(tmp_path):
     tables = SharedTables(min_bytes=0)
     (tmp_path / "w.bin").write_bytes(b"\0" * 64)
-    from core.onnx_wire import ExternalTensor
-
     with pytest.raises(ValueError, match="does not hold"):
         tables._value(tmp_path, ExternalTensor("t", 1, (4, 4), "w.bin", 0, 32))
 
