@@ -90,20 +90,31 @@ def service(mode: str, args: argparse.Namespace, log_dir: Path) -> ServerProcess
     return ServerProcess(args.repository, env, log_dir / f"service-{mode}.log")
 
 
-def batch_totals(server: ServerProcess, mode: str) -> tuple[float, float]:
-    """(engine batches or decoder steps, sentences or rows in them) so far: mt_batch_size for whole batches,
-    mt_decoder_step_rows for continuous batching."""
+BATCH_HISTOGRAMS = ("mt_batch_size", "mt_decoder_step_rows")  # whole batches; the continuous scheduler's live steps
+
+
+def batch_totals(server: ServerProcess) -> dict[str, tuple[float, float]]:
+    """Per histogram of BATCH_HISTOGRAMS, (observations, their sum) so far: (whole engine batches, sentences in
+    them) and (live decoder steps, rows in them). The continuous scheduler runs both: plain requests with an
+    n-gram block, embeddings and attention in whole batches, the rest live."""
     text = httpx.get(server.url + "/metrics", timeout=10).text
-    count = total = 0.0
-    name = "mt_decoder_step_rows" if mode == "continuous" else "mt_batch_size"
+    totals = dict.fromkeys(BATCH_HISTOGRAMS, (0.0, 0.0))
     for family in text_string_to_metric_families(text):
-        if family.name == name:
+        if family.name in totals:
+            count, total = totals[family.name]
             for s in family.samples:
-                if s.name == f"{name}_count":
+                if s.name == f"{family.name}_count":
                     count += s.value
-                elif s.name == f"{name}_sum":
+                elif s.name == f"{family.name}_sum":
                     total += s.value
-    return count, total
+            totals[family.name] = (count, total)
+    return totals
+
+
+def mean_between(before: tuple[float, float], after: tuple[float, float]) -> float:
+    """Mean size of what a histogram observed between two readings of ``batch_totals``; nan when nothing."""
+    count, total = after[0] - before[0], after[1] - before[1]
+    return total / count if count else float("nan")
 
 
 @dataclass
@@ -112,8 +123,11 @@ class Result:
     errors: int
     seconds: float
     latencies: np.ndarray  # seconds, successful requests
-    mean_batch: float
+    mean_batch: float  # sentences per whole batch (dynamic, off) or rows per live decoder step (continuous)
     cpu_per_sentence: float = float("nan")  # server CPU seconds per sentence
+    whole_batch: float = float(
+        "nan"
+    )  # sentences per whole engine batch, every mode (continuous: what did not decode live)
     first_token: np.ndarray | None = None  # streaming: seconds to the first delta event
 
     @property
@@ -182,11 +196,12 @@ def measure(
     server: ServerProcess, mode: str, sentences: list[str], clients: int, args: argparse.Namespace, stream: bool = False
 ) -> Result:
     label = f"{mode:>10}, {clients:>3} clients{' streaming' if stream else ''}"
-    before, cpu_before = batch_totals(server, mode), server.cpu_seconds()
+    before, cpu_before = batch_totals(server), server.cpu_seconds()
     result = asyncio.run(closed_loop(server.url, sentences, clients, args.beam_size, args.model, label, stream))
-    after, cpu_after = batch_totals(server, mode), server.cpu_seconds()
-    batches, total = after[0] - before[0], after[1] - before[1]
-    result.mean_batch = total / batches if batches else float("nan")
+    after, cpu_after = batch_totals(server), server.cpu_seconds()
+    means = {name: mean_between(before[name], after[name]) for name in BATCH_HISTOGRAMS}
+    result.mean_batch = means["mt_decoder_step_rows" if mode == "continuous" else "mt_batch_size"]
+    result.whole_batch = means["mt_batch_size"]
     result.cpu_per_sentence = (cpu_after - cpu_before) / max(1, result.sentences - result.errors)
     ttft = ""
     if result.first_token is not None and len(result.first_token):
@@ -198,7 +213,8 @@ def measure(
         f"{label}: {result.throughput:7.1f} sent/s  p50 {result.latency_ms(50):7.1f} ms  "
         f"p95 {result.latency_ms(95):7.1f} ms  p99 {result.latency_ms(99):7.1f} ms  "
         f"server CPU {result.cpu_per_sentence * 1000:6.2f} ms/sent  "
-        f"mean batch/rows {result.mean_batch:5.2f}  errors {result.errors}{ttft}",
+        f"mean batch/rows {result.mean_batch:5.2f}  whole batch {result.whole_batch:5.2f}  "
+        f"errors {result.errors}{ttft}",
         flush=True,
     )
     return result
@@ -213,9 +229,16 @@ def pooled(results: list[Result]) -> Result:
         sum(r.errors for r in results),
         sum(r.seconds for r in results),
         np.concatenate([r.latencies for r in results]),
-        float(np.mean([r.mean_batch for r in results])),
+        _mean_of_known([r.mean_batch for r in results]),
         float(np.median([r.cpu_per_sentence for r in results])),
+        _mean_of_known([r.whole_batch for r in results]),
     )
+
+
+def _mean_of_known(values: list[float]) -> float:
+    """The mean of the rounds that measured something (a round with no batch of a kind has nan)."""
+    known = [v for v in values if not np.isnan(v)]
+    return float(np.mean(known)) if known else float("nan")
 
 
 def round_lines(rounds: list[tuple[int, dict[str, list[Result]]]]) -> str:
@@ -229,15 +252,18 @@ def round_lines(rounds: list[tuple[int, dict[str, list[Result]]]]) -> str:
             speed = " / ".join(f"{a.throughput / b.throughput:.2f}" for a, b in pairs)
             cpu = " / ".join(f"{a.cpu_per_sentence / b.cpu_per_sentence:.2f}" for a, b in pairs)
             p50 = " / ".join(f"{a.latency_ms(50) / b.latency_ms(50):.2f}" for a, b in pairs)
+            whole = " / ".join(f"{a.whole_batch:.1f}:{b.whole_batch:.1f}" for a, b in pairs)
             lines.append(
-                f"- {clients} client(s), continuous vs {other}: sent/s {speed}; server CPU ms/sent {cpu}; p50 {p50}"
+                f"- {clients} client(s), continuous vs {other}: sent/s {speed}; server CPU ms/sent {cpu}; p50 {p50}; "
+                f"mean whole batch {whole}"
             )
     return "\n".join(lines)
 
 
 def table(rows: list[tuple[int, dict[str, Result]]], schedulers: dict[str, str]) -> str:
     header = ["clients", "mode", "sent/s", "p50 ms", "p95 ms", "p99 ms", "p99/p50", "server CPU ms/sent"]
-    header += ["mean batch (rows/step)", "errors", "sent/s vs dynamic", "sent/s vs off", "p50 vs off"]
+    header += ["mean batch (rows/step)", "mean whole batch", "errors", "sent/s vs dynamic", "sent/s vs off"]
+    header += ["p50 vs off"]
     lines = ["| " + " | ".join(header) + " |", "|---:|---|" + "---:|" * (len(header) - 2)]
     for clients, results in rows:
         for mode, r in results.items():
@@ -245,7 +271,7 @@ def table(rows: list[tuple[int, dict[str, Result]]], schedulers: dict[str, str])
             cells = [str(clients), mode if schedulers.get(mode, mode) == mode else f"{mode} (ran {schedulers[mode]})"]
             cells += [f"{r.throughput:.1f}"] + [f"{r.latency_ms(q):.1f}" for q in (50, 95, 99)]
             cells += [f"{r.latency_ms(99) / r.latency_ms(50):.2f}", f"{r.cpu_per_sentence * 1000:.2f}"]
-            cells += [f"{r.mean_batch:.2f}", str(r.errors)]
+            cells += [f"{r.mean_batch:.2f}", f"{r.whole_batch:.2f}", str(r.errors)]
             cells.append(f"{r.throughput / dynamic.throughput:.2f}x" if dynamic else "")
             cells.append(f"{r.throughput / off.throughput:.2f}x" if off else "")
             cells.append(f"{r.latency_ms(50) / off.latency_ms(50):.2f}x" if off else "")
@@ -345,7 +371,9 @@ def main(argv: list[str] | None = None) -> int:
         "sentence per batch",
         "- latency is client-side (request sent to response read); the clients run in the benchmark process, the "
         "servers in their own; server CPU ms/sent = the server process's utime + stime (/proc) over the row's "
-        "sentences; mean batch = sentences per engine batch (dynamic, off) or rows per decoder step (continuous)",
+        "sentences; mean batch = sentences per engine batch (dynamic, off) or rows per live decoder step "
+        "(continuous); mean whole batch = sentences per whole engine batch in every mode (continuous runs plain "
+        "requests with an n-gram block, embeddings and attention in whole batches; nan: none ran)",
         "",
         result,
         "",

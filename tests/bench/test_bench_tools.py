@@ -187,14 +187,18 @@ def test_serving_rounds_pool_into_one_row_and_list_each_rounds_ratio():
 
     from bench.serving import Result, pooled, round_lines
 
-    a = Result(100, 0, 2.0, np.array([0.1, 0.2]), 4.0, 0.020)
-    b = Result(100, 0, 4.0, np.array([0.3]), 4.0, 0.030)
-    c = Result(100, 0, 3.0, np.array([0.2]), 4.0, 0.010)
+    nan = float("nan")
+    a = Result(100, 0, 2.0, np.array([0.1, 0.2]), 4.0, 0.020, 30.0)
+    b = Result(100, 0, 4.0, np.array([0.3]), nan, 0.030, 10.0)  # nothing decoded live in this round
+    c = Result(100, 0, 3.0, np.array([0.2]), 6.0, 0.010, nan)  # no whole batch in this one
     row = pooled([a, b, c])
     assert row.throughput == 300 / 9.0 and len(row.latencies) == 4 and row.cpu_per_sentence == 0.020
-    off = [Result(100, 0, 2.0, np.array([0.1]), 1.0, 0.010)] * 3
+    assert row.mean_batch == 5.0 and row.whole_batch == 20.0  # the rounds that ran such batches
+    assert np.isnan(pooled([b, b]).mean_batch)
+    off = [Result(100, 0, 2.0, np.array([0.1]), 1.0, 0.010, 1.0)] * 3
     lines = round_lines([(1, {"continuous": [a, b, c], "off": off})])
     assert "continuous vs off: sent/s 1.00 / 0.50 / 0.67; server CPU ms/sent 2.00 / 3.00 / 1.00" in lines
+    assert "mean whole batch 30.0:1.0 / 10.0:1.0 / nan:1.0" in lines
 
 
 def test_server_profile_sorts_py_spy_stacks_by_part():
