@@ -14,6 +14,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
+from functools import cached_property
 from pathlib import Path
 
 import numpy as np
@@ -36,15 +37,32 @@ class Shortlist:
     def targets_of(self, source_id: int) -> np.ndarray:
         return self.targets[self.offsets[source_id] : self.offsets[source_id + 1]]
 
+    @cached_property
+    def _always(self) -> np.ndarray:
+        """(vocab,) bool: the ids every subset holds (the frequent list and the special ids)."""
+        mask = np.zeros(self.vocab_size, dtype=bool)
+        mask[self.frequent.astype(np.int64)] = True
+        mask[[i for i in SPECIAL_IDS.values() if 0 <= i < self.vocab_size]] = True
+        return mask
+
     def vocab_ids(self, sources: Iterable[Sequence[int]], extra: Iterable[int] = ()) -> np.ndarray:
         """The ascending int64 target ids a batch of ``sources`` (subword ids) decodes over: the frequent list, the
-        special ids, each source subword's translations and ``extra`` (e.g. tokens a request needs)."""
+        special ids, each source subword's translations and ``extra`` (ids of this vocabulary a request needs).
+
+        A mask over the vocabulary, the translations of all the batch's subwords gathered in one indexing (their
+        ranges of ``targets`` laid end to end): ~80 us for a lone sentence and ~0.3 ms for 32 on de-en 3's table,
+        against ~0.3 and ~1.9 ms for one np.unique over a list of slices (throwaway timing, speed-log item 36)."""
         seen = np.unique(np.fromiter((t for s in sources for t in s), dtype=np.int64))
         seen = seen[(seen >= 0) & (seen < self.vocab_size)]
-        parts = [self.frequent.astype(np.int64), np.array(sorted(SPECIAL_IDS.values()), dtype=np.int64)]
-        parts += [self.targets[self.offsets[s] : self.offsets[s + 1]].astype(np.int64) for s in seen]
-        parts.append(np.fromiter(extra, dtype=np.int64))
-        return np.unique(np.concatenate(parts))
+        starts, ends = self.offsets[seen], self.offsets[seen + 1]
+        lengths = ends - starts
+        # position j of the joined ranges reads targets[starts[r] + j - (where range r begins in the join)]
+        begins = np.cumsum(lengths) - lengths
+        where = np.arange(int(lengths.sum())) + np.repeat(starts - begins, lengths)
+        mask = self._always.copy()
+        mask[self.targets[where]] = True
+        mask[np.fromiter(extra, dtype=np.int64)] = True
+        return np.flatnonzero(mask).astype(np.int64)
 
     def save(self, path: Path) -> Path:
         dtype = np.uint16 if self.vocab_size <= np.iinfo(np.uint16).max + 1 else np.int32

@@ -56,6 +56,22 @@ def test_vocab_ids_of_a_batch():
     assert got.tolist() == want and got.dtype == np.int64
 
 
+def test_vocab_ids_are_the_union_of_the_translations_of_every_subword_of_the_batch():
+    rng = np.random.default_rng(3)
+    vocab = 300
+    counts = rng.integers(0, 6, vocab)  # some subwords have no translation
+    offsets = np.concatenate([[0], np.cumsum(counts)])
+    shortlist = Shortlist(rng.integers(0, vocab, 12), offsets, rng.integers(0, vocab, int(offsets[-1])))
+    for _ in range(50):
+        batch = [rng.integers(-3, vocab + 3, rng.integers(0, 9)).tolist() for _ in range(rng.integers(1, 5))]
+        want = {*shortlist.frequent.tolist(), *SPECIAL_IDS.values()}
+        for s in (t for src in batch for t in src if 0 <= t < vocab):  # ids outside the vocabulary are ignored
+            want |= set(shortlist.targets_of(s).tolist())
+        got = shortlist.vocab_ids(batch)
+        assert got.tolist() == sorted(want) and got.dtype == np.int64
+    assert shortlist.vocab_ids([[]]).tolist() == sorted({*shortlist.frequent.tolist(), *SPECIAL_IDS.values()})
+
+
 def test_file_round_trip_and_refusal(tmp_path):
     sources, targets = corpus()
     shortlist = learn_shortlist(sources, targets, VOCAB, top_n=3, frequent=2)
