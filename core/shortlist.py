@@ -76,6 +76,16 @@ class Shortlist:
         return path
 
 
+def union(id_lists: Iterable[np.ndarray], vocab_size: int) -> np.ndarray:
+    """The ascending int64 ids in any of ``id_lists`` (subsets of a ``vocab_size`` vocabulary, as ``vocab_ids``
+    gives them): a mask over the vocabulary, ~0.15 ms for 32 lists of ~1,100 ids of 16,000 against ~4.3 ms for
+    np.unique over their concatenation (throwaway timing, speed-log item 37)."""
+    mask = np.zeros(vocab_size, dtype=bool)
+    for ids in id_lists:
+        mask[ids] = True
+    return np.flatnonzero(mask).astype(np.int64)
+
+
 def load_shortlist(path: Path, vocab_size: int) -> Shortlist:
     """Read ``path``; raises ValueError when it does not fit a vocabulary of ``vocab_size``."""
     with np.load(path, allow_pickle=False) as data:

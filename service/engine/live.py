@@ -42,6 +42,7 @@ import numpy as np
 
 from core.graphs import MAX_TOP_K_KEY, VOCAB_IDS, has_vocab_ids, right_padded, step_interface, step_present_names
 from core.search import Hypothesis, length_limits
+from core.shortlist import union
 from core.tokenizer import BOS_ID, EOS_ID
 from service.engine.engine import Engine, TranslateOptions, Translation
 from service.engine.no_repeat import banned_after, drop_banned
@@ -328,7 +329,7 @@ class LiveBatch:
             if any(v is None for v in lists):
                 self._vocab = (keys, np.zeros(0, np.int64))
             else:
-                self._vocab = (keys, np.unique(np.concatenate(lists)))  # type: ignore[arg-type]
+                self._vocab = (keys, union(lists, self.engine.vocab_size))  # type: ignore[arg-type]
         return self._vocab[1]
 
     def _feeds(self, groups: list[_Group], top_k: int) -> dict[str, np.ndarray]:

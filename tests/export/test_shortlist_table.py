@@ -6,7 +6,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from core.shortlist import Shortlist, load_shortlist
+from core.shortlist import Shortlist, load_shortlist, union
 from core.tokenizer import SPECIAL_IDS
 from export.shortlist import ibm1, learn_shortlist
 
@@ -70,6 +70,14 @@ def test_vocab_ids_are_the_union_of_the_translations_of_every_subword_of_the_bat
         got = shortlist.vocab_ids(batch)
         assert got.tolist() == sorted(want) and got.dtype == np.int64
     assert shortlist.vocab_ids([[]]).tolist() == sorted({*shortlist.frequent.tolist(), *SPECIAL_IDS.values()})
+
+
+def test_union_of_several_sentences_lists():
+    rng = np.random.default_rng(5)
+    lists = [np.unique(rng.integers(0, 50, rng.integers(0, 20))) for _ in range(6)]
+    got = union(lists, 50)
+    assert got.tolist() == np.unique(np.concatenate(lists)).tolist() and got.dtype == np.int64
+    assert union([], 50).tolist() == [] and union([np.array([49, 0])], 50).tolist() == [0, 49]
 
 
 def test_file_round_trip_and_refusal(tmp_path):
