@@ -26,7 +26,7 @@ from pathlib import Path
 
 import numpy as np
 
-from core.graphs import BATCH_STEP, LIVE_STEP, step_interface
+from core.graphs import BATCH_STEP, LIVE_STEP, VOCAB_IDS, step_interface
 
 GRAPHS = ("decoder", LIVE_STEP, BATCH_STEP)
 
@@ -74,6 +74,8 @@ def step_feeds(session, config: dict, rows: int, sources: int, src: int, past: i
         from service.engine.step_inputs import uniform_inputs
 
         feeds.update(uniform_inputs(rows, n_cross, past))
+    if VOCAB_IDS in names:  # a shortlist-capable graph: empty = the whole vocabulary (what is timed here)
+        feeds[VOCAB_IDS] = np.zeros(0, np.int64)
     return feeds, (["top_log_probs", "top_ids"] if fetch_top else ["log_probs"]) + presents
 
 

@@ -173,3 +173,16 @@ def test_verify_checks_a_shortlisted_bundle_over_the_whole_vocabulary(shortliste
     assert report["max_abs_diff"]["step.log_probs"] <= 1e-4
     for beam in ("beam1", "beam4"):
         assert report[beam]["identical"] == report[beam]["total"] == 12, report[beam]["differing"]
+
+
+def test_the_step_benchmarks_feed_a_shortlisted_step_graph_the_whole_vocabulary(shortlisted):
+    """bench.step_graphs' random feeds (also bench.profile_engine's operator profile) fill vocab_ids when the step
+    graph takes it: empty, the whole vocabulary, as the benchmarks time it."""
+    import json
+
+    from bench.profile_engine import operators
+
+    manifest = json.loads((shortlisted / "manifest.json").read_text())
+    step_graph = shortlisted / manifest["variants"]["int8"]["decoder_step"]
+    per_op = operators(step_graph, manifest["model"], rows=8, beam=2, steps=3)
+    assert "MatMulIntegerToFloat" in per_op and all(us > 0 for us in per_op.values())
