@@ -146,14 +146,17 @@ def test_lone_search_with_the_block_equals_the_step_by_step_search(engine, beam,
         return found
 
     monkeypatch.setattr(loop, "search", recording)
-    for size in (1, 2, 3):
+    # which sizes the loop's answer passes depends on the tiny model's numerics (on an AVX-512 Xeon beam 4 repeats
+    # some 3-gram in every sentence): small sizes are refused, 5 passes, 4 is mixed
+    sizes = (1, 2, 3, 4, 5)
+    for size in sizes:
         options = TranslateOptions(beam_size=beam, max_length=40, no_repeat_ngram_size=size)
         batched = engine.translate(SAMPLE_SENTENCES, options)  # a batch: step by step
         for sentence, together in zip(SAMPLE_SENTENCES, batched, strict=True):
             alone = engine.translate([sentence], options)[0]
             assert alone.token_ids == together.token_ids and alone.score == pytest.approx(together.score, abs=1e-5)
             assert not repeats_ngram(alone.token_ids, size)
-    assert set(answered) == {1, 2, 3}
+    assert set(answered) == set(sizes)
     taken = [flag for flags in answered.values() for flag in flags]
     assert any(taken) and not all(taken), answered  # some answers from the loop, some searched again
 
