@@ -73,7 +73,9 @@ def test_step_graph_interface(tiny):
     assert {node.op_type for node in proto.graph.node} >= {"MultiHeadAttention", "TopK", "LogSoftmax"}
     caches = {name for name in step_input_names(n) if name.startswith("past_")}
     readers = [node.op_type for node in proto.graph.node if caches & set(node.input)]
-    assert readers == ["Pad"] * 2 * n  # each cache gets its zero column, then each row's new entry (ScatterElements)
+    assert readers == ["Pad"] * 2 * n  # each cache gets its zero column, then each row's new entry (ScatterND)
+    writers = {node.op_type for node in proto.graph.node if set(node.output) & {f"present_keys_{i}" for i in range(n)}}
+    assert writers == {"ScatterND"}  # one d_head slice per index, not ScatterElements' index per element
     metadata = {p.key: p.value for p in proto.metadata_props}
     assert metadata[STEP_INTERFACE_KEY] == str(STEP_INTERFACE)
     assert step_interface(metadata) == STEP_INTERFACE == 4
