@@ -125,9 +125,8 @@ class Result:
     latencies: np.ndarray  # seconds, successful requests
     mean_batch: float  # sentences per whole batch (dynamic, off) or rows per live decoder step (continuous)
     cpu_per_sentence: float = float("nan")  # server CPU seconds per sentence
-    whole_batch: float = float(
-        "nan"
-    )  # sentences per whole engine batch, every mode (continuous: what did not decode live)
+    # sentences per whole engine batch, every mode (continuous: the requests that did not decode live)
+    whole_batch: float = float("nan")
     first_token: np.ndarray | None = None  # streaming: seconds to the first delta event
 
     @property
