@@ -46,23 +46,25 @@ async def translate_units(
     untranslated, used = 0, model
     for start in range(0, len(sentences), chunk):
         part = sentences[start : start + chunk]
-        sources, kept = [], {}
+        sources, uses, kept = [], [], {}
         for k, sentence in enumerate(part):
             try:
-                tokenized, _ = tokenize_sentences(used, [sentence], [k], ctx)  # constraints ride in the sources
+                tokenized, found_uses = tokenize_sentences(used, [sentence], [k], ctx)  # constraints in the sources
             except SourceTooLongError:
                 kept[k] = sentence
                 continue
             sources.extend(tokenized)
+            uses.extend(found_uses)
         results, used = await run_sources(used, sources, html_options(options), ctx)
-        found = iter(results)
+        found = iter(zip(results, uses, strict=True))
         for k, sentence in enumerate(part):
             if k in kept:
                 words = sentence.split()
                 aligned.append((words, list(range(len(words)))))
                 untranslated += 1
             else:
-                aligned.append(align_words(used, next(found), len(sentence.split())))
+                result, its_uses = next(found)
+                aligned.append(align_words(used, result, len(sentence.split()), its_uses))
         await progress(start + len(part), len(sentences))
     target = model.languages[1]
     out, k = [], 0

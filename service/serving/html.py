@@ -46,6 +46,7 @@ from core.tokenizer import EOS_ID
 from service.engine.engine import Translation
 from service.registry import LoadedModel
 from service.serving.segmentation import NO_SPACE_LANGUAGES, segment
+from service.serving.terms import Use, recase_words
 
 SKIP_TAGS = frozenset({"code", "pre", "script", "style", "kbd", "samp", "textarea", "svg", "math", "template"})
 BLOCK_TAGS = frozenset(
@@ -469,9 +470,9 @@ def _word_starts(pieces: Sequence[str]) -> list[int]:
     return out
 
 
-def align_words(model: LoadedModel, t: Translation, n_source_words: int) -> Aligned:
+def align_words(model: LoadedModel, t: Translation, n_source_words: int, uses: Sequence[Use] = ()) -> Aligned:
     """Target words of a translation and, for each, the source word (of ``n_source_words``, whitespace-split)
-    it attends to most."""
+    it attends to most; a lower-case glossary term among them cased as the text's (``uses``: terms.recase)."""
     engine = model.engine
     target_pieces = engine.pieces(t.token_ids)
     groups: list[list[int]] = []
@@ -481,7 +482,7 @@ def align_words(model: LoadedModel, t: Translation, n_source_words: int) -> Alig
         groups[-1].append(j)
     words = [engine.tokenizer.decode([t.token_ids[j] for j in g]).strip() for g in groups]
     keep = [i for i, w in enumerate(words) if w]
-    words, groups = [words[i] for i in keep], [groups[i] for i in keep]
+    words, groups = recase_words([words[i] for i in keep], uses), [groups[i] for i in keep]
     if t.attention is None or not groups or n_source_words == 0:
         return words, [None] * len(words)
     source_pieces = engine.pieces([i for i in t.source_ids if i != EOS_ID])

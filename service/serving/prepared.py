@@ -130,7 +130,8 @@ class PreparedHtml:
             sentences = plan.sentences
             mine = results[k : k + len(sentences)]
             k += len(sentences)
-            aligned = [align_words(used, t, len(s.split())) for t, s in zip(mine, sentences, strict=True)]
+            uses = self.uses[k - len(sentences) : k]
+            aligned = [align_words(used, t, len(s.split()), u) for t, s, u in zip(mine, sentences, uses, strict=True)]
             rendered = plan.render(aligned, target)
             if not mine:
                 out.append(Translation(rendered, 0.0, [], [EOS_ID]))

@@ -177,6 +177,23 @@ def recase(text: str, uses: Sequence[Use]) -> str:
     return text
 
 
+def recase_words(words: list[str], uses: Sequence[Use]) -> list[str]:
+    """``recase`` of a translation given as its words (HTML and documents render words, not the text; a word may
+    hold spaces): the words joined by spaces, recased, and cut again where they were (recasing keeps the length;
+    as given in the rare case it does not, e.g. a capital that is two letters)."""
+    if not uses:
+        return words
+    text = " ".join(words)
+    cased = recase(text, uses)
+    if len(cased) != len(text):
+        return words
+    out, at = [], 0
+    for word in words:
+        out.append(cased[at : at + len(word)])
+        at += len(word) + 1
+    return out
+
+
 def settle(t: Translation, uses: Sequence[Use], render) -> Translation:
     """After decoding: a span the tokenizer renders differently (``render``: text -> decode(encode(text))) is
     written back as given, a lower-case term gets its case (``recase``); the uses the text still lacks go to

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from service.engine.engine import Translation
-from service.serving.terms import Terms, Use, recase, settle, warnings
+from service.serving.terms import Terms, Use, recase, recase_words, settle, warnings
 
 
 @pytest.mark.parametrize(
@@ -59,3 +59,11 @@ def test_recase_capitalises_only_at_the_start():
     uses = [Use("Arzt", "Arzt", "physician")]
     assert recase("Physician sees Physician.", uses) == "Physician sees physician."
     assert recase("«physician sees", uses) == "«Physician sees"
+
+
+def test_recase_words_cases_a_term_among_the_words_html_and_documents_render():
+    uses = [Use("Hund", "Hund", "hound")]
+    assert recase_words(["small", "Hound", "plays"], uses) == ["small", "hound", "plays"]
+    assert recase_words(["small  Hound", "plays"], uses) == ["small  hound", "plays"]  # a word with spaces
+    assert recase_words(["hound", "plays"], uses) == ["Hound", "plays"]  # it begins the sentence
+    assert recase_words(["small", "Hound"], []) == ["small", "Hound"]  # no terms: as given
