@@ -313,6 +313,7 @@ class Engine:
         # second graph's session is created on first use (the live decode's start), so an engine that only runs
         # whole batches holds one step session
         self._session_args = (providers, settings)
+        self.tables: SharedTables | None = settings["tables"]  # the sessions' shared lookup tables (None: their own)
         self._decoder = None
         self._decoder_lock = threading.Lock()
         self.step_decoder = None

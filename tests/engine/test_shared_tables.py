@@ -147,7 +147,7 @@ def engines():
 @pytest.mark.parametrize("beam", [1, 4])
 def test_shared_tables_change_no_answer(engines, beam):
     shared, own = engines
-    assert len(shared._session_args[1]["tables"]) == 1
+    assert shared.tables is not None and len(shared.tables) == 1 and own.tables is None
     options = TranslateOptions(beam_size=beam)
     for texts in (SENTENCES, SENTENCES[1:2]):  # a batch, and one sentence alone (the search loop)
         a, b = shared.translate(texts, options), own.translate(texts, options)
