@@ -302,11 +302,12 @@ class LiveBatch:
     def _banned(self, groups: list[_Group], rows: int) -> np.ndarray:
         """(rows, m) the tokens each row's repeated-n-gram block bans this step (-1 pads; service/engine/no_repeat.py),
         from the history of its generated tokens."""
-        if not any(s.options.no_repeat_ngram_size for g in groups for s in g.sentences):  # no sentence blocks n-grams
-            return np.zeros((rows, 0), np.int64)
         sizes = np.concatenate(
             [np.repeat([s.options.no_repeat_ngram_size or 0 for s in g.sentences], g.k) for g in groups]
+            or [np.zeros(0, np.int64)]
         )
+        if not sizes.any():  # no sentence blocks n-grams
+            return np.zeros((rows, 0), np.int64)
         lengths = np.concatenate([np.repeat(self._steps(g), g.k) for g in groups])
         history = self.history[:, : self.width]
         parts = []
