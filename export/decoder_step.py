@@ -97,7 +97,7 @@ def write_columns(b: GraphBuilder) -> str:
     )
     row = b.one("Add", [b.one("Reshape", [rows, by_row]), every_head])  # (rows, heads, 1): the row
     heads = b.const("heads_1_heads_1", np.arange(cfg.n_heads, dtype=np.int64).reshape(1, cfg.n_heads, 1))
-    head = b.one("Add", [b.one("Mul", [row, b.const("int_zero_1_1_1", np.zeros((1, 1, 1), np.int64))]), heads])
+    head = b.one("Expand", [heads, b.one("Shape", [row])])  # (rows, heads, 1): the head
     return b.one("Concat", [row, head, at], axis=2)
 
 
