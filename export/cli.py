@@ -286,6 +286,16 @@ def cmd_decoding(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_upgrade(args: argparse.Namespace) -> int:
+    """Rewrite the bundle's graphs in place where the current exporter computes the same values faster."""
+    from export.upgrade import upgrade_bundle
+
+    load_bundle(args.bundle)  # refuses a bundle whose files do not match its manifest
+    changed = upgrade_bundle(Path(args.bundle))
+    print(json.dumps({"upgraded": changed} if changed else {"upgraded": {}, "note": "nothing to rewrite"}, indent=2))
+    return 0
+
+
 def cmd_compare(args: argparse.Namespace) -> int:
     from export.report_compare import compare, table, within
 
@@ -398,6 +408,14 @@ def main(argv: list[str] | None = None) -> int:
     )
     p.add_argument("--why", help="the measurement behind the choice, kept in the manifest as decoding_reason")
     p.set_defaults(func=cmd_decoding)
+
+    p = sub.add_parser(
+        "upgrade",
+        help="rewrite a released bundle's graphs in place where the current exporter computes the same values "
+        "faster (export/upgrade.py; weights files untouched, the manifest records it and is sealed again)",
+    )
+    p.add_argument("--bundle", required=True, help="bundle folder (its graphs and manifest are rewritten)")
+    p.set_defaults(func=cmd_upgrade)
 
     p = sub.add_parser("verify", help="PyTorch vs onnxruntime parity (graphs and translations)")
     bundle_and_corpus(p, "corpus folder for translation parity (optional)", data_required=False)

@@ -33,8 +33,10 @@ def supports_lean_graphs(model: Transformer) -> bool:
 
 
 class GraphBuilder:
-    def __init__(self, model: Transformer) -> None:
-        self.model, self.cfg = model, model.cfg
+    def __init__(self, model: Transformer | None, cfg=None) -> None:
+        """Blocks that read weights need ``model``; ``cfg`` alone (n_heads, d_head, ...) serves the weightless ones
+        (export/upgrade.py rewrites a released graph with them)."""
+        self.model, self.cfg = model, model.cfg if model is not None else cfg
         self.nodes: list[onnx.NodeProto] = []
         self.initializers: list[onnx.TensorProto] = []
         self.value_info: list[onnx.ValueInfoProto] = []  # types of contrib-op outputs for shape inference
