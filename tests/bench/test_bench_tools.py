@@ -335,3 +335,16 @@ def test_search_loop_experiment_gives_a_bundle_without_loops_its_loop_and_compar
     out = capsys.readouterr().out
     assert code == 0 and out.count(": 0 differ") == 2
     assert "| beam 4 | search loop graph |" in out and "| greedy | step by step (Python) |" in out
+
+
+def test_live_flow_compares_two_bundles_and_counts_equal_answers(tiny_bundle_dir, tmp_path, capsys):
+    """bench/live_flow.py on the tiny bundle against itself: every answer the same, the ratio 1.00x for the first."""
+    from bench.live_flow import main
+
+    (tmp_path / "test_2016_flickr.de").write_text("\n".join(SAMPLE_SENTENCES) + "\n", encoding="utf-8")
+    args = ["--data", str(tmp_path), "--bundles", str(tiny_bundle_dir), str(tiny_bundle_dir), "--repeats", "1"]
+    assert main([*args, "--variant", "fp32", "--batch", "2"]) == 0
+    rows = [line for line in capsys.readouterr().out.splitlines() if line.startswith(f"| {tiny_bundle_dir}")]
+    assert len(rows) == 2
+    assert all(row.endswith(f"| {len(SAMPLE_SENTENCES)} / {len(SAMPLE_SENTENCES)} |") for row in rows)
+    assert "| 1.00x |" in rows[0]
