@@ -287,12 +287,14 @@ def cmd_decoding(args: argparse.Namespace) -> int:
 
 
 def cmd_upgrade(args: argparse.Namespace) -> int:
-    """Rewrite the bundle's graphs in place where the current exporter computes the same values faster."""
+    """Rewrite the bundles' graphs in place where the current exporter computes the same values faster."""
     from export.upgrade import upgrade_bundle
 
-    load_bundle(args.bundle)  # refuses a bundle whose files do not match its manifest
-    changed = upgrade_bundle(Path(args.bundle))
-    print(json.dumps({"upgraded": changed} if changed else {"upgraded": {}, "note": "nothing to rewrite"}, indent=2))
+    for bundle in args.bundle:
+        load_bundle(bundle)  # refuses a bundle whose files do not match its manifest, before any is changed
+    commit = git_commit()  # the code's commit, before the first rewrite makes the work tree dirty
+    changed = {bundle: upgrade_bundle(Path(bundle), commit) for bundle in args.bundle}
+    print(json.dumps({"upgraded": changed}, indent=2))
     return 0
 
 
@@ -414,7 +416,9 @@ def main(argv: list[str] | None = None) -> int:
         help="rewrite a released bundle's graphs in place where the current exporter computes the same values "
         "faster (export/upgrade.py; weights files untouched, the manifest records it and is sealed again)",
     )
-    p.add_argument("--bundle", required=True, help="bundle folder (its graphs and manifest are rewritten)")
+    p.add_argument(
+        "--bundle", nargs="+", required=True, help="bundle folders (their graphs and manifests are rewritten)"
+    )
     p.set_defaults(func=cmd_upgrade)
 
     p = sub.add_parser("verify", help="PyTorch vs onnxruntime parity (graphs and translations)")

@@ -126,10 +126,12 @@ def scatter_nd_cache_write(model: onnx.ModelProto, n_heads: int, d_head: int) ->
 REWRITES = {"scatter_nd_cache_write": scatter_nd_cache_write}
 
 
-def upgrade_bundle(bundle_dir: Path) -> dict[str, Any]:
+def upgrade_bundle(bundle_dir: Path, commit: str | None = None) -> dict[str, Any]:
     """Apply every rewrite to every variant's graphs of the bundle at ``bundle_dir`` in place; seal the manifest
-    again when a graph changed. Returns {rewrite: [graph files it changed]} (empty: the bundle was up to date)."""
+    again when a graph changed, recording ``commit`` (default: the code's git commit, read before anything is
+    written). Returns {rewrite: [graph files it changed]} (empty: the bundle was up to date)."""
     bundle_dir = Path(bundle_dir)
+    commit = commit or git_commit()
     manifest = json.loads((bundle_dir / MANIFEST).read_text(encoding="utf-8"))
     cfg = manifest["model"]
     n_heads = int(cfg["n_heads"])
