@@ -155,7 +155,6 @@ def upgrade_bundle(bundle_dir: Path, commit: str | None = None) -> dict[str, Any
         if key in fp32:
             manifest["graphs"][key] = graph_signature(bundle_dir / fp32[key])
     when = dt.datetime.now(dt.UTC).replace(microsecond=0).isoformat()
-    commit = git_commit()
     upgrades = manifest.get("upgrades", [])
     upgrades += [
         {"rewrite": name, "graphs": graphs, "at": when, "git_commit": commit} for name, graphs in changed.items()
