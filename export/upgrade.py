@@ -26,6 +26,7 @@ from typing import Any
 import onnx
 
 from core.bundle import MANIFEST
+from core.graphs import step_interface
 from export.decoder_step import write_column, write_columns
 from export.graph_builder import GraphBuilder
 from export.manifest import git_commit, seal
@@ -80,6 +81,8 @@ def scatter_nd_cache_write(model: onnx.ModelProto, n_heads: int, d_head: int) ->
     """Rewrite ``model``'s ScatterElements cache writes (interface 4 before item 38) in place as the current
     exporter writes them; returns how many writes changed (0: nothing to do, the model untouched)."""
     graph = model.graph
+    if step_interface({p.key: p.value for p in model.metadata_props}) < 4:  # not a live step graph: not ours
+        return 0
     writes = [n for n in graph.node if n.op_type == "ScatterElements"]
     if not writes:
         return 0
@@ -137,19 +140,21 @@ def upgrade_bundle(bundle_dir: Path, commit: str | None = None) -> dict[str, Any
     n_heads = int(cfg["n_heads"])
     d_head = int(cfg["d_model"]) // n_heads
     changed: dict[str, list[str]] = {}
+    rewritten: dict[str, onnx.ModelProto] = {}  # written only once every graph rewrote: a refusal changes nothing
     for variant in manifest["variants"].values():
         for rel in variant.values():
             if not str(rel).endswith(".onnx"):
                 continue
-            path = bundle_dir / rel
-            model = onnx.load(str(path), load_external_data=False)  # the weights files stay untouched
+            model = onnx.load(str(bundle_dir / rel), load_external_data=False)  # the weights files stay untouched
             done = [name for name, rewrite in REWRITES.items() if rewrite(model, n_heads, d_head)]
             if done:
-                onnx.save(model, str(path))
+                rewritten[rel] = model
                 for name in done:
                     changed.setdefault(name, []).append(rel)
     if not changed:
         return changed
+    for rel, model in rewritten.items():
+        onnx.save(model, str(bundle_dir / rel))
     fp32 = manifest["variants"].get("fp32", {})
     for key in manifest.get("graphs", {}):
         if key in fp32:

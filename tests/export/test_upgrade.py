@@ -160,10 +160,12 @@ def test_a_graph_not_written_by_the_exporter_is_refused(bundles, tmp_path):
     _, legacy = bundles
     bundle = tmp_path / "de-en" / "1"
     shutil.copytree(legacy, bundle)
-    path = bundle / f"graphs/fp32.{LIVE_STEP}.onnx"
+    path = bundle / f"graphs/int8.{LIVE_STEP}.onnx"  # after fp32's, which would rewrite
     model = onnx.load(str(path), load_external_data=False)
     scatter = next(n for n in model.graph.node if n.op_type == "ScatterElements")
     scatter.input[0] = "past_keys_0"  # not the Pad of a cache
     onnx.save(model, str(path))
+    before = _files(bundle)
     with pytest.raises(ValueError, match="not a cache write"):
         upgrade_bundle(bundle)
+    assert _files(bundle) == before  # the other variants' graphs were not written either
