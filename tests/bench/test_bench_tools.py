@@ -348,3 +348,45 @@ def test_live_flow_compares_two_bundles_and_counts_equal_answers(tiny_bundle_dir
     assert len(rows) == 2
     assert all(row.endswith(f"| {len(SAMPLE_SENTENCES)} / {len(SAMPLE_SENTENCES)} |") for row in rows)
     assert "| 1.00x |" in rows[0]
+
+
+def test_lean_encoder_experiment_computes_what_the_traced_encoder_computes(tiny_model_dir, tmp_path, capsys):
+    """bench/experiments/lean_encoder.py on the tiny model: the lean fp32 graph's outputs equal the traced graph's
+    on real positions, its int8 twin is built and timed, and the table has a row per variant."""
+    import numpy as np
+    import onnx
+    import onnxruntime as ort
+
+    from bench.experiments.lean_encoder import OUTPUTS, build_lean_encoder, largest_difference, main
+    from core.bundle import load_bundle
+    from service.engine import Engine
+    from service.engine.engine import pad_batch
+
+    bundle = tiny_model_dir / "repository" / "de-en" / "1"
+    model, _ = load_release(tiny_model_dir / "release")
+    onnx.save(build_lean_encoder(model.eval()), str(tmp_path / "lean.onnx"))
+    engine = Engine(load_bundle(bundle), "fp32", "cpu", intra_op_threads=1)
+    src = pad_batch(engine.source_ids(SAMPLE_SENTENCES))
+    traced = engine.encoder.run(OUTPUTS, {"src_ids": src})
+    lean = ort.InferenceSession(str(tmp_path / "lean.onnx")).run(OUTPUTS, {"src_ids": src})
+    assert [a.shape for a in lean] == [a.shape for a in traced]
+    assert largest_difference(traced, lean, src) < 1e-4
+    shifted = [a + np.float32(0.01) for a in lean]
+    assert largest_difference(traced, shifted, src) > 5e-3  # the comparison sees a difference where there is one
+
+    for split in ("test", "val"):
+        (tmp_path / f"{split}.de").write_text("\n".join(SAMPLE_SENTENCES * 8) + "\n", encoding="utf-8")
+    args = [
+        "--model",
+        str(tiny_model_dir / "release"),
+        "--bundle",
+        str(bundle),
+        "--data",
+        str(tmp_path),
+        "--split",
+        "test",
+    ]
+    assert main([*args, "--repeats", "1", "--alone", "5", "--calibration-sentences", "16"]) == 0
+    out = capsys.readouterr().out
+    rows = [line for line in out.splitlines() if line.startswith(("| fp32 |", "| int8 |"))]
+    assert len(rows) == 2 and all(row.count("x |") == 2 for row in rows)
