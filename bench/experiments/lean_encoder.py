@@ -30,6 +30,7 @@ import numpy as np
 from onnx import TensorProto, helper
 
 from bench.harness import machine, now
+from core.tokenizer import PAD_ID
 
 OUTPUTS = ["encoder_output", "cross_keys", "cross_values"]
 
@@ -97,7 +98,7 @@ def build_lean_encoder(model):
 
 def largest_difference(a: list[np.ndarray], b: list[np.ndarray], src: np.ndarray) -> float:
     """The largest |a - b| over the three outputs, on real source positions only (padding rows are not read)."""
-    real = src != 0
+    real = src != PAD_ID
     masks = [real[:, :, None], real[None, :, None, :, None], real[None, :, None, :, None]]
     return max(float(np.abs((x - y) * m).max()) for x, y, m in zip(a, b, masks, strict=True))
 
