@@ -390,3 +390,89 @@ def test_lean_encoder_experiment_computes_what_the_traced_encoder_computes(tiny_
     out = capsys.readouterr().out
     rows = [line for line in out.splitlines() if line.startswith(("| fp32 |", "| int8 |"))]
     assert len(rows) == 2 and all(row.count("x |") == 2 for row in rows)
+
+
+def test_fused_step_products_match_numpy(tmp_path):
+    """bench/experiments/fused_step.c's u8 x s8 product (the four-row blocks and the rows left over, widths that are
+    not multiples of its 16-column blocks or 4-value groups) computes what onnxruntime's QuantizeLinear +
+    MatMulIntegerToFloat compute: activations rounded to u8 around 128, int32 sums, a scale per column, the bias."""
+    import shutil
+
+    import numpy as np
+
+    if not (shutil.which("cc") or shutil.which("gcc") or shutil.which("clang")):
+        pytest.skip("no C compiler: the fused step probe is C")
+    from bench.experiments.fused_step import compile_library, qgemm
+
+    lib = compile_library(tmp_path)
+    rng = np.random.default_rng(3)
+    k, n, x_scale = 42, 37, 0.02
+    w = rng.integers(-127, 128, (k, n)).astype(np.int8)
+    scale, bias = rng.uniform(1e-3, 1e-2, n).astype(np.float32), rng.standard_normal(n).astype(np.float32)
+    for rows in (1, 4, 6):
+        x = rng.standard_normal((rows, k)).astype(np.float32)
+        quantized = np.clip(np.round(x / x_scale) + 128, 0, 255)
+        want = ((quantized - 128) @ w.astype(np.float64)) * scale * x_scale + bias
+        got = qgemm(lib, x, w, scale, bias, x_scale)
+        np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-4)
+        w_changed = w.copy()
+        w_changed[k - 1, n - 1] ^= 1  # the last row and column: padding must not hide them
+        assert not np.allclose(qgemm(lib, x, w_changed, scale, bias, x_scale)[:, -1], want[:, -1], rtol=0, atol=1e-7)
+
+
+def test_fused_step_experiment_prints_its_table(tiny_bundle_dir, tmp_path, capsys):
+    """bench/experiments/fused_step.py on a shortlisted copy of the tiny bundle: a row per search setting and
+    vocabulary, with the engine's and the C step's time per row-step."""
+    import shutil
+
+    from tiny_bundle import write_corpus
+
+    if not (shutil.which("cc") or shutil.which("gcc") or shutil.which("clang")):
+        pytest.skip("no C compiler: the fused step probe is C")
+    from bench.experiments.fused_step import main
+    from export.cli import main as export_main
+
+    bundle = tmp_path / "de-en" / "1"
+    shutil.copytree(tiny_bundle_dir, bundle)
+    assert (
+        export_main(
+            ["shortlist", "--bundle", str(bundle), "--data", str(write_corpus(tmp_path / "corpus")), "--frequent", "8"]
+        )
+        == 0
+    )
+    (tmp_path / "test.de").write_text("\n".join(SAMPLE_SENTENCES * 12) + "\n", encoding="utf-8")
+    args = ["--bundle", str(bundle), "--data", str(tmp_path), "--split", "test", "--sentences", "6", "--batched", "40"]
+    assert main([*args, "--repeats", "1"]) == 0
+    rows = [
+        line.strip("|").split(" | ") for line in capsys.readouterr().out.splitlines() if line.startswith("| greedy")
+    ]
+    expected = [("greedy b1", "shortlist ("), ("greedy b1", "whole vocabulary ("), ("greedy b32", "shortlist (")]
+    expected.append(("greedy b32", "whole vocabulary ("))
+    assert [
+        (cells[0].strip(), cells[1][: len(name)]) for cells, (_, name) in zip(rows, expected, strict=True)
+    ] == expected
+    for cells in rows:
+        assert float(cells[2]) > 0 and float(cells[3]) > 0  # ms per row-step, engine and C
+
+
+def test_int8_products_experiment_builds_products_that_agree(capsys):
+    """bench/experiments/int8_products.py: every int8 candidate computes the fp32 chain's product up to its
+    quantization error (so the timings compare the same work), and the table has a row per row count."""
+    import numpy as np
+    import onnx
+
+    from bench.experiments.int8_products import KINDS, chain_model, main, session
+
+    # within the static candidate's fixed u8 range (scale 0.02 around 128: +-2.56)
+    x = {"x": np.random.default_rng(0).standard_normal((3, 128)).astype(np.float32) * 0.5}
+    fp32 = chain_model("fp32", 128, 2)
+    onnx.checker.check_model(fp32)
+    w = [onnx.numpy_helper.to_array(t) for t in fp32.graph.initializer]
+    (want,) = session(fp32).run(None, x)
+    np.testing.assert_allclose(want, x["x"] @ w[0] @ w[1], rtol=1e-4, atol=1e-5)
+    for kind in KINDS[2:]:
+        (got,) = session(chain_model(kind, 128, 2)).run(None, x)
+        assert np.abs(got - want).max() < 0.05 * np.abs(want).max(), kind
+    assert main(["--rows", "1", "4", "--width", "128", "--chain", "2", "--repeats", "1", "--calls", "3"]) == 0
+    rows = [line for line in capsys.readouterr().out.splitlines() if line.startswith(("| 1 |", "| 4 |"))]
+    assert len(rows) == 2 and all(row.count("|") == len(KINDS) + 3 for row in rows)

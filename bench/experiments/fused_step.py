@@ -1,0 +1,243 @@
+"""What a fused decoder step would buy a lone sentence: speed-log item 43, the sizing of issue 33's last lever.
+
+    python -m bench.experiments.fused_step --bundle model_repository/de-en/3 --data ../shared/data/multi30k \
+        [--ct2 build/ct2/general] [--sentences 200] [--repeats 3]
+
+The engine's lone greedy sentence is the encoder graph, the shortlist's subset and the search loop graph, whose
+every step runs ~150 onnxruntime nodes. fused_step.c computes the same step (the model's shape from the bundle's
+manifest: pre-norm layers, u8 x s8 products with a scale per column, attention over the cache written in place,
+log-softmax and arg-max over the output rows) as one C call, with random weights: it times a step, it translates
+nothing. It is compiled here with the system's C compiler (``cc -O3 -march=native``; AVX-512 VNNI products when the
+CPU has them, plain loops otherwise).
+
+For the first --sentences of --split, each alone, greedy, no n-gram block, int8, one thread, with the bundle's
+shortlist and with the whole vocabulary: the engine's CPU time split into encoder + subset and the search loop
+(``Engine.run_encoder``, ``Engine.vocab_subset``, ``SearchLoop.search``), then the C step run for as many steps as
+the loop took per sentence, at the same source lengths, over as many output rows as the sentence's subset has (the
+median subset: one C model per configuration). ``--ct2``: CTranslate2 int8 on the same sentences (with its vmap for
+the shortlist rows, the same table). Medians of --repeats interleaved timings after a warm-up. The last column
+adds the engine's measured encoder and subset time to the C steps: what a lone sentence would cost with the step
+fused and everything else as it is.
+"""
+
+from __future__ import annotations
+
+import argparse
+import ctypes
+import json
+import shutil
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import numpy as np
+
+from bench.harness import machine, now
+
+SOURCE = Path(__file__).with_name("fused_step.c")
+
+
+def compile_library(out_dir: Path) -> ctypes.CDLL:
+    """fused_step.c built for this CPU and loaded; RuntimeError when no C compiler is installed."""
+    compiler = shutil.which("cc") or shutil.which("gcc") or shutil.which("clang")
+    if compiler is None:
+        raise RuntimeError("no C compiler (cc, gcc or clang) on PATH: the fused step is C")
+    library = out_dir / "fused_step.so"
+    cmd = [compiler, "-O3", "-march=native", "-ffast-math", "-shared", "-fPIC", "-o", str(library), str(SOURCE), "-lm"]
+    subprocess.run(cmd, check=True, capture_output=True, text=True)
+    lib = ctypes.CDLL(str(library))
+    lib.fs_create.restype = ctypes.c_void_p
+    lib.fs_create.argtypes = [ctypes.c_int] * 9 + [ctypes.c_uint]
+    lib.fs_run.restype = ctypes.c_int
+    lib.fs_run.argtypes = [ctypes.c_void_p, ctypes.c_int, ctypes.c_void_p, ctypes.c_int]
+    lib.fs_free.argtypes = [ctypes.c_void_p]
+    lib.fs_qgemm.argtypes = [ctypes.c_void_p, ctypes.c_void_p, ctypes.c_int, ctypes.c_int, ctypes.c_int]
+    lib.fs_qgemm.argtypes += [ctypes.c_void_p, ctypes.c_void_p, ctypes.c_float, ctypes.c_void_p]
+    return lib
+
+
+def qgemm(lib: ctypes.CDLL, x: np.ndarray, w: np.ndarray, scale: np.ndarray, bias: np.ndarray, x_scale: float):
+    """The C step's u8 x s8 product: x (rows, k) float32, w (k, n) int8, scale and bias (n,) float32 -> (rows, n)."""
+    x, w = np.ascontiguousarray(x, np.float32), np.ascontiguousarray(w, np.int8)
+    scale, bias = np.ascontiguousarray(scale, np.float32), np.ascontiguousarray(bias, np.float32)
+    y = np.empty((x.shape[0], w.shape[1]), np.float32)
+    lib.fs_qgemm(x.ctypes, w.ctypes, w.shape[0], w.shape[1], x.shape[0], scale.ctypes, bias.ctypes, x_scale, y.ctypes)
+    return y
+
+
+class FusedStep:
+    """One C model of the bundle's shape over ``vocab_rows`` output rows, for up to ``max_rows`` rows a step."""
+
+    def __init__(self, lib: ctypes.CDLL, cfg: dict, vocab_rows: int, max_rows: int, max_src: int) -> None:
+        self.lib = lib
+        shape = (cfg["d_model"], cfg["n_heads"], cfg["d_ff"], cfg["n_decoder_layers"], cfg["vocab_size"])
+        self.handle = lib.fs_create(*shape, vocab_rows, cfg["max_positions"], max_src, max_rows, 1)
+
+    def search(self, src_len: int, steps: list[int]) -> None:
+        """The steps of a greedy search whose sentences took ``steps`` steps each (rows drop out as they end)."""
+        alive = np.array([sum(1 for s in steps if s > t) for t in range(max(steps))], dtype=np.int32)
+        self.lib.fs_run(self.handle, src_len, alive.ctypes, len(alive))
+
+    def close(self) -> None:
+        self.lib.fs_free(self.handle)
+
+
+def engine_search(engine, batch: list[list[int]], options) -> tuple[float, float, float, list[int]]:
+    """(CPU s of the encoder, of the shortlist's subset, of the search, steps per sentence) for one batch, greedy:
+    a lone sentence in the search loop graph, a batch in the whole-batch search (which takes its subset again)."""
+    started = time.process_time()
+    enc = engine.run_encoder(batch)
+    encoded = time.process_time()
+    vocab_ids = engine.vocab_subset(batch, options)
+    subset = time.process_time()
+    limits = [engine_limit(engine, ids) for ids in batch]
+    if len(batch) == 1:
+        found = [engine.search_loop.search(enc, limits[0], 1, options.length_penalty, 1, vocab_ids, 0)[0]]
+    else:
+        found = [h[0] for h in engine._decode(enc, batch, options)]
+    searched = time.process_time()
+    steps = [min(len(h.tokens) + 1, limit) for h, limit in zip(found, limits, strict=True)]  # + the EOS step
+    tokens = sum(len(h.tokens) for h in found)
+    return encoded - started, subset - encoded, searched - subset, steps, tokens
+
+
+def engine_limit(engine, ids: list[int]) -> int:
+    from core.search import length_limits
+
+    return length_limits([len(ids)], engine.max_source_tokens, None)[0]
+
+
+PARTS = ("encoder", "subset", "search", "fused", "ct2")
+
+
+def measure(settings: dict, engines: dict, fused: dict, ct2: dict, options, repeats: int) -> tuple[dict, dict]:
+    """{(setting, vocabulary, part): CPU s per repeat}, {(setting, vocabulary): (tokens, row-steps, CTranslate2's
+    tokens)}; every repeat runs every setting, the engine then the C steps then CTranslate2, after a warm-up round."""
+    timings: dict[tuple[str, str, str], list[float]] = {}
+    counts: dict[tuple[str, str], tuple[int, int, int]] = {}
+    for repeat in range(repeats + 1):
+        for setting, batches in settings.items():
+            for name, engine in engines.items():
+                key = (setting, name)
+                parts = np.zeros(4)  # encoder, subset, search, fused steps
+                tokens, n_steps, ct2_tokens = 0, 0, 0
+                for batch in batches:
+                    encoder, subset, search, steps, found = engine_search(engine, batch, options)
+                    started = time.process_time()
+                    fused[key].search(max(len(ids) for ids in batch), steps)
+                    parts += (encoder, subset, search, time.process_time() - started)
+                    tokens, n_steps = tokens + found, n_steps + sum(steps)
+                ct2_s = float("nan")
+                if name in ct2:
+                    started = time.process_time()
+                    for batch in batches:
+                        out = ct2[name].translate_ids(batch, [engine_limit(engine, ids) for ids in batch], 1)
+                        ct2_tokens += sum(len(o) for o in out)
+                    ct2_s = time.process_time() - started
+                if repeat:  # the first round warms up
+                    for part, value in zip(PARTS, (*parts, ct2_s), strict=True):
+                        timings.setdefault((*key, part), []).append(value)
+                    counts[key] = (tokens, n_steps, ct2_tokens)
+    return timings, counts
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--bundle", type=Path, required=True)
+    parser.add_argument("--data", type=Path, required=True, help="folder with <split>.de")
+    parser.add_argument("--split", default="test_2016_flickr")
+    parser.add_argument("--sentences", type=int, default=200, help="the first N of --split, alone")
+    parser.add_argument("--batched", type=int, default=1000, help="the first N of --split in batches of 32")
+    parser.add_argument("--repeats", type=int, default=3)
+    parser.add_argument("--ct2", type=Path, help="the bundle's model converted for CTranslate2 (bench/ct2_convert.py)")
+    args = parser.parse_args(argv)
+
+    from core.bundle import load_bundle
+    from service.engine import Engine, TranslateOptions
+
+    bundle = load_bundle(args.bundle)
+    cfg = bundle.manifest["model"]
+    lines = (args.data / f"{args.split}.de").read_text(encoding="utf-8").splitlines()
+    options = TranslateOptions(beam_size=1, no_repeat_ngram_size=0)
+    engines = {
+        "shortlist": Engine(bundle, "int8", "cpu", intra_op_threads=1, shortlist=True),
+        "whole vocabulary": Engine(bundle, "int8", "cpu", intra_op_threads=1, shortlist=False),
+    }
+    if engines["shortlist"].vocab_subset(engines["shortlist"].source_ids(lines[:1]), options) is None:
+        print(f"{args.bundle} has no shortlist", file=sys.stderr)
+        return 2
+    alone = [[ids] for ids in engines["shortlist"].source_ids(lines[: args.sentences])]
+    batched = sorted(engines["shortlist"].source_ids(lines[: args.batched]), key=len)
+    settings = {"greedy b1": alone, "greedy b32": [batched[i : i + 32] for i in range(0, len(batched), 32)]}
+    subset_rows = {  # the C model's output rows: the median subset of the setting's batches
+        setting: int(np.median([len(engines["shortlist"].vocab_subset(b, options)) for b in batches]))
+        for setting, batches in settings.items()
+    }
+    ct2 = {}
+    if args.ct2:
+        from bench.ct2_convert import CT2Runner, vmap_model
+
+        pieces = json.loads((args.ct2 / "shared_vocabulary.json").read_text(encoding="utf-8"))
+        ct2["whole vocabulary"] = CT2Runner(args.ct2, pieces, compute_type="int8", threads=1)
+        ct2["shortlist"] = CT2Runner(
+            vmap_model(args.ct2, args.bundle), pieces, compute_type="int8", threads=1, use_vmap=True
+        )
+
+    with tempfile.TemporaryDirectory() as tmp:
+        lib = compile_library(Path(tmp))
+        max_src = max(len(ids) for batches in settings.values() for batch in batches for ids in batch)
+        fused = {
+            (setting, name): FusedStep(lib, cfg, rows if name == "shortlist" else cfg["vocab_size"], 32, max_src)
+            for setting, rows in subset_rows.items()
+            for name in engines
+        }
+        try:
+            timings, counts = measure(settings, engines, fused, ct2, options, args.repeats)
+        finally:
+            for model in fused.values():
+                model.close()
+        vnni = bool(lib.fs_has_vnni())
+
+    print(f"# A fused decoder step, sized ({now()})\n")
+    print(f"- machine: {machine()}; products in C: {'AVX-512 VNNI' if vnni else 'plain loops'}")
+    print(
+        f"- {args.bundle}, int8, greedy, no n-gram block, one thread; b1: the first {len(alone)} sentences of "
+        f"{args.split}, each alone (the search loop graph); b32: the first {len(batched)} sorted by length in batches "
+        f"of 32 (the whole-batch search, rows dropped as they end); medians of {args.repeats} interleaved timings "
+        "after a warm-up, process CPU time; tok = output tokens (EOS excluded), steps = row-steps\n"
+    )
+    print(
+        "| setting | vocabulary (output rows) | engine search, ms per row-step | fused C step, ms per row-step | "
+        "C / engine | engine tok/CPU-s | engine with the step fused (estimate) | CTranslate2 tok/CPU-s | "
+        "estimate / CTranslate2 | engine / CTranslate2 | encoder + subset in the estimate |"
+    )
+    print("|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
+    for setting in settings:
+        for name in engines:
+            med = {part: statistics.median(timings[(setting, name, part)]) for part in PARTS}
+            tokens, n_steps, ct2_tokens = counts[(setting, name)]
+            rows = subset_rows[setting] if name == "shortlist" else cfg["vocab_size"]
+            # the whole-batch search takes its subset itself: the engine's own time is encoder + search there
+            engine_s = med["encoder"] + med["search"] + (med["subset"] if setting == "greedy b1" else 0.0)
+            fused_s = med["encoder"] + med["subset"] + med["fused"]
+            ct2_rate = ct2_tokens / med["ct2"] if name in ct2 else float("nan")
+            engine_rate, fused_rate = tokens / engine_s, tokens / fused_s
+            print(
+                f"| {setting} | {name} ({rows:,}) | {1e3 * med['search'] / n_steps:.3f} | "
+                f"{1e3 * med['fused'] / n_steps:.3f} | {med['fused'] / med['search']:.2f}x | {engine_rate:,.0f} | "
+                f"{fused_rate:,.0f} | {ct2_rate:,.0f} | {fused_rate / ct2_rate:.2f}x | {engine_rate / ct2_rate:.2f}x | "
+                f"{(med['encoder'] + med['subset']) / fused_s:.0%} |"
+            )
+    print(
+        "\nThe C step's weights are random and its output rows fixed at the setting's median subset: it sizes a fused "
+        "step's time, not a translation. The estimate keeps the engine's own encoder and subset; the C search drops "
+        "finished rows without copying caches (the engine's gather of the rows that go on is not in it)."
+    )
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
