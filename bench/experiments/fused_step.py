@@ -45,9 +45,15 @@ def compile_library(out_dir: Path) -> ctypes.CDLL:
     compiler = shutil.which("cc") or shutil.which("gcc") or shutil.which("clang")
     if compiler is None:
         raise RuntimeError("no C compiler (cc, gcc or clang) on PATH: the fused step is C")
-    library = out_dir / "fused_step.so"
-    cmd = [compiler, "-O3", "-march=native", "-ffast-math", "-shared", "-fPIC", "-o", str(library), str(SOURCE), "-lm"]
-    subprocess.run(cmd, check=True, capture_output=True, text=True)
+    obj, library = out_dir / "fused_step.o", out_dir / "fused_step.so"
+    # compiled with -ffast-math (vectorized exponentials) but linked without it: linking with it adds crtfastmath,
+    # whose constructor turns on flush-to-zero for the whole process that loads the library (onnxruntime's and
+    # numpy's arithmetic included)
+    compile_cmd = [compiler, "-O3", "-march=native", "-ffast-math", "-fPIC", "-c", "-o", str(obj), str(SOURCE)]
+    subprocess.run(compile_cmd, check=True, capture_output=True, text=True)
+    subprocess.run(
+        [compiler, "-shared", "-o", str(library), str(obj), "-lm"], check=True, capture_output=True, text=True
+    )
     lib = ctypes.CDLL(str(library))
     lib.fs_create.restype = ctypes.c_void_p
     lib.fs_create.argtypes = [ctypes.c_int] * 9 + [ctypes.c_uint]

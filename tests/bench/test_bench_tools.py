@@ -405,6 +405,8 @@ def test_fused_step_products_match_numpy(tmp_path):
     from bench.experiments.fused_step import compile_library, qgemm
 
     lib = compile_library(tmp_path)
+    # loading it leaves the process's floating point alone (no flush-to-zero: subnormals survive)
+    assert np.float32(1e-40) * np.float32(1.0) != 0
     rng = np.random.default_rng(3)
     k, n, x_scale = 42, 37, 0.02
     w = rng.integers(-127, 128, (k, n)).astype(np.int8)
