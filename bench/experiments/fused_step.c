@@ -8,8 +8,9 @@
    exporter's static quantization) times s8 weights with a scale per output column, accumulated in int32, like
    onnxruntime's QuantizeLinear + MatMulIntegerToFloat. Weights are random: this measures time, not translations.
 
-   Products use AVX-512 VNNI (vpdpbusd; four rows share each load of a 16-column block) when compiled for a CPU that
-   has it, else plain loops the compiler vectorizes as it can; no AMX tiles, no threads. Built with -ffast-math (the
+   Products use AMX tiles from `amx_min_rows` rows (8; fs_set_amx_rows) where the CPU has them and Linux grants
+   them, AVX-512 VNNI (vpdpbusd; four rows share each load of a 16-column block) below that or without AMX, and
+   plain loops the compiler vectorizes as it can on CPUs without VNNI; no threads. Built with -ffast-math (the
    exponentials of the softmaxes vectorized, as CTranslate2's and onnxruntime's are). */
 #include <math.h>
 #include <stdint.h>
@@ -20,6 +21,13 @@
 #define FS_VNNI 1
 #else
 #define FS_VNNI 0
+#endif
+#if FS_VNNI && defined(__AMX_TILE__) && defined(__AMX_INT8__) && defined(__linux__)
+#include <sys/syscall.h>
+#include <unistd.h>
+#define FS_AMX 1
+#else
+#define FS_AMX 0
 #endif
 
 typedef struct {
@@ -44,6 +52,27 @@ typedef struct {
 } model;
 
 int fs_has_vnni(void) { return FS_VNNI; }
+
+/* products of at least this many rows use AMX tiles when the CPU and kernel grant them (fs_set_amx_rows: 0 = never) */
+static int amx_min_rows = 8;
+void fs_set_amx_rows(int rows) { amx_min_rows = rows; }
+
+#if FS_AMX
+static int amx_granted(void) { /* Linux hands AMX's tile data to a process that asks (ARCH_REQ_XCOMP_PERM, 18) */
+    static int granted = -1;
+    if (granted < 0) granted = syscall(SYS_arch_prctl, 0x1023, 18) == 0;
+    return granted;
+}
+int fs_has_amx(void) { return amx_granted(); }
+
+typedef struct {
+    uint8_t palette, start_row, reserved[14];
+    uint16_t colsb[16];
+    uint8_t rows[16];
+} tile_config;
+#else
+int fs_has_amx(void) { return 0; }
+#endif
 
 static uint32_t rng_state;
 static float frand(void) { /* uniform in [-1, 1) */
@@ -79,6 +108,51 @@ static void random_linear(qlinear *q, int k, int n) {
     free(w); free(scale); free(bias);
 }
 
+#if FS_AMX
+/* the product with AMX tiles: 16 rows x 16 columns of int32 per accumulator tile (two, sharing each activation
+   tile), 64 values of k per step; the packed weights' 16-column blocks are already the B tiles' layout (16 groups of
+   4 k values x 16 columns = 1 KiB per 64 k). `xq` holds rows rounded up to 16, the extra rows zero. */
+static void qgemm_amx(const qlinear *q, const uint8_t *xq, float *Y, int sy, int rows) {
+    const int k = q->k, n = q->n, blocks = n / 16;
+    tile_config cfg = {0};
+    cfg.palette = 1;
+    for (int t = 0; t < 5; t++) { cfg.rows[t] = 16; cfg.colsb[t] = 64; }
+    _tile_loadconfig(&cfg);
+    int32_t acc[2][16 * 16] __attribute__((aligned(64)));
+    for (int r0 = 0; r0 < rows; r0 += 16) {
+        const uint8_t *a = xq + (size_t)r0 * k;
+        for (int b = 0; b < blocks; b += 2) {
+            const int two = b + 1 < blocks;
+            const int8_t *w0 = q->w + (size_t)b * k * 16, *w1 = w0 + (size_t)k * 16;
+            _tile_zero(0);
+            _tile_zero(3);
+            for (int kc = 0; kc < k; kc += 64) {
+                _tile_loadd(1, a + kc, k);
+                _tile_loadd(2, w0 + (size_t)kc * 16, 64);
+                _tile_dpbusd(0, 1, 2);
+                if (two) {
+                    _tile_loadd(4, w1 + (size_t)kc * 16, 64);
+                    _tile_dpbusd(3, 1, 4);
+                }
+            }
+            _tile_stored(0, acc[0], 64);
+            _tile_stored(3, acc[1], 64);
+            for (int half = 0; half <= two; half++) {
+                const int c0 = (b + half) * 16;
+                __m512i shift = _mm512_slli_epi32(_mm512_loadu_si512(q->colsum + c0), 7);
+                __m512 s = _mm512_mul_ps(_mm512_loadu_ps(q->scale + c0), _mm512_set1_ps(q->x_scale));
+                __m512 bias = _mm512_loadu_ps(q->bias + c0);
+                for (int i = 0; i < 16 && r0 + i < rows; i++) {
+                    __m512i v = _mm512_sub_epi32(_mm512_load_si512(acc[half] + i * 16), shift);
+                    _mm512_storeu_ps(Y + (size_t)(r0 + i) * sy + c0, _mm512_fmadd_ps(_mm512_cvtepi32_ps(v), s, bias));
+                }
+            }
+        }
+    }
+    _tile_release();
+}
+#endif
+
 /* Y[r][0:n] = dequant(quant(X[r]) . W) + bias for `rows` rows of X (row stride sx) into Y (row stride sy): the u8 x
    s8 product; a block of 16 columns' weights (k x 16 bytes) stays in L1 while every row passes over it */
 static void qgemm(const qlinear *q, const float *X, int sx, float *Y, int sy, int rows, uint8_t *xq) {
@@ -89,6 +163,13 @@ static void qgemm(const qlinear *q, const float *X, int sx, float *Y, int sy, in
             float v = nearbyintf(X[(size_t)r * sx + i] * inv) + 128.0f;
             xq[(size_t)r * k + i] = (uint8_t)(v < 0.0f ? 0.0f : (v > 255.0f ? 255.0f : v));
         }
+#if FS_AMX
+    if (amx_min_rows > 0 && rows >= amx_min_rows && k % 64 == 0 && amx_granted()) {
+        memset(xq + (size_t)rows * k, 0, (size_t)((rows + 15) / 16 * 16 - rows) * k);
+        qgemm_amx(q, xq, Y, sy, rows);
+        return;
+    }
+#endif
 #if FS_VNNI
     for (int b = 0; b < n / 16; b++) {
         const int8_t *wb = q->w + (size_t)b * k * 16;
@@ -204,7 +285,7 @@ void *fs_create(int d, int heads, int ff, int layers, int vocab, int vocab_rows,
     m->t3 = malloc((size_t)max_rows * m->wide * sizeof(float)); m->att = malloc((size_t)max_rows * d * sizeof(float));
     m->scores = malloc((max_len > src_len ? max_len : src_len) * sizeof(float));
     m->logits = malloc((size_t)max_rows * m->out.n * sizeof(float));
-    m->xq = aligned_alloc(64, ((size_t)max_rows * (m->wide + 64) + 63) / 64 * 64);
+    m->xq = aligned_alloc(64, ((size_t)(max_rows + 15) / 16 * 16 * (m->wide + 64) + 63) / 64 * 64);
     m->tokens = malloc(max_rows * sizeof(int));
     return m;
 }
@@ -283,7 +364,7 @@ void fs_qgemm(const float *x, const int8_t *w_kn, int k, int n, int rows, const 
               float x_scale, float *y) {
     qlinear q;
     pack(&q, w_kn, k, n, scale, bias, x_scale);
-    uint8_t *xq = aligned_alloc(64, ((size_t)rows * q.k + 63) / 64 * 64 + 64);
+    uint8_t *xq = aligned_alloc(64, ((size_t)(rows + 15) / 16 * 16 * q.k + 63) / 64 * 64 + 64);
     float *xp = calloc((size_t)rows * q.k, sizeof(float)), *yp = malloc((size_t)rows * q.n * sizeof(float));
     for (int r = 0; r < rows; r++) memcpy(xp + (size_t)r * q.k, x + (size_t)r * k, k * sizeof(float));
     qgemm(&q, xp, q.k, yp, q.n, rows, xq);

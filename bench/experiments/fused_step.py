@@ -1,23 +1,23 @@
-"""What a fused decoder step would buy a lone sentence: speed-log item 43, the sizing of issue 33's last lever.
+"""What a fused decoder step would buy: speed-log item 43, the sizing of issue 33's last lever.
 
     python -m bench.experiments.fused_step --bundle model_repository/de-en/3 --data ../shared/data/multi30k \
-        [--ct2 build/ct2/general] [--sentences 200] [--repeats 3]
+        [--ct2 build/ct2/general] [--sentences 200] [--batched 1000] [--repeats 3] [--amx-rows 8]
 
-The engine's lone greedy sentence is the encoder graph, the shortlist's subset and the search loop graph, whose
-every step runs ~150 onnxruntime nodes. fused_step.c computes the same step (the model's shape from the bundle's
-manifest: pre-norm layers, u8 x s8 products with a scale per column, attention over the cache written in place,
-log-softmax and arg-max over the output rows) as one C call, with random weights: it times a step, it translates
-nothing. It is compiled here with the system's C compiler (``cc -O3 -march=native``; AVX-512 VNNI products when the
-CPU has them, plain loops otherwise).
+The engine's search runs ~150 onnxruntime nodes a step. fused_step.c computes the same step (the model's shape from
+the bundle's manifest: pre-norm layers, u8 x s8 products with a scale per column, attention over a cache written in
+place, log-softmax and arg-max over the output rows) as one C call for any number of rows, with random weights: it
+times a step, it translates nothing. It is compiled here with the system's C compiler (``cc -O3 -march=native
+-ffast-math``, linked without -ffast-math); products use AMX tiles from --amx-rows rows where the CPU and kernel
+allow, AVX-512 VNNI below that, plain loops on CPUs without VNNI.
 
-For the first --sentences of --split, each alone, greedy, no n-gram block, int8, one thread, with the bundle's
-shortlist and with the whole vocabulary: the engine's CPU time split into encoder + subset and the search loop
-(``Engine.run_encoder``, ``Engine.vocab_subset``, ``SearchLoop.search``), then the C step run for as many steps as
-the loop took per sentence, at the same source lengths, over as many output rows as the sentence's subset has (the
-median subset: one C model per configuration). ``--ct2``: CTranslate2 int8 on the same sentences (with its vmap for
-the shortlist rows, the same table). Medians of --repeats interleaved timings after a warm-up. The last column
-adds the engine's measured encoder and subset time to the C steps: what a lone sentence would cost with the step
-fused and everything else as it is.
+Two settings, greedy, no n-gram block, int8, one thread, each with the bundle's shortlist and with the whole
+vocabulary: ``greedy b1``, the first --sentences of --split each alone (the search loop graph); ``greedy b32``, the
+first --batched sorted by length in batches of 32 (the whole-batch search, which drops rows as they end). For each:
+the engine's CPU time split into encoder, subset and search; then the C steps for as many rows and steps as each
+search took (over the median subset's number of output rows: one C model per setting and vocabulary); then, with
+--ct2, CTranslate2 int8 on the same batches (with its vmap where ours has the shortlist). Medians of --repeats
+interleaved timings after a warm-up. The estimate adds the engine's own encoder and subset to the C steps: what the
+engine would cost with only its step fused.
 """
 
 from __future__ import annotations
@@ -60,6 +60,7 @@ def compile_library(out_dir: Path) -> ctypes.CDLL:
     lib.fs_run.restype = ctypes.c_int
     lib.fs_run.argtypes = [ctypes.c_void_p, ctypes.c_int, ctypes.c_void_p, ctypes.c_int]
     lib.fs_free.argtypes = [ctypes.c_void_p]
+    lib.fs_set_amx_rows.argtypes = [ctypes.c_int]
     lib.fs_qgemm.argtypes = [ctypes.c_void_p, ctypes.c_void_p, ctypes.c_int, ctypes.c_int, ctypes.c_int]
     lib.fs_qgemm.argtypes += [ctypes.c_void_p, ctypes.c_void_p, ctypes.c_float, ctypes.c_void_p]
     return lib
@@ -159,6 +160,12 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--batched", type=int, default=1000, help="the first N of --split in batches of 32")
     parser.add_argument("--repeats", type=int, default=3)
     parser.add_argument("--ct2", type=Path, help="the bundle's model converted for CTranslate2 (bench/ct2_convert.py)")
+    parser.add_argument(
+        "--amx-rows",
+        type=int,
+        default=8,
+        help="C products of at least this many rows on AMX tiles, where granted (0: never)",
+    )
     args = parser.parse_args(argv)
 
     from core.bundle import load_bundle
@@ -194,6 +201,7 @@ def main(argv: list[str] | None = None) -> int:
 
     with tempfile.TemporaryDirectory() as tmp:
         lib = compile_library(Path(tmp))
+        lib.fs_set_amx_rows(args.amx_rows)
         max_src = max(len(ids) for batches in settings.values() for batch in batches for ids in batch)
         fused = {
             (setting, name): FusedStep(lib, cfg, rows if name == "shortlist" else cfg["vocab_size"], 32, max_src)
@@ -205,10 +213,12 @@ def main(argv: list[str] | None = None) -> int:
         finally:
             for model in fused.values():
                 model.close()
-        vnni = bool(lib.fs_has_vnni())
+        kernels = "AVX-512 VNNI" if lib.fs_has_vnni() else "plain loops"
+        if args.amx_rows > 0 and lib.fs_has_amx():
+            kernels += f", AMX tiles from {args.amx_rows} rows"
 
     print(f"# A fused decoder step, sized ({now()})\n")
-    print(f"- machine: {machine()}; products in C: {'AVX-512 VNNI' if vnni else 'plain loops'}")
+    print(f"- machine: {machine()}; products in C: {kernels}")
     print(
         f"- {args.bundle}, int8, greedy, no n-gram block, one thread; b1: the first {len(alone)} sentences of "
         f"{args.split}, each alone (the search loop graph); b32: the first {len(batched)} sorted by length in batches "

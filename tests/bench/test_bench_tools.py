@@ -408,10 +408,12 @@ def test_fused_step_products_match_numpy(tmp_path):
     # loading it leaves the process's floating point alone (no flush-to-zero: subnormals survive)
     assert np.float32(1e-40) * np.float32(1.0) != 0
     rng = np.random.default_rng(3)
-    k, n, x_scale = 42, 37, 0.02
-    w = rng.integers(-127, 128, (k, n)).astype(np.int8)
-    scale, bias = rng.uniform(1e-3, 1e-2, n).astype(np.float32), rng.standard_normal(n).astype(np.float32)
-    for rows in (1, 4, 6):
+    x_scale = 0.02
+    # (k, n, rows): VNNI blocks of four rows and the rows left over; AMX tiles (k a multiple of 64, 8 rows or more,
+    # where the CPU has them) over one and two tiles of rows, an odd number of column blocks
+    for k, n, rows in ((42, 37, 1), (42, 37, 4), (42, 37, 6), (128, 40, 20), (256, 48, 37)):
+        w = rng.integers(-127, 128, (k, n)).astype(np.int8)
+        scale, bias = rng.uniform(1e-3, 1e-2, n).astype(np.float32), rng.standard_normal(n).astype(np.float32)
         x = rng.standard_normal((rows, k)).astype(np.float32)
         quantized = np.clip(np.round(x / x_scale) + 128, 0, 255)
         want = ((quantized - 128) @ w.astype(np.float64)) * scale * x_scale + bias
@@ -420,6 +422,8 @@ def test_fused_step_products_match_numpy(tmp_path):
         w_changed = w.copy()
         w_changed[k - 1, n - 1] ^= 1  # the last row and column: padding must not hide them
         assert not np.allclose(qgemm(lib, x, w_changed, scale, bias, x_scale)[:, -1], want[:, -1], rtol=0, atol=1e-7)
+    lib.fs_set_amx_rows(0)  # the same last product without AMX: the same int32 sums, so the same floats
+    assert np.array_equal(qgemm(lib, x, w, scale, bias, x_scale), got)
 
 
 def test_fused_step_experiment_prints_its_table(tiny_bundle_dir, tmp_path, capsys):
