@@ -92,9 +92,10 @@ class FusedStep:
         self.lib.fs_free(self.handle)
 
 
-def engine_search(engine, batch: list[list[int]], options) -> tuple[float, float, float, list[int]]:
-    """(CPU s of the encoder, of the shortlist's subset, of the search, steps per sentence) for one batch, greedy:
-    a lone sentence in the search loop graph, a batch in the whole-batch search (which takes its subset again)."""
+def engine_search(engine, batch: list[list[int]], options) -> tuple[float, float, float, list[int], list[list[int]]]:
+    """(CPU s of the encoder, of the shortlist's subset, of the search, steps per sentence, answers) for one batch,
+    greedy: a lone sentence in the search loop graph, a batch in the whole-batch search (which takes its subset
+    again)."""
     started = time.process_time()
     enc = engine.run_encoder(batch)
     encoded = time.process_time()
@@ -107,8 +108,7 @@ def engine_search(engine, batch: list[list[int]], options) -> tuple[float, float
         found = [h[0] for h in engine._decode(enc, batch, options)]
     searched = time.process_time()
     steps = [min(len(h.tokens) + 1, limit) for h, limit in zip(found, limits, strict=True)]  # + the EOS step
-    tokens = sum(len(h.tokens) for h in found)
-    return encoded - started, subset - encoded, searched - subset, steps, tokens
+    return encoded - started, subset - encoded, searched - subset, steps, [list(h.tokens) for h in found]
 
 
 def engine_limit(engine, ids: list[int]) -> int:
@@ -122,21 +122,27 @@ PARTS = ("encoder", "subset", "search", "fused", "ct2")
 
 def measure(settings: dict, engines: dict, fused: dict, ct2: dict, options, repeats: int) -> tuple[dict, dict]:
     """{(setting, vocabulary, part): CPU s per repeat}, {(setting, vocabulary): (tokens, row-steps, CTranslate2's
-    tokens)}; every repeat runs every setting, the engine then the C steps then CTranslate2, after a warm-up round."""
+    tokens)}; every repeat runs every setting, the engine then the C steps then CTranslate2, after a warm-up round.
+    RuntimeError when the engine's answers change from one round to the next (the C library sharing the process,
+    its AMX tiles included, must leave onnxruntime's results alone)."""
     timings: dict[tuple[str, str, str], list[float]] = {}
     counts: dict[tuple[str, str], tuple[int, int, int]] = {}
+    answers: dict[tuple[str, str], list[list[int]]] = {}
     for repeat in range(repeats + 1):
         for setting, batches in settings.items():
             for name, engine in engines.items():
                 key = (setting, name)
                 parts = np.zeros(4)  # encoder, subset, search, fused steps
-                tokens, n_steps, ct2_tokens = 0, 0, 0
+                n_steps, ct2_tokens, outputs = 0, 0, []
                 for batch in batches:
                     encoder, subset, search, steps, found = engine_search(engine, batch, options)
                     started = time.process_time()
                     fused[key].search(max(len(ids) for ids in batch), steps)
                     parts += (encoder, subset, search, time.process_time() - started)
-                    tokens, n_steps = tokens + found, n_steps + sum(steps)
+                    n_steps, outputs = n_steps + sum(steps), outputs + found
+                if answers.setdefault(key, outputs) != outputs:
+                    raise RuntimeError(f"{key}: the engine's answers changed between rounds")
+                tokens = sum(len(o) for o in outputs)
                 ct2_s = float("nan")
                 if name in ct2:
                     started = time.process_time()
