@@ -245,13 +245,15 @@ def main(argv: list[str] | None = None) -> int:
             # the whole-batch search takes its subset itself: the engine's own time is encoder + search there
             engine_s = med["encoder"] + med["search"] + (med["subset"] if setting == "greedy b1" else 0.0)
             fused_s = med["encoder"] + med["subset"] + med["fused"]
-            ct2_rate = ct2_tokens / med["ct2"] if name in ct2 else float("nan")
             engine_rate, fused_rate = tokens / engine_s, tokens / fused_s
+            ct2_cells = "- | - | -"  # without --ct2
+            if name in ct2:
+                ct2_rate = ct2_tokens / med["ct2"]
+                ct2_cells = f"{ct2_rate:,.0f} | {fused_rate / ct2_rate:.2f}x | {engine_rate / ct2_rate:.2f}x"
             print(
                 f"| {setting} | {name} ({rows:,}) | {1e3 * med['search'] / n_steps:.3f} | "
                 f"{1e3 * med['fused'] / n_steps:.3f} | {med['fused'] / med['search']:.2f}x | {engine_rate:,.0f} | "
-                f"{fused_rate:,.0f} | {ct2_rate:,.0f} | {fused_rate / ct2_rate:.2f}x | {engine_rate / ct2_rate:.2f}x | "
-                f"{(med['encoder'] + med['subset']) / fused_s:.0%} |"
+                f"{fused_rate:,.0f} | {ct2_cells} | {(med['encoder'] + med['subset']) / fused_s:.0%} |"
             )
     print(
         "\nThe C step's weights are random and its output rows fixed at the setting's median subset: it sizes a fused "
