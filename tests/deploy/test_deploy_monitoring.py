@@ -163,8 +163,14 @@ def prometheus_config_for(target: str) -> dict:
     return config
 
 
+class PrometheusStarting(Exception):
+    """Prometheus listens before its storage is ready and answers 503 "Service Unavailable" (plain text) until then."""
+
+
 def query(url: str, expr: str) -> dict:
     reply = httpx.get(f"{url}/api/v1/query", params={"query": expr}, timeout=5)
+    if reply.status_code == 503:
+        raise PrometheusStarting(reply.text)
     body = reply.json()
     assert reply.status_code == 200 and body["status"] == "success", (expr, body)
     return body["data"]
@@ -177,7 +183,7 @@ def wait_for(url: str, expr: str, timeout: float, log: Path) -> list[dict]:
             result = query(url, expr)["result"]
             if result:
                 return result
-        except httpx.HTTPError:
+        except (httpx.HTTPError, PrometheusStarting):  # not listening yet, or not ready yet
             pass
         time.sleep(0.5)
     raise AssertionError(f"{expr} did not appear in Prometheus within {timeout}s; log:\n{log.read_text()[-3000:]}")
