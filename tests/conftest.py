@@ -2,12 +2,13 @@
 
 from __future__ import annotations
 
+import shutil
 import socket
 from pathlib import Path
 
 import pytest
 from live_server import LiveServer
-from tiny_bundle import ATTENTION_VARIANTS, cached_tiny_bundle
+from tiny_bundle import ATTENTION_VARIANTS, cached_tiny_bundle, write_corpus
 
 
 @pytest.fixture(scope="session", autouse=True)
@@ -59,6 +60,21 @@ def tiny_repository(tiny_model_dir) -> Path:
 @pytest.fixture(scope="session")
 def tiny_bundle_dir(tiny_repository) -> Path:
     return tiny_repository / "de-en" / "1"
+
+
+@pytest.fixture(scope="session")
+def shortlisted(tiny_bundle_dir, tmp_path_factory):
+    """A copy of the tiny bundle with a shortlist learned from its own training corpus (read only: tests copy it
+    before changing anything)."""
+    from export.cli import main as export_main
+
+    work = tmp_path_factory.mktemp("shortlist")
+    bundle = work / "de-en" / "1"
+    shutil.copytree(tiny_bundle_dir, bundle)
+    corpus = write_corpus(work / "corpus")
+    code = export_main(["shortlist", "--bundle", str(bundle), "--data", str(corpus), "--frequent", "8"])
+    assert code == 0
+    return bundle
 
 
 @pytest.fixture(scope="session")

@@ -40,9 +40,14 @@ from bench.harness import machine, now
 SOURCE = Path(__file__).with_name("fused_step.c")
 
 
+def c_compiler() -> str | None:
+    """The system's C compiler (cc, gcc or clang on PATH), None without one."""
+    return shutil.which("cc") or shutil.which("gcc") or shutil.which("clang")
+
+
 def compile_library(out_dir: Path) -> ctypes.CDLL:
     """fused_step.c built for this CPU and loaded; RuntimeError when no C compiler is installed."""
-    compiler = shutil.which("cc") or shutil.which("gcc") or shutil.which("clang")
+    compiler = c_compiler()
     if compiler is None:
         raise RuntimeError("no C compiler (cc, gcc or clang) on PATH: the fused step is C")
     obj, library = out_dir / "fused_step.o", out_dir / "fused_step.so"
@@ -101,7 +106,7 @@ def engine_search(engine, batch: list[list[int]], options) -> tuple[float, float
     encoded = time.process_time()
     vocab_ids = engine.vocab_subset(batch, options)
     subset = time.process_time()
-    limits = [engine_limit(engine, ids) for ids in batch]
+    limits = length_limits_of(engine, batch)
     if len(batch) == 1:
         found = [engine.search_loop.search(enc, limits[0], 1, options.length_penalty, 1, vocab_ids, 0)[0]]
     else:
@@ -111,10 +116,11 @@ def engine_search(engine, batch: list[list[int]], options) -> tuple[float, float
     return encoded - started, subset - encoded, searched - subset, steps, [list(h.tokens) for h in found]
 
 
-def engine_limit(engine, ids: list[int]) -> int:
+def length_limits_of(engine, batch: list[list[int]]) -> list[int]:
+    """The engine's output length limit of each source of ``batch`` (no max_length asked)."""
     from core.search import length_limits
 
-    return length_limits([len(ids)], engine.max_source_tokens, None)[0]
+    return length_limits([len(ids) for ids in batch], engine.max_source_tokens, None)
 
 
 PARTS = ("encoder", "subset", "search", "fused", "ct2")
@@ -147,7 +153,7 @@ def measure(settings: dict, engines: dict, fused: dict, ct2: dict, options, repe
                 if name in ct2:
                     started = time.process_time()
                     for batch in batches:
-                        out = ct2[name].translate_ids(batch, [engine_limit(engine, ids) for ids in batch], 1)
+                        out = ct2[name].translate_ids(batch, length_limits_of(engine, batch), 1)
                         ct2_tokens += sum(len(o) for o in out)
                     ct2_s = time.process_time() - started
                 if repeat:  # the first round warms up

@@ -396,13 +396,12 @@ def test_fused_step_products_match_numpy(tmp_path):
     """bench/experiments/fused_step.c's u8 x s8 product (the four-row blocks and the rows left over, widths that are
     not multiples of its 16-column blocks or 4-value groups) computes what onnxruntime's QuantizeLinear +
     MatMulIntegerToFloat compute: activations rounded to u8 around 128, int32 sums, a scale per column, the bias."""
-    import shutil
-
     import numpy as np
 
-    if not (shutil.which("cc") or shutil.which("gcc") or shutil.which("clang")):
+    from bench.experiments.fused_step import c_compiler, compile_library, qgemm
+
+    if c_compiler() is None:
         pytest.skip("no C compiler: the fused step probe is C")
-    from bench.experiments.fused_step import compile_library, qgemm
 
     lib = compile_library(tmp_path)
     # loading it leaves the process's floating point alone (no flush-to-zero: subnormals survive)
@@ -426,28 +425,26 @@ def test_fused_step_products_match_numpy(tmp_path):
     assert np.array_equal(qgemm(lib, x, w, scale, bias, x_scale), got)
 
 
-def test_fused_step_experiment_prints_its_table(tiny_bundle_dir, tmp_path, capsys):
+def test_fused_step_experiment_prints_its_table(shortlisted, tmp_path, capsys):
     """bench/experiments/fused_step.py on a shortlisted copy of the tiny bundle: a row per search setting and
     vocabulary, with the engine's and the C step's time per row-step."""
-    import shutil
+    from bench.experiments.fused_step import c_compiler, main
 
-    from tiny_bundle import write_corpus
-
-    if not (shutil.which("cc") or shutil.which("gcc") or shutil.which("clang")):
+    if c_compiler() is None:
         pytest.skip("no C compiler: the fused step probe is C")
-    from bench.experiments.fused_step import main
-    from export.cli import main as export_main
-
-    bundle = tmp_path / "de-en" / "1"
-    shutil.copytree(tiny_bundle_dir, bundle)
-    assert (
-        export_main(
-            ["shortlist", "--bundle", str(bundle), "--data", str(write_corpus(tmp_path / "corpus")), "--frequent", "8"]
-        )
-        == 0
-    )
     (tmp_path / "test.de").write_text("\n".join(SAMPLE_SENTENCES * 12) + "\n", encoding="utf-8")
-    args = ["--bundle", str(bundle), "--data", str(tmp_path), "--split", "test", "--sentences", "6", "--batched", "40"]
+    args = [
+        "--bundle",
+        str(shortlisted),
+        "--data",
+        str(tmp_path),
+        "--split",
+        "test",
+        "--sentences",
+        "6",
+        "--batched",
+        "40",
+    ]
     assert main([*args, "--repeats", "1"]) == 0
     rows = [
         line.strip("|").split(" | ") for line in capsys.readouterr().out.splitlines() if line.startswith("| greedy")

@@ -1,12 +1,12 @@
-"""Engine fixtures: the tiny trained bundle's fp32 engine and the PyTorch model it was exported from."""
+"""Engine fixtures: the tiny trained bundle's fp32 engine and the PyTorch model it was exported from (the shortlisted
+copy of the bundle, ``shortlisted``, is in tests/conftest.py: the bench tests read it too)."""
 
 from __future__ import annotations
 
 import random
-import shutil
 
 import pytest
-from tiny_bundle import SAMPLE_SENTENCES, WORD_MAP, write_corpus
+from tiny_bundle import SAMPLE_SENTENCES, WORD_MAP
 
 from core.bundle import load_bundle
 from service.engine import Engine
@@ -15,21 +15,6 @@ from service.engine import Engine
 @pytest.fixture(scope="session")
 def fp32_engine(tiny_bundle_dir) -> Engine:
     return Engine(load_bundle(tiny_bundle_dir), variant="fp32", providers="cpu", intra_op_threads=1)
-
-
-@pytest.fixture(scope="session")
-def shortlisted(tiny_bundle_dir, tmp_path_factory):
-    """A copy of the tiny bundle with a shortlist learned from its own training corpus (read only: tests copy it
-    before changing anything)."""
-    from export.cli import main as export_main
-
-    work = tmp_path_factory.mktemp("shortlist")
-    bundle = work / "de-en" / "1"
-    shutil.copytree(tiny_bundle_dir, bundle)
-    corpus = write_corpus(work / "corpus")
-    code = export_main(["shortlist", "--bundle", str(bundle), "--data", str(corpus), "--frequent", "8"])
-    assert code == 0
-    return bundle
 
 
 @pytest.fixture(scope="session")
