@@ -20,9 +20,12 @@ from __future__ import annotations
 
 import argparse
 import statistics
+import tempfile
 import time
+from pathlib import Path
 
 import numpy as np
+import onnx
 from onnx import TensorProto, helper, numpy_helper
 
 from bench.harness import machine, now
@@ -113,14 +116,13 @@ def chain_model(kind: str, width: int, chain: int, seed: int = 0):
 
 
 def session(model):
-    """An onnxruntime CPU session of ``model`` with the engine's thread settings (one intra-op thread, sequential)."""
-    import onnxruntime as ort
+    """An onnxruntime CPU session of ``model`` with the engine's settings (service/engine/runtime.py), one thread."""
+    from service.engine.runtime import create_session
 
-    options = ort.SessionOptions()
-    options.intra_op_num_threads = options.inter_op_num_threads = 1
-    options.execution_mode = ort.ExecutionMode.ORT_SEQUENTIAL
-    options.log_severity_level = 3
-    return ort.InferenceSession(model.SerializeToString(), options, providers=["CPUExecutionProvider"])
+    with tempfile.TemporaryDirectory() as tmp:  # create_session takes a path; the session reads the file at once
+        path = Path(tmp) / "chain.onnx"
+        onnx.save(model, str(path))
+        return create_session(path, "cpu", intra_op_threads=1, inter_op_threads=1)
 
 
 def main(argv: list[str] | None = None) -> int:
