@@ -10,7 +10,7 @@ PORT ?= $(or $(MT_PORT),8000)
 
 LOCK ?= deploy/docker/requirements.lock
 
-.PHONY: serve test lint dev-env serve-env lock
+.PHONY: serve test lint dev-env serve-env lock native
 
 $(DEV_VENV)/.installed: pyproject.toml
 	$(PYTHON) -m venv $(DEV_VENV)
@@ -37,6 +37,10 @@ serve-env: $(SERVE_VENV)/.installed
 
 serve: $(SERVE_VENV)/.installed
 	MT_HOST=$(HOST) MT_PORT=$(PORT) $(SERVE_VENV)/bin/python -m service
+
+# the fused decoder step's onnxruntime operator (MT_FUSED_STEP=true; service/engine/fused_step.py): a C compiler only
+native:
+	bash native/build.sh
 
 lint: $(DEV_VENV)/.installed
 	$(DEV_VENV)/bin/python -m ruff check .

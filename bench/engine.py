@@ -89,6 +89,8 @@ def _runner(engine: str, args: dict):
             extra["prepack"] = False
         if "+steps" in engine:  # a lone sentence step by step in Python, not in the search loop graph
             extra["search_loop"] = False
+        if "+fused" in engine:  # the int8 step as one fused operator (service/engine/fused_step.py, item 45)
+            extra["fused_step"] = True
         if "shortlist" in load_bundle(args["bundle"]).manifest:  # the whole vocabulary unless +shortlist
             extra["shortlist"] = "+shortlist" in engine
         ort_engine = Engine(load_bundle(args["bundle"]), variant, "cpu", intra_op_threads=threads, **extra)
@@ -115,7 +117,7 @@ def _runner(engine: str, args: dict):
         return lambda sources, limits, beam: runner.translate_ids(sources, limits, beam)
     raise ValueError(
         f"unknown engine {engine!r}; choose from {ENGINES} (ort engines accept +decoder, +own-arena, +shortlist, "
-        "+steps, +block, +own-tables, +no-pattern, +no-prepack; ct2 engines +vmap)"
+        "+steps, +block, +own-tables, +no-pattern, +no-prepack, +fused; ct2 engines +vmap)"
     )
 
 

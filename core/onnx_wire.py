@@ -33,7 +33,7 @@ class ExternalTensor:
     readers: set[str] = field(default_factory=set)  # op types of the nodes that read it
 
 
-def _varint(buf: bytes, i: int) -> tuple[int, int]:
+def varint(buf: bytes, i: int) -> tuple[int, int]:
     shift = value = 0
     while True:
         byte = buf[i]
@@ -44,16 +44,16 @@ def _varint(buf: bytes, i: int) -> tuple[int, int]:
         shift += 7
 
 
-def _fields(buf: bytes) -> Iterator[tuple[int, int | bytes]]:
+def fields(buf: bytes) -> Iterator[tuple[int, int | bytes]]:
     """(field number, value) of one message: an int for varints, the bytes otherwise."""
     i, end = 0, len(buf)
     while i < end:
-        key, i = _varint(buf, i)
+        key, i = varint(buf, i)
         number, wire = key >> 3, key & 7
         if wire == 0:
-            value, i = _varint(buf, i)
+            value, i = varint(buf, i)
         elif wire == 2:
-            size, i = _varint(buf, i)
+            size, i = varint(buf, i)
             value, i = buf[i : i + size], i + size
         elif wire in (1, 5):
             size = 8 if wire == 1 else 4
@@ -63,27 +63,27 @@ def _fields(buf: bytes) -> Iterator[tuple[int, int | bytes]]:
         yield number, value
 
 
-def _packed_varints(value: int | bytes) -> list[int]:
+def packed_varints(value: int | bytes) -> list[int]:
     if isinstance(value, int):
         return [value]
     out, i = [], 0
     while i < len(value):
-        v, i = _varint(value, i)
+        v, i = varint(value, i)
         out.append(v)
     return out
 
 
 def _tensor(buf: bytes) -> ExternalTensor | None:
     name, data_type, dims, location, external = "", 0, [], 0, {}
-    for number, value in _fields(buf):
+    for number, value in fields(buf):
         if number == 1:
-            dims += _packed_varints(value)
+            dims += packed_varints(value)
         elif number == 2:
             data_type = value
         elif number == 8:
             name = value.decode()
         elif number == 13:
-            entry = dict(_fields(value))
+            entry = dict(fields(value))
             external[entry.get(1, b"").decode()] = entry.get(2, b"").decode()
         elif number == 14:
             location = value
@@ -95,20 +95,20 @@ def _tensor(buf: bytes) -> ExternalTensor | None:
 
 
 def _graph(buf: bytes, tensors: dict[str, ExternalTensor], reads: list[tuple[str, str]]) -> None:
-    for number, value in _fields(buf):
+    for number, value in fields(buf):
         if number == 5:
             tensor = _tensor(value)
             if tensor is not None:
                 tensors[tensor.name] = tensor
         elif number == 1:
             op_type, inputs = "", []
-            for n, v in _fields(value):
+            for n, v in fields(value):
                 if n == 1:
                     inputs.append(v.decode())
                 elif n == 4:
                     op_type = v.decode()
                 elif n == 5:
-                    for a, sub in _fields(v):
+                    for a, sub in fields(v):
                         if a in (6, 11):
                             _graph(sub, tensors, reads)
             reads += [(name, op_type) for name in inputs]
@@ -118,7 +118,7 @@ def external_tensors(path: Path) -> dict[str, ExternalTensor]:
     """Every initializer of the ONNX graph file ``path`` (its subgraphs' too) stored as external data, by name."""
     tensors: dict[str, ExternalTensor] = {}
     reads: list[tuple[str, str]] = []
-    for number, value in _fields(Path(path).read_bytes()):
+    for number, value in fields(Path(path).read_bytes()):
         if number == 7:
             _graph(value, tensors, reads)
     for name, op_type in reads:

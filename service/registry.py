@@ -327,7 +327,7 @@ class Registry:
         # lone sentence in the loop; the session is created on first use, so a server whose work all decodes live holds
         # none
         options = {"intra_op_threads": e.intra_op_threads, "inter_op_threads": e.inter_op_threads}
-        options.update(shortlist=e.shortlist, search_loop=e.search_loop)
+        options.update(shortlist=e.shortlist, search_loop=e.search_loop, fused_step=e.fused_step)
         engine = Engine(bundle, probe_variant, e.providers, **options)
         variant = choose_variant(bundle, e.variant, engine.providers)
         if variant != engine.variant:

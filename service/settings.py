@@ -93,6 +93,13 @@ class EngineSettings(SettingsGroup):
         "MT_SCHEDULER=continuous it serves the whole batches only (the live decode serves the rest); its session is "
         "created on first use",
     )
+    fused_step: bool = Field(
+        False,
+        description="whole-batch search runs the int8 decoder step as one fused onnxruntime operator "
+        "(native/fused_step/, built by `make native`; MT_FUSED_STEP_LIBRARY names another build) where the bundle's "
+        "step graph is one it computes; else, or without the library, the step graph as before. Its float parts are "
+        "not onnxruntime's bit for bit: scores may move by a few hundredths (docs/engine-speed-log.md item 45)",
+    )
 
 
 class SchedulingSettings(SettingsGroup):

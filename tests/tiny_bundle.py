@@ -58,11 +58,16 @@ def _source_digest() -> str:
     return digest.hexdigest()[:16]
 
 
-def build_tiny_bundle(work: Path, name: str = "de-en", model_overrides: dict | None = None) -> Path:
+def build_tiny_bundle(
+    work: Path, name: str = "de-en", model_overrides: dict | None = None, int8: bool | None = None
+) -> Path:
     """Train and export; returns the model repository folder that holds ``<name>/1``.
 
-    ``model_overrides`` (an attention variant, say) change the model config; such a bundle is exported in fp32 only.
+    ``model_overrides`` (an attention variant, say) change the model config; such a bundle is exported in fp32 only
+    unless ``int8`` (None: int8 too only without overrides).
     """
+    if int8 is None:
+        int8 = not model_overrides
     import torch
 
     from export.cli import main as export_main
@@ -117,7 +122,7 @@ def build_tiny_bundle(work: Path, name: str = "de-en", model_overrides: dict | N
             "--name",
             name,
             "--variants",
-            *(["fp32"] if model_overrides else ["fp32", "int8", "--calibration-data", str(corpus / "train.de")]),
+            *(["fp32", "int8", "--calibration-data", str(corpus / "train.de")] if int8 else ["fp32"]),
             "--calibration-sentences",
             "64",
         ]
@@ -127,18 +132,19 @@ def build_tiny_bundle(work: Path, name: str = "de-en", model_overrides: dict | N
 
 
 def cached_tiny_bundle(
-    cache_root: Path, target: Path, name: str = "de-en", model_overrides: dict | None = None
+    cache_root: Path, target: Path, name: str = "de-en", model_overrides: dict | None = None, int8: bool | None = None
 ) -> Path:
     """Build once per source digest and config (under ``cache_root``), copy into ``target``; returns target's
     repository."""
     overrides = "".join(f"-{k}={v}" for k, v in sorted((model_overrides or {}).items()))
+    overrides += "-int8" if int8 and model_overrides else ""
     cached = cache_root / f"tiny-bundle-{_source_digest()}{overrides}"
     with open(cache_root / f"{cached.name}.lock", "w") as lock:
         fcntl.flock(lock, fcntl.LOCK_EX)  # pytest runs started side by side build it once, one at a time
         if not (cached / "complete").exists():
             if cached.exists():
                 shutil.rmtree(cached)
-            build_tiny_bundle(cached, name, model_overrides)
+            build_tiny_bundle(cached, name, model_overrides, int8)
             (cached / "complete").touch()
     shutil.copytree(cached / "repository", target / "repository")
     shutil.copytree(cached / "run" / "release", target / "release")

@@ -7,6 +7,7 @@ Testable without HTTP and without torch.
 
 from __future__ import annotations
 
+import logging
 import threading
 import time
 from collections.abc import Sequence
@@ -36,6 +37,7 @@ from service.engine.constrained import Constraint, constrained_beam_search, cons
 from service.engine.constrained_greedy import GREEDY_TERM_TOP_K, constrained_greedy_search
 from service.engine.decoder_cache import decoder_feeds, empty_cache
 from service.engine.device_state import GATHER_GRAPH, DeviceRunner, device_search, wants_device_search
+from service.engine.fused_step import fused_step_session
 from service.engine.no_repeat import NoRepeatNgram
 from service.engine.reorder import ReorderBuffers
 from service.engine.runtime import create_session
@@ -43,6 +45,8 @@ from service.engine.search import TopCandidates, beam_search, greedy_search
 from service.engine.search_loop import SearchLoop
 from service.engine.shared_tables import SharedTables
 from service.engine.step_inputs import uniform_inputs
+
+log = logging.getLogger(__name__)
 
 
 class SourceTooLongError(ValueError):
@@ -277,6 +281,7 @@ class Engine:
         shared_tables: bool = True,
         memory_pattern: bool = True,
         prepack: bool = True,
+        fused_step: bool = False,
     ) -> None:
         """``io_binding``: search with the cache on the device (service/engine/device_state.py); None = when the
         sessions run on CUDA and the bundle's step graph allows it (interface 3), True = on any provider.
@@ -287,7 +292,9 @@ class Engine:
         session call, service/engine/search_loop.py) when it has one; same hypotheses as the step-by-step search.
         ``shared_tables``: the CPU sessions read the embedding from one memory map (service/engine/shared_tables.py)
         instead of one each. ``memory_pattern``, ``prepack``: onnxruntime's session options of those names
-        (runtime.py ``create_session``)."""
+        (runtime.py ``create_session``). ``fused_step``: whole-batch search runs the int8 step as one fused operator
+        (fused_step.py) where the library is built and the bundle's graph is one it computes; ``self.fused_step``
+        says what runs ("fused", "off", or why not)."""
         self.bundle = bundle
         self.variant = variant or bundle.default_variant
         self.decoding = decoding_defaults(bundle.manifest)  # for options left None
@@ -320,9 +327,17 @@ class Engine:
         self._live_step = None
         self._live_step_key: str | None = None
         steps = step_graph_keys(bundle.manifest["variants"][self.variant]) if lean_decoder else None
+        self.fused_step = "off"
         if steps is not None:
             batch, live = steps
-            self.step_decoder = create_session(bundle.graph(self.variant, batch), providers, **settings)
+            if fused_step:
+                self.step_decoder, self.fused_step = fused_step_session(
+                    bundle.graph(self.variant, batch), providers, settings
+                )
+                if self.step_decoder is None:
+                    log.warning("%s %s: fused step not used: %s", bundle.name, self.variant, self.fused_step)
+            if self.step_decoder is None:
+                self.step_decoder = create_session(bundle.graph(self.variant, batch), providers, **settings)
             self._live_step_key = None if live == batch else live
         else:
             self._decoder = create_session(bundle.graph(self.variant, "decoder"), providers, **settings)
@@ -342,7 +357,10 @@ class Engine:
             self.device_runner = DeviceRunner(self.encoder, self.step_decoder, gather)
         self._search_loop: SearchLoop | None = None
         variant_graphs = bundle.manifest["variants"][self.variant]
-        self._search_loop_key = SEARCH_LOOP if search_loop and lean_decoder and SEARCH_LOOP in variant_graphs else None
+        # the fused step searches a lone sentence step by step: its loop graph still runs the graph's nodes
+        # (docs/engine-speed-log.md item 45: the fused steps took less CPU than the loop graph at batch 1)
+        wants_loop = search_loop and lean_decoder and self.fused_step != "fused"
+        self._search_loop_key = SEARCH_LOOP if wants_loop and SEARCH_LOOP in variant_graphs else None
         self.shortlist: Shortlist | None = None
         entry = bundle.manifest.get("shortlist")
         usable = self.device_runner is None and self.step_decoder is not None and has_vocab_ids(self.step_decoder)

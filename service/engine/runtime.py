@@ -26,6 +26,8 @@ class ProviderError(RuntimeError):
 # onnxruntime's defaults (-1 each; an initial chunk of 0 bytes makes the arena spin forever).
 USE_ENV_ALLOCATORS = "session.use_env_allocators"
 _shared_arena_lock = threading.Lock()
+# where a model given as bytes finds its external weights (onnxruntime resolves them next to a model file otherwise)
+EXTERNAL_FOLDER = "session.model_external_initializers_file_folder_path"
 _shared_arena_registered = False
 
 
@@ -64,6 +66,8 @@ def create_session(
     tables: SharedTables | None = None,
     memory_pattern: bool = True,
     prepack: bool = True,
+    model: bytes | None = None,
+    custom_ops: Path | None = None,
 ) -> ort.InferenceSession:
     """A session on the asked providers; with ``cuda`` it fails unless CUDA really initialised.
 
@@ -84,6 +88,9 @@ def create_session(
     ``memory_pattern``, ``prepack``: onnxruntime's memory pattern (one block per run for the intermediate tensors,
     planned from earlier runs of the same shapes) and weight prepacking (products' weights copied once into the
     kernels' layout), both on by default in onnxruntime; off for A/B runs of their memory and time.
+
+    ``model``: the bytes of a graph derived from the file ``path`` (fused_step.py), whose external weights are still
+    resolved in ``path``'s folder; ``custom_ops``: a library of custom operators it needs, registered first.
     """
     options = ort.SessionOptions()
     options.intra_op_num_threads = intra_op_threads
@@ -109,7 +116,12 @@ def create_session(
     if tables is not None and providers == ["CPUExecutionProvider"]:
         for name, value in tables.for_graph(path).items():
             options.add_initializer(name, value)
-    session = ort.InferenceSession(str(path), sess_options=options, providers=providers, disabled_optimizers=disabled)
+    if custom_ops is not None:
+        options.register_custom_ops_library(str(custom_ops))
+    if model is not None:
+        options.add_session_config_entry(EXTERNAL_FOLDER, str(Path(path).parent))
+    source = str(path) if model is None else model
+    session = ort.InferenceSession(source, sess_options=options, providers=providers, disabled_optimizers=disabled)
     actual = session.get_providers()
     if choice == "cuda" and "CUDAExecutionProvider" not in actual:
         raise ProviderError(f"{path.name}: CUDA was requested but the session runs on {actual}")

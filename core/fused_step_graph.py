@@ -1,0 +1,322 @@
+"""A bundle's int8 whole-batch step graph rewritten as one fused operator node (native/fused_step/fused_step_op.c).
+
+``fused_step_graph(path)`` reads ``int8.decoder_step_batch.onnx`` (core/graphs.py BATCH_STEP: interface 3, with
+``vocab_ids``) from the protobuf wire format (serving installs no ``onnx`` package) and returns the bytes of a model
+with the same inputs, outputs and initializers (the same external weight regions: nothing is copied), whose nodes are
+the few that derive weights from stored ones (the Q|K|V Concats, which onnxruntime folds at load) and one
+``mtserve.fused.FusedDecoderStep`` node computing the rest. Its input order is the operator's contract (the C file's
+header). The weights are found by the exporter's names (export/pack.py) and the structure is checked against the
+one the operator computes: pre-norm layers, ReLU FFN, vanilla attention, static u8 activations, symmetric int8
+weights. Anything else raises ``NotFused`` with the reason, and the engine keeps the graph as it is.
+"""
+
+from __future__ import annotations
+
+import struct
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from core.graphs import BATCH_STEP_INTERFACE, VOCAB_IDS, step_interface
+from core.onnx_wire import fields, packed_varints, varint
+
+DOMAIN = "mtserve.fused"
+OP_TYPE = "FusedDecoderStep"
+HEAD_INPUTS = ["tokens", "src_mask", "top_k", "positions", "self_mask", "query_rows", "row_slots"]
+# the op types the rewritten graph may hold besides the fused computation's (anything else: a model the operator
+# does not compute, e.g. GELU, relative positions, linear attention)
+EXPECTED_OPS = {
+    "QuantizeLinear", "MatMulIntegerToFloat", "Concat", "Add", "LayerNormalization", "Reshape", "Gather",
+    "MultiHeadAttention", "Split", "Relu", "Cast", "Mul", "Transpose", "Size", "Equal", "If",
+    "LogSoftmax", "TopK", "ReduceMax", "Unsqueeze", "GatherND", "GatherElements", "Div", "Mod",
+}  # fmt: skip
+NO_VOCAB_IDS = "fused.no_vocab_ids"  # the empty vocab_ids of graphs that take none
+PRODUCTS = ["self.qkv", "self.out", "cross.q", "cross.out", "ffn.w1", "ffn.w2"]
+NORMS = ["self.norm", "cross.norm", "ffn.norm"]
+
+
+class NotFused(ValueError):
+    """The graph is not one the fused operator computes (the message says why)."""
+
+
+@dataclass
+class _Node:
+    op_type: str
+    inputs: list[str]
+    outputs: list[str]
+    attributes: dict[str, object] = field(default_factory=dict)
+    subgraphs: list[list[_Node]] = field(default_factory=list)
+
+
+@dataclass
+class _Tensor:
+    name: str
+    data_type: int
+    dims: tuple[int, ...]
+    raw: bytes | None  # inline raw_data
+    external: dict[str, str] | None
+    ints: list[int] = field(default_factory=list)  # inline int32_data (int8 / uint8 / int32 tensors without raw_data)
+
+
+def _string(value: int | bytes) -> str:
+    return value.decode() if isinstance(value, bytes) else str(value)
+
+
+def _attribute(buf: bytes) -> tuple[str, object, list[bytes]]:
+    name, value, graphs = "", None, []
+    for number, v in fields(buf):
+        if number == 1:
+            name = _string(v)
+        elif number == 2:  # f (fixed32)
+            value = struct.unpack("<f", v)[0]
+        elif number == 3:  # i (varint, two's complement)
+            value = v - (1 << 64) if isinstance(v, int) and v >= 1 << 63 else v
+        elif number == 6 or number == 11:
+            graphs.append(v)
+    return name, value, graphs
+
+
+def _nodes(graph: bytes) -> list[_Node]:
+    nodes = []
+    for number, value in fields(graph):
+        if number != 1:
+            continue
+        node = _Node("", [], [])
+        for n, v in fields(value):
+            if n == 1:
+                node.inputs.append(_string(v))
+            elif n == 2:
+                node.outputs.append(_string(v))
+            elif n == 4:
+                node.op_type = _string(v)
+            elif n == 5:
+                name, attr, graphs = _attribute(v)
+                node.attributes[name] = attr
+                node.subgraphs += [_nodes(g) for g in graphs]
+        nodes.append(node)
+    return nodes
+
+
+def _tensors(graph: bytes) -> dict[str, _Tensor]:
+    tensors = {}
+    for number, value in fields(graph):
+        if number != 5:
+            continue
+        name, data_type, dims, raw, external, location, ints = "", 0, [], None, {}, 0, []
+        for n, v in fields(value):
+            if n == 1:
+                dims += packed_varints(v)
+            elif n == 5:
+                ints += packed_varints(v)
+            elif n == 2:
+                data_type = v
+            elif n == 8:
+                name = _string(v)
+            elif n == 9:
+                raw = v
+            elif n == 13:
+                entry = dict(fields(v))
+                external[_string(entry.get(1, b""))] = _string(entry.get(2, b""))
+            elif n == 14:
+                location = v
+        tensors[name] = _Tensor(name, data_type, tuple(dims), raw, external if location == 1 else None, ints)
+    return tensors
+
+
+def _all_zero(tensor: _Tensor, folder: Path) -> bool:
+    if tensor.external is None and tensor.raw is None:
+        return not any(tensor.ints)
+    return not any(_tensor_bytes(tensor, folder))
+
+
+def _tensor_bytes(tensor: _Tensor, folder: Path) -> bytes:
+    if tensor.external is not None:
+        offset, length = int(tensor.external.get("offset", 0)), int(tensor.external["length"])
+        with open(folder / tensor.external["location"], "rb") as f:
+            f.seek(offset)
+            return f.read(length)
+    if tensor.raw is None:
+        raise NotFused(f"initializer {tensor.name} is not stored as raw bytes")
+    return tensor.raw
+
+
+# --- protobuf encoding (the few messages the rewrite writes) ---------------------------------------------------------
+
+
+def _key(number: int, wire: int) -> bytes:
+    return _encode_varint(number << 3 | wire)
+
+
+def _encode_varint(value: int) -> bytes:
+    value &= (1 << 64) - 1
+    out = bytearray()
+    while True:
+        byte = value & 0x7F
+        value >>= 7
+        if value:
+            out.append(byte | 0x80)
+        else:
+            out.append(byte)
+            return bytes(out)
+
+
+def _length_delimited(number: int, payload: bytes) -> bytes:
+    return _key(number, 2) + _encode_varint(len(payload)) + payload
+
+
+def _raw_fields(buf: bytes) -> list[tuple[int, bytes]]:
+    """(field number, the field's whole encoding) of one message, to copy fields unchanged."""
+    out, i = [], 0
+    while i < len(buf):
+        start = i
+        key, i = varint(buf, i)
+        wire = key & 7
+        if wire == 0:
+            _, i = varint(buf, i)
+        elif wire == 2:
+            size, i = varint(buf, i)
+            i += size
+        elif wire in (1, 5):
+            i += 8 if wire == 1 else 4
+        else:
+            raise NotFused(f"protobuf wire type {wire}")
+        out.append((key >> 3, buf[start:i]))
+    return out
+
+
+def _node_bytes(op_type: str, inputs: list[str], outputs: list[str], domain: str = "", **attributes) -> bytes:
+    body = b"".join(_length_delimited(1, name.encode()) for name in inputs)
+    body += b"".join(_length_delimited(2, name.encode()) for name in outputs)
+    body += _length_delimited(4, op_type.encode())
+    if domain:
+        body += _length_delimited(7, domain.encode())
+    for name, value in attributes.items():
+        attr = _length_delimited(1, name.encode())
+        if isinstance(value, float):
+            attr += _key(2, 5) + struct.pack("<f", value) + _key(20, 0) + _encode_varint(1)  # FLOAT
+        else:
+            attr += _key(3, 0) + _encode_varint(int(value)) + _key(20, 0) + _encode_varint(2)  # INT
+        body += _length_delimited(5, attr)
+    return _length_delimited(1, body)
+
+
+# --- the rewrite -----------------------------------------------------------------------------------------------------
+
+
+def _empty_ids(name: str) -> bytes:
+    """An initializer (graph field 5): an empty int64 vector (TensorProto dims 1, data_type 2 = 7, name 8)."""
+    return _length_delimited(
+        5, _key(1, 0) + _encode_varint(0) + _key(2, 0) + _encode_varint(7) + _length_delimited(8, name.encode())
+    )
+
+
+def _product_inputs(products: dict[str, _Node], weight: str, with_bias: bool) -> list[str]:
+    node = products.get(weight)
+    if node is None:
+        raise NotFused(f"no MatMulIntegerToFloat reads {weight}")
+    a, b, a_scale, b_scale, a_zero, b_zero = node.inputs[:6]
+    bias = node.inputs[6] if len(node.inputs) > 6 else ""
+    if with_bias != bool(bias):
+        raise NotFused(f"the product of {weight} {'lacks' if with_bias else 'has'} a bias")
+    return [b, b_scale, a_scale, a_zero] + ([bias] if with_bias else [])
+
+
+def fused_step_graph(path: Path) -> bytes:
+    """The fused model's bytes for the int8 whole-batch step graph file ``path`` (raises NotFused)."""
+    model = Path(path).read_bytes()
+    graph = next((v for n, v in fields(model) if n == 7), None)
+    if graph is None:
+        raise NotFused("no graph")
+    nodes, tensors = _nodes(graph), _tensors(graph)
+    inputs = [_string(dict(fields(v)).get(1, b"")) for n, v in fields(graph) if n == 11]
+    outputs = [_string(dict(fields(v)).get(1, b"")) for n, v in fields(graph) if n == 12]
+    metadata = {}
+    for number, value in fields(model):
+        if number == 14:
+            entry = dict(fields(value))
+            metadata[_string(entry.get(1, b""))] = _string(entry.get(2, b""))
+    if step_interface(metadata) != BATCH_STEP_INTERFACE:
+        raise NotFused(f"step interface {step_interface(metadata)}, the fused step computes {BATCH_STEP_INTERFACE}")
+    layers = sum(name.startswith("cross_keys_") for name in inputs)
+    cache = [f"{kind}_{i}" for i in range(layers) for kind in ("cross_keys", "cross_values")]
+    cache += [f"{kind}_{i}" for i in range(layers) for kind in ("past_keys", "past_values")]
+    if layers == 0 or inputs not in (HEAD_INPUTS + cache, HEAD_INPUTS + cache + [VOCAB_IDS]):
+        raise NotFused(f"not an interface-3 step graph (inputs {inputs})")
+    # graphs without vocab_ids (bundles without a shortlist) give the operator an empty one: the whole vocabulary
+    whole_vocabulary = b"" if VOCAB_IDS in inputs else _empty_ids(NO_VOCAB_IDS)
+    unexpected = {n.op_type for n in nodes} - EXPECTED_OPS
+    if unexpected:
+        raise NotFused(f"ops the fused step does not compute: {sorted(unexpected)}")
+    every = nodes + [n for node in nodes for sub in node.subgraphs for n in sub]
+    if (
+        sum(n.op_type == "MultiHeadAttention" for n in nodes) != 2 * layers
+        or sum(n.op_type == "Relu" for n in nodes) != layers
+    ):
+        raise NotFused("not two attentions and one ReLU FFN per layer")
+    heads = {n.attributes.get("num_heads") for n in nodes if n.op_type == "MultiHeadAttention"}
+    eps = {n.attributes.get("epsilon", 1e-5) for n in nodes if n.op_type == "LayerNormalization"}
+    if len(heads) != 1 or len(eps) != 1 or None in heads:
+        raise NotFused("attentions or norms differ between layers")
+    products = {n.inputs[1]: n for n in every if n.op_type == "MatMulIntegerToFloat"}
+    first_norm = next(n for n in nodes if n.op_type == "LayerNormalization")
+    if first_norm.inputs[1] != "decoder.0.self.norm.gamma":
+        raise NotFused("the first norm is not layer 0's self-attention norm (post-norm layers?)")
+
+    weights = ["tokens.embedding", "tokens.scale", "tokens.positions"]
+    for i in range(layers):
+        p = f"decoder.{i}."
+        norm = [p + NORMS[0] + ".gamma", p + NORMS[0] + ".beta"]
+        weights += norm + _product_inputs(products, p + "self.qkv.weight_quantized", False) + [p + "self.qkv.bias"]
+        weights += _product_inputs(products, p + "self.out.weight_quantized", True)
+        weights += [p + NORMS[1] + ".gamma", p + NORMS[1] + ".beta"]
+        weights += _product_inputs(products, p + "cross.q.weight_quantized", True)
+        weights += _product_inputs(products, p + "cross.out.weight_quantized", True)
+        weights += [p + NORMS[2] + ".gamma", p + NORMS[2] + ".beta"]
+        weights += _product_inputs(products, p + "ffn.w1.weight_quantized", True)
+        weights += _product_inputs(products, p + "ffn.w2.weight_quantized", True)
+    weights += ["decoder.final_norm.gamma", "decoder.final_norm.beta"]
+    weights += _product_inputs(products, "output.weight_quantized", False)
+
+    # weights the kept nodes derive (Concat of the Q|K|V parts), and the check that every weight is there
+    producers = {out: n for n in nodes for out in n.outputs}
+    kept: list[_Node] = []
+    needed = list(weights)
+    while needed:
+        name = needed.pop()
+        if name in tensors:
+            continue
+        node = producers.get(name)
+        if node is None or node.op_type != "Concat":
+            raise NotFused(f"weight {name} is neither stored nor a Concat of stored ones")
+        if node not in kept:
+            kept.append(node)
+            needed += node.inputs
+    # symmetric weights: every weight zero point of the products is zero
+    folder = Path(path).parent
+    used = [products[w] for w in weights if w in products]
+    for node in used:
+        zero = node.inputs[5]
+        parts = producers[zero].inputs if zero in producers else [zero]
+        if any(p not in tensors or not _all_zero(tensors[p], folder) for p in parts):
+            raise NotFused(f"weight zero point {zero} is not zero")
+
+    body = b"".join(
+        field_bytes for number, field_bytes in _raw_fields(graph) if number not in (1, 13)
+    )  # all but nodes and value_info
+    new_nodes = b"".join(_node_bytes(n.op_type, n.inputs, n.outputs, **n.attributes) for n in reversed(kept))
+    new_nodes += _node_bytes(
+        OP_TYPE,
+        (inputs if VOCAB_IDS in inputs else inputs + [NO_VOCAB_IDS]) + weights,
+        outputs,
+        DOMAIN,
+        layers=layers,
+        heads=int(heads.pop()),
+        epsilon=float(eps.pop()),
+    )
+    out = b""
+    for number, field_bytes in _raw_fields(model):
+        if number == 7:
+            out += _length_delimited(7, new_nodes + body + whole_vocabulary)
+        else:
+            out += field_bytes
+    opset = _length_delimited(1, DOMAIN.encode()) + _key(2, 0) + _encode_varint(1)
+    return out + _length_delimited(8, opset)

@@ -1,0 +1,304 @@
+/* u8 x s8 products with a scale per output column: what onnxruntime's QuantizeLinear + MatMulIntegerToFloat compute
+   (static activation scale and zero point, symmetric int8 weights), for the fused decoder step (fused_step_op.c).
+
+   y[r][j] = float(sum_i (q(x[r][i]) - x_zero) * w[i][j]) * (x_scale * w_scale[j]) (+ bias[j], one fused multiply-add,
+   as MLAS's output processor), q(x) = clamp(round_half_even(x / x_scale) + x_zero, 0, 255) as MLAS's QuantizeLinear.
+   The integer sums are exact, so every kernel below gives the same bits.
+
+   Kernels, chosen at run time (the library is built for a baseline x86-64 and carries the wider code in functions
+   compiled for it): AMX tiles (16 x 16 int32 accumulators, 64 values of k per step) from `amx_min_rows` rows where the
+   CPU has them and Linux grants them; AVX-512 VNNI (vpdpbusd, four rows per weight load) below; plain loops
+   elsewhere. Weights are packed once into [n / 16][k / 4][16][4] bytes: 16 columns, 4 consecutive k each, which is
+   vpdpbusd's operand and AMX's B tile layout at once. */
+#ifndef MTSERVE_INT8_PRODUCTS_H
+#define MTSERVE_INT8_PRODUCTS_H
+
+#include <math.h>
+#include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
+#if defined(__x86_64__)
+#include <cpuid.h>
+#include <immintrin.h>
+#endif
+#if defined(__x86_64__) && defined(__linux__)
+#include <sys/syscall.h>
+#include <unistd.h>
+#define IP_AMX_POSSIBLE 1
+#else
+#define IP_AMX_POSSIBLE 0
+#endif
+
+typedef struct {
+    int k, n, n_real;   /* padded input width (multiple of 4; of 64 for AMX), padded and real output widths */
+    int8_t *w;          /* packed, see above */
+    int32_t *colsum;    /* sum over k of each column's weights: removes the activations' zero point */
+    float *multiplier;  /* x_scale * w_scale[j], computed as onnxruntime computes it */
+    float *bias;        /* NULL: none */
+    float x_scale;
+    int x_zero;
+} qlinear;
+
+enum { IP_PLAIN = 0, IP_VNNI = 1 };
+static int ip_kernel = -1;      /* IP_PLAIN or IP_VNNI, set by ip_init */
+static int ip_amx = 0;          /* AMX tiles granted */
+static int ip_amx_min_rows = 8; /* products of at least this many rows use AMX tiles (0: never) */
+
+static void ip_init(void) {
+    if (ip_kernel >= 0) return;
+    ip_kernel = IP_PLAIN;
+#if defined(__x86_64__)
+    __builtin_cpu_init();
+    if (__builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
+        __builtin_cpu_supports("avx512vnni"))
+        ip_kernel = IP_VNNI;
+#endif
+#if IP_AMX_POSSIBLE
+    unsigned a, b, c, d;
+    if (ip_kernel == IP_VNNI && __get_cpuid_count(7, 0, &a, &b, &c, &d) && (d >> 24 & 1) && (d >> 25 & 1))
+        ip_amx = syscall(SYS_arch_prctl, 0x1023 /* ARCH_REQ_XCOMP_PERM */, 18 /* XFEATURE_XTILEDATA */) == 0;
+#endif
+}
+
+/* pack w [k][n] (row major), scales and bias into `q`; returns 0 when memory ran out */
+static int ip_pack(qlinear *q, const int8_t *w_kn, int k, int n, const float *w_scale, const float *bias,
+                   float x_scale, int x_zero) {
+    const int np = (n + 15) / 16 * 16, kp = (k + 63) / 64 * 64;
+    memset(q, 0, sizeof *q);
+    q->k = kp; q->n = np; q->n_real = n; q->x_scale = x_scale; q->x_zero = x_zero;
+    q->w = aligned_alloc(64, (size_t)np * kp);
+    q->colsum = calloc(np, sizeof(int32_t));
+    q->multiplier = calloc(np, sizeof(float));
+    q->bias = bias ? calloc(np, sizeof(float)) : NULL;
+    if (!q->w || !q->colsum || !q->multiplier || (bias && !q->bias)) return 0;
+    memset(q->w, 0, (size_t)np * kp);
+    for (int j = 0; j < n; j++) {
+        q->multiplier[j] = x_scale * w_scale[j];
+        if (bias) q->bias[j] = bias[j];
+        int32_t sum = 0;
+        for (int i = 0; i < k; i++) {
+            int8_t v = w_kn[(size_t)i * n + j];
+            q->w[(((size_t)(j / 16) * (kp / 4) + i / 4) * 16 + j % 16) * 4 + i % 4] = v;
+            sum += v;
+        }
+        q->colsum[j] = sum;
+    }
+    return 1;
+}
+
+/* the columns `ids` of an already packed product `all` (a vocabulary subset of the output product): each column's
+   4-byte groups copied from its block, 64 of them for k = 256 */
+static int ip_pack_columns(qlinear *q, const qlinear *all, const int64_t *ids, int n) {
+    const int np = (n + 15) / 16 * 16, kp = all->k, groups = kp / 4;
+    memset(q, 0, sizeof *q);
+    q->k = kp; q->n = np; q->n_real = n; q->x_scale = all->x_scale; q->x_zero = all->x_zero;
+    q->w = aligned_alloc(64, (size_t)np * kp);
+    q->colsum = calloc(np, sizeof(int32_t));
+    q->multiplier = calloc(np, sizeof(float));
+    if (!q->w || !q->colsum || !q->multiplier) return 0;
+    memset(q->w, 0, (size_t)np * kp);
+    for (int j = 0; j < n; j++) {
+        const int64_t id = ids[j];
+        const int32_t *from = (const int32_t *)all->w + (size_t)(id / 16) * groups * 16 + id % 16;
+        int32_t *to = (int32_t *)q->w + (size_t)(j / 16) * groups * 16 + j % 16;
+        for (int g = 0; g < groups; g++) to[(size_t)g * 16] = from[(size_t)g * 16];
+        q->multiplier[j] = all->multiplier[id];
+        q->colsum[j] = all->colsum[id];
+    }
+    return 1;
+}
+
+static void ip_free(qlinear *q) {
+    free(q->w); free(q->colsum); free(q->multiplier); free(q->bias);
+    memset(q, 0, sizeof *q);
+}
+
+/* bytes the activations of `rows` rows of width k take in ip_product's `xq` (rows rounded up to AMX's 16) */
+static size_t ip_xq_bytes(int rows, int k) { return (size_t)(rows + 15) / 16 * 16 * ((k + 63) / 64 * 64) + 64; }
+
+static inline float ip_out(const qlinear *q, int32_t acc, int j) {
+    float v = (float)(acc - q->x_zero * q->colsum[j]);
+    return q->bias ? fmaf(v, q->multiplier[j], q->bias[j]) : v * q->multiplier[j];
+}
+
+#if defined(__x86_64__)
+__attribute__((target("avx512f,avx512bw,avx512vnni"))) static void ip_store16(const qlinear *q, __m512i acc, int c0,
+                                                                              float *y) {
+    __m512i shift = _mm512_mullo_epi32(_mm512_loadu_si512(q->colsum + c0), _mm512_set1_epi32(q->x_zero));
+    __m512 v = _mm512_cvtepi32_ps(_mm512_sub_epi32(acc, shift)), m = _mm512_loadu_ps(q->multiplier + c0);
+    _mm512_storeu_ps(y, q->bias ? _mm512_fmadd_ps(v, m, _mm512_loadu_ps(q->bias + c0)) : _mm512_mul_ps(v, m));
+}
+
+/* rows [from, to) one at a time, four 16-column blocks per pass: four independent vpdpbusd chains share each
+   broadcast of the row's activations */
+__attribute__((target("avx512f,avx512bw,avx512vnni"))) static void ip_vnni_rows(const qlinear *q, const uint8_t *xq,
+                                                                               float *Y, int sy, int from, int to) {
+    const int k = q->k, blocks = q->n / 16;
+    for (int r = from; r < to; r++) {
+        const int32_t *x = (const int32_t *)(xq + (size_t)r * k);
+        int b = 0;
+        for (; b + 4 <= blocks; b += 4) {
+            const int8_t *w0 = q->w + (size_t)b * k * 16;
+            const size_t block = (size_t)k * 16;
+            __m512i a0 = _mm512_setzero_si512(), a1 = a0, a2 = a0, a3 = a0;
+            for (int kk = 0; kk < k / 4; kk++) {
+                const __m512i v = _mm512_set1_epi32(x[kk]);
+                const int8_t *w = w0 + (size_t)kk * 64;
+                a0 = _mm512_dpbusd_epi32(a0, v, _mm512_load_si512(w));
+                a1 = _mm512_dpbusd_epi32(a1, v, _mm512_load_si512(w + block));
+                a2 = _mm512_dpbusd_epi32(a2, v, _mm512_load_si512(w + 2 * block));
+                a3 = _mm512_dpbusd_epi32(a3, v, _mm512_load_si512(w + 3 * block));
+            }
+            ip_store16(q, a0, b * 16, Y + (size_t)r * sy + b * 16);
+            ip_store16(q, a1, (b + 1) * 16, Y + (size_t)r * sy + (b + 1) * 16);
+            ip_store16(q, a2, (b + 2) * 16, Y + (size_t)r * sy + (b + 2) * 16);
+            ip_store16(q, a3, (b + 3) * 16, Y + (size_t)r * sy + (b + 3) * 16);
+        }
+        for (; b < blocks; b++) {
+            const int8_t *wb = q->w + (size_t)b * k * 16;
+            __m512i a0 = _mm512_setzero_si512(), a1 = _mm512_setzero_si512();
+            int kk = 0;
+            for (; kk + 1 < k / 4; kk += 2) {
+                a0 = _mm512_dpbusd_epi32(a0, _mm512_set1_epi32(x[kk]), _mm512_load_si512(wb + (size_t)kk * 64));
+                a1 = _mm512_dpbusd_epi32(a1, _mm512_set1_epi32(x[kk + 1]), _mm512_load_si512(wb + (size_t)(kk + 1) * 64));
+            }
+            for (; kk < k / 4; kk++)
+                a0 = _mm512_dpbusd_epi32(a0, _mm512_set1_epi32(x[kk]), _mm512_load_si512(wb + (size_t)kk * 64));
+            ip_store16(q, _mm512_add_epi32(a0, a1), b * 16, Y + (size_t)r * sy + b * 16);
+        }
+    }
+}
+
+__attribute__((target("avx512f,avx512bw,avx512vnni"))) static void ip_vnni(const qlinear *q, const uint8_t *xq,
+                                                                          float *Y, int sy, int rows) {
+    const int k = q->k, n = q->n;
+    const int rest = rows - rows % 4; /* rows left over from the fours: ip_vnni_rows */
+    for (int b = 0; b < n / 16; b++) {
+        const int8_t *wb = q->w + (size_t)b * k * 16;
+        int r = 0;
+        for (; r + 4 <= rows; r += 4) { /* four rows share each load of the weights */
+            const int32_t *x0 = (const int32_t *)(xq + (size_t)r * k), *x1 = x0 + k / 4, *x2 = x1 + k / 4,
+                          *x3 = x2 + k / 4;
+            __m512i a0 = _mm512_setzero_si512(), a1 = a0, a2 = a0, a3 = a0;
+            for (int kk = 0; kk < k / 4; kk++) {
+                __m512i w = _mm512_load_si512(wb + (size_t)kk * 64);
+                a0 = _mm512_dpbusd_epi32(a0, _mm512_set1_epi32(x0[kk]), w);
+                a1 = _mm512_dpbusd_epi32(a1, _mm512_set1_epi32(x1[kk]), w);
+                a2 = _mm512_dpbusd_epi32(a2, _mm512_set1_epi32(x2[kk]), w);
+                a3 = _mm512_dpbusd_epi32(a3, _mm512_set1_epi32(x3[kk]), w);
+            }
+            ip_store16(q, a0, b * 16, Y + (size_t)r * sy + b * 16);
+            ip_store16(q, a1, b * 16, Y + (size_t)(r + 1) * sy + b * 16);
+            ip_store16(q, a2, b * 16, Y + (size_t)(r + 2) * sy + b * 16);
+            ip_store16(q, a3, b * 16, Y + (size_t)(r + 3) * sy + b * 16);
+        }
+    }
+    if (rest < rows) ip_vnni_rows(q, xq, Y, sy, rest, rows);
+}
+/* q(x) for n values: divide, clamp, round to nearest even (vcvtps2dq in the default rounding mode), add the zero
+   point, as MLAS's QuantizeLinear */
+__attribute__((target("avx512f,avx512bw"))) static void ip_quantize_avx512(const float *x, int n, float scale, int zero,
+                                                                          uint8_t *out) {
+    const __m512 s = _mm512_set1_ps(scale), lo = _mm512_set1_ps((float)-zero), hi = _mm512_set1_ps((float)(255 - zero));
+    const __m512i z = _mm512_set1_epi32(zero);
+    for (int j = 0; j < n; j += 16) {
+        const __mmask16 live = n - j >= 16 ? 0xFFFF : (__mmask16)((1u << (n - j)) - 1);
+        __m512 v = _mm512_div_ps(_mm512_maskz_loadu_ps(live, x + j), s);
+        v = _mm512_min_ps(_mm512_max_ps(v, lo), hi);
+        _mm512_mask_cvtusepi32_storeu_epi8(out + j, live, _mm512_add_epi32(_mm512_cvtps_epi32(v), z));
+    }
+}
+
+typedef struct {
+    uint8_t palette, start_row, reserved[14];
+    uint16_t colsb[16];
+    uint8_t rows[16];
+} ip_tile_config;
+
+/* AMX: two 16 x 16 accumulator tiles share each 16-row activation tile; `xq` holds rows rounded up to 16 */
+__attribute__((target("avx512f,avx512bw,avx512vnni,amx-tile,amx-int8"))) static void ip_amx_product(
+    const qlinear *q, const uint8_t *xq, float *Y, int sy, int rows) {
+    const int k = q->k, blocks = q->n / 16;
+    ip_tile_config cfg = {0};
+    cfg.palette = 1;
+    for (int t = 0; t < 5; t++) { cfg.rows[t] = 16; cfg.colsb[t] = 64; }
+    _tile_loadconfig(&cfg);
+    int32_t acc[2][16 * 16] __attribute__((aligned(64)));
+    for (int r0 = 0; r0 < rows; r0 += 16) {
+        const uint8_t *a = xq + (size_t)r0 * k;
+        for (int b = 0; b < blocks; b += 2) {
+            const int two = b + 1 < blocks;
+            const int8_t *w0 = q->w + (size_t)b * k * 16, *w1 = w0 + (size_t)k * 16;
+            _tile_zero(0);
+            _tile_zero(3);
+            for (int kc = 0; kc < k; kc += 64) {
+                _tile_loadd(1, a + kc, k);
+                _tile_loadd(2, w0 + (size_t)kc * 16, 64);
+                _tile_dpbusd(0, 1, 2);
+                if (two) {
+                    _tile_loadd(4, w1 + (size_t)kc * 16, 64);
+                    _tile_dpbusd(3, 1, 4);
+                }
+            }
+            _tile_stored(0, acc[0], 64);
+            _tile_stored(3, acc[1], 64);
+            for (int half = 0; half <= two; half++)
+                for (int i = 0; i < 16 && r0 + i < rows; i++)
+                    ip_store16(q, _mm512_load_si512(acc[half] + i * 16), (b + half) * 16,
+                               Y + (size_t)(r0 + i) * sy + (b + half) * 16);
+        }
+    }
+    _tile_release();
+}
+#endif
+
+static void ip_plain(const qlinear *q, const uint8_t *xq, float *Y, int sy, int rows) {
+    const int k = q->k;
+    for (int b = 0; b < q->n / 16; b++) {
+        const int8_t *wb = q->w + (size_t)b * k * 16;
+        for (int r = 0; r < rows; r++) {
+            const uint8_t *x = xq + (size_t)r * k;
+            int32_t acc[16] = {0};
+            for (int kk = 0; kk < k / 4; kk++)
+                for (int c = 0; c < 16; c++)
+                    for (int i = 0; i < 4; i++) acc[c] += (int32_t)x[kk * 4 + i] * wb[((size_t)kk * 16 + c) * 4 + i];
+            for (int c = 0; c < 16; c++) Y[(size_t)r * sy + b * 16 + c] = ip_out(q, acc[c], b * 16 + c);
+        }
+    }
+}
+
+/* Y[r][0:q->n] = the product of X's rows r < rows (row stride sx, q->n_real... wide: columns from q->n_real on are
+   the padding's, 0 * multiplier) for `rows` rows; xq: ip_xq_bytes(rows, k) bytes of scratch, 64-byte aligned */
+static void ip_product(const qlinear *q, const float *X, int sx, int k_real, float *Y, int sy, int rows, uint8_t *xq) {
+    const int k = q->k;
+    const float lo = (float)(0 - q->x_zero), hi = (float)(255 - q->x_zero);
+    for (int r = 0; r < rows; r++) {
+        uint8_t *out = xq + (size_t)r * k;
+        const float *x = X + (size_t)r * sx;
+#if defined(__x86_64__)
+        if (ip_kernel == IP_VNNI) {
+            ip_quantize_avx512(x, k_real, q->x_scale, q->x_zero, out);
+        } else
+#endif
+            for (int i = 0; i < k_real; i++) { /* MLAS: divide, clamp, round to nearest even, add the zero point */
+                float v = x[i] / q->x_scale;
+                v = v < lo ? lo : (v > hi ? hi : v);
+                out[i] = (uint8_t)((int)nearbyintf(v) + q->x_zero);
+            }
+        memset(out + k_real, q->x_zero, k - k_real); /* padding rows of w are zero: any value works */
+    }
+#if defined(__x86_64__)
+    if (ip_amx && ip_amx_min_rows > 0 && rows >= ip_amx_min_rows) {
+        memset(xq + (size_t)rows * k, 0, (size_t)((rows + 15) / 16 * 16 - rows) * k);
+        ip_amx_product(q, xq, Y, sy, rows);
+        return;
+    }
+    if (ip_kernel == IP_VNNI) {
+        ip_vnni(q, xq, Y, sy, rows);
+        return;
+    }
+#endif
+    ip_plain(q, xq, Y, sy, rows);
+}
+
+#endif

@@ -1,0 +1,51 @@
+"""The fused decoder step: the int8 whole-batch step graph as one custom onnxruntime operator (issue 33).
+
+``native/fused_step/fused_step_op.c`` computes the step graph's ~150 nodes in one call (u8 x s8 products on AVX-512
+VNNI or AMX tiles, attention over the cache, norms, log-softmax, top-k); ``core/fused_step_graph.py`` rewrites a
+bundle's ``int8.decoder_step_batch.onnx`` into a model of that one node over the same weights. ``fused_step_session``
+opens it when the library is built (``make native``; MT_FUSED_STEP_LIBRARY names another file) and says why not
+otherwise: the engine then keeps the step graph (the fallback is the graph the bundle ships, never an error).
+
+It is off by default (MT_FUSED_STEP=true turns it on): its float parts (softmax exponentials, dot-product order) are
+not onnxruntime's bit for bit, so a quantized activation on a rounding edge can round the other way and a hypothesis'
+score move by a few hundredths (docs/engine-speed-log.md item 45 has the measured agreement and BLEU).
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+from pathlib import Path
+
+import onnxruntime as ort
+
+from core.fused_step_graph import NotFused, fused_step_graph
+from service.engine.runtime import create_session
+
+log = logging.getLogger(__name__)
+
+LIBRARY_ENV = "MT_FUSED_STEP_LIBRARY"
+DEFAULT_LIBRARY = Path(__file__).resolve().parents[2] / "build" / "native" / "libmtserve_fused_step.so"
+
+
+def library_path() -> Path:
+    """Where the operator's library is looked for: MT_FUSED_STEP_LIBRARY, else build/native/ of this checkout."""
+    return Path(os.environ.get(LIBRARY_ENV) or DEFAULT_LIBRARY)
+
+
+def fused_step_session(path: Path, providers: str, settings: dict) -> tuple[ort.InferenceSession | None, str]:
+    """A session of the fused step for the step graph file ``path``, or (None, why not)."""
+    if providers == "cuda" or (providers == "auto" and "CUDAExecutionProvider" in ort.get_available_providers()):
+        return None, "the fused step runs on the CPU only"
+    library = library_path()
+    if not library.is_file():
+        return None, f"{library} is not built (make native)"
+    try:
+        model = fused_step_graph(path)
+    except (NotFused, OSError) as e:
+        return None, f"{path.name}: {e}"
+    try:
+        session = create_session(path, "cpu", **settings, model=model, custom_ops=library)
+    except Exception as e:  # noqa: BLE001 - a library built for another onnxruntime or CPU: keep the graph
+        return None, f"{library.name} did not load: {e}"
+    return session, "fused"

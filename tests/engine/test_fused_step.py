@@ -1,0 +1,255 @@
+"""The fused decoder step (native/fused_step/, core/fused_step_graph.py, service/engine/fused_step.py): the operator
+built from source, run by onnxruntime, against the int8 step graph it replaces.
+
+The bundle: the tiny model trained pre-norm (the layout the operator computes) and exported in int8, with a shortlist.
+The operator's products are exact integer sums and its float parts follow onnxruntime's, but not bit for bit (the
+softmax's exponentials, dot-product order): a quantized activation on a rounding edge may round the other way, so
+outputs are compared within tolerances, and translations for agreement.
+"""
+
+from __future__ import annotations
+
+import shutil
+import subprocess
+import threading
+from pathlib import Path
+
+import numpy as np
+import onnxruntime as ort
+import pytest
+from tiny_bundle import cached_tiny_bundle, write_corpus
+
+from core.bundle import load_bundle
+from core.fused_step_graph import NotFused, fused_step_graph
+from core.graphs import step_input_names
+from service.engine import Engine, TranslateOptions
+from service.engine.fused_step import LIBRARY_ENV, fused_step_session
+from service.engine.runtime import create_session
+
+ROOT = Path(__file__).resolve().parents[2]
+SENTENCES = [
+    "ein hund läuft im park .",
+    "zwei kinder spielen mit einem ball .",
+    "eine frau liest ein buch .",
+    "der mann trinkt kaffee .",
+    "die katze schläft auf dem sofa .",
+    "ein junge fährt fahrrad .",
+]
+
+
+@pytest.fixture(scope="module")
+def library(tmp_path_factory) -> Path:
+    """The operator's library, built from this checkout's source by native/build.sh (as `make native` does)."""
+    if not (shutil.which("cc") or shutil.which("gcc")):
+        pytest.skip("no C compiler (scripts/install-test-tools.sh installs gcc)")
+    out = tmp_path_factory.mktemp("native") / "libmtserve_fused_step.so"
+    subprocess.run(["bash", str(ROOT / "native" / "build.sh"), str(out)], check=True, capture_output=True)
+    return out
+
+
+@pytest.fixture(scope="module")
+def pre_norm_bundle(request, tmp_path_factory) -> Path:
+    """The tiny bundle trained pre-norm, fp32 + int8, with a shortlist learned from its corpus."""
+    from export.cli import main as export_main
+
+    cache_root = Path(request.config.cache.mkdir("mtserve"))
+    target = tmp_path_factory.mktemp("pre-norm")
+    cached_tiny_bundle(cache_root, target, model_overrides={"norm_placement": "pre"}, int8=True)
+    bundle = target / "repository" / "de-en" / "1"
+    corpus = write_corpus(target / "corpus")
+    assert export_main(["shortlist", "--bundle", str(bundle), "--data", str(corpus), "--frequent", "8"]) == 0
+    return bundle
+
+
+@pytest.fixture
+def use_library(library, monkeypatch):
+    monkeypatch.setenv(LIBRARY_ENV, str(library))
+    return library
+
+
+def _sessions(bundle_dir: Path, library: Path):
+    bundle = load_bundle(bundle_dir)
+    path = bundle.graph("int8", "decoder_step_batch")
+    graph = create_session(path, "cpu")
+    fused = create_session(path, "cpu", model=fused_step_graph(path), custom_ops=library)
+    return bundle, graph, fused
+
+
+def _step_feeds(bundle, rng, rows_per_source=(2, 1, 3), past=5, src=7, vocab_ids=None):
+    """Inputs of a ragged step: sources with different row counts and source lengths, rows with masked cache
+    columns (left padding), rows not ordered by source."""
+    cfg = bundle.model_config
+    layers, heads, d = cfg["n_decoder_layers"], cfg["n_heads"], cfg["d_model"]
+    dh = d // heads
+    sources = len(rows_per_source)
+    group = max(rows_per_source)
+    row_source = np.concatenate([np.full(n, s) for s, n in enumerate(rows_per_source)])
+    order = rng.permutation(len(row_source))
+    row_source = row_source[order]
+    rows = len(row_source)
+    query_rows = np.zeros((sources, group), dtype=np.int64)
+    row_slots = np.zeros(rows, dtype=np.int64)
+    for s in range(sources):
+        mine = np.flatnonzero(row_source == s)
+        query_rows[s] = np.resize(mine, group)
+        for j, r in enumerate(mine):
+            row_slots[r] = s * group + j
+    src_mask = np.ones((sources, src), dtype=bool)
+    src_mask[1, 4:] = False  # a shorter source
+    self_mask = np.ones((rows, past + 1), dtype=bool)
+    self_mask[0, :2] = False  # a younger row
+    feeds = {
+        "tokens": rng.integers(4, cfg["vocab_size"], size=(rows, 1)).astype(np.int64),
+        "src_mask": src_mask,
+        "top_k": np.array([4], dtype=np.int64),
+        "positions": (self_mask.sum(1, keepdims=True) - 1).astype(np.int64),
+        "self_mask": self_mask,
+        "query_rows": query_rows,
+        "row_slots": row_slots,
+    }
+    for i in range(layers):
+        feeds[f"cross_keys_{i}"] = rng.normal(0, 1, (sources, heads, src, dh)).astype(np.float32)
+        feeds[f"cross_values_{i}"] = rng.normal(0, 1, (sources, heads, src, dh)).astype(np.float32)
+        feeds[f"past_keys_{i}"] = rng.normal(0, 1, (rows, heads, past, dh)).astype(np.float32)
+        feeds[f"past_values_{i}"] = rng.normal(0, 1, (rows, heads, past, dh)).astype(np.float32)
+    feeds["vocab_ids"] = np.array([] if vocab_ids is None else vocab_ids, dtype=np.int64)
+    assert list(feeds) == step_input_names(layers, 3) + ["vocab_ids"]
+    return feeds
+
+
+@pytest.mark.parametrize("subset", [False, True], ids=["whole-vocabulary", "subset"])
+def test_fused_step_computes_the_step_graph(pre_norm_bundle, library, subset):
+    bundle, graph, fused = _sessions(pre_norm_bundle, library)
+    rng = np.random.default_rng(7)
+    vocab = bundle.model_config["vocab_size"]
+    ids = np.sort(rng.choice(np.arange(4, vocab), 40, replace=False)) if subset else None
+    names = [o.name for o in graph.get_outputs()]
+    assert names == [o.name for o in fused.get_outputs()]
+    for _ in range(3):
+        feeds = _step_feeds(bundle, rng, vocab_ids=ids)
+        want = dict(zip(names, graph.run(None, feeds), strict=True))
+        got = dict(zip(names, fused.run(None, feeds), strict=True))
+        for name in names:
+            assert got[name].shape == want[name].shape, name
+            assert got[name].dtype == want[name].dtype, name
+        layers = bundle.model_config["n_decoder_layers"]
+        for i in range(layers):  # the cache: the past as given, the new column appended
+            for kind in ("keys", "values"):
+                present, past = got[f"present_{kind}_{i}"], feeds[f"past_{kind}_{i}"]
+                np.testing.assert_array_equal(present[:, :, :-1], past)
+                np.testing.assert_allclose(present, want[f"present_{kind}_{i}"], atol=0.05)
+        # log-probabilities within the quantization's rounding, and normalised
+        np.testing.assert_allclose(got["log_probs"], want["log_probs"], atol=0.1)
+        np.testing.assert_allclose(np.exp(got["log_probs"]).sum(1), 1.0, rtol=1e-4)
+        # the top candidates: the best k of the operator's own log-probabilities, in vocabulary ids
+        k = int(feeds["top_k"][0])
+        columns = np.argsort(-got["log_probs"], axis=1, kind="stable")[:, :k]
+        expected_ids = ids[columns] if subset else columns
+        np.testing.assert_array_equal(got["top_ids"], expected_ids)
+        np.testing.assert_array_equal(got["top_log_probs"], np.take_along_axis(got["log_probs"], columns, 1))
+        assert (got["top_ids"][:, 0] == want["top_ids"][:, 0]).mean() >= 0.8
+
+
+def test_a_change_in_the_input_changes_the_output(pre_norm_bundle, library):
+    bundle, _, fused = _sessions(pre_norm_bundle, library)
+    rng = np.random.default_rng(1)
+    feeds = _step_feeds(bundle, rng)
+    first = fused.run(["log_probs"], feeds)[0]
+    feeds["tokens"] = (feeds["tokens"] + 1) % bundle.model_config["vocab_size"]
+    assert not np.allclose(fused.run(["log_probs"], feeds)[0], first)
+
+
+def test_bad_inputs_are_refused_and_the_session_still_works(pre_norm_bundle, library):
+    bundle, _, fused = _sessions(pre_norm_bundle, library)
+    rng = np.random.default_rng(2)
+    feeds = _step_feeds(bundle, rng)
+    good = fused.run(["log_probs"], feeds)[0]
+    for name, value in [
+        ("tokens", np.full_like(feeds["tokens"], 10**6)),
+        ("positions", np.full_like(feeds["positions"], -1)),
+        ("row_slots", np.full_like(feeds["row_slots"], 999)),
+        ("vocab_ids", np.array([5, 10**7], dtype=np.int64)),
+    ]:
+        with pytest.raises(Exception, match="FusedDecoderStep"):
+            fused.run(["log_probs"], {**feeds, name: value})
+    np.testing.assert_array_equal(fused.run(["log_probs"], feeds)[0], good)
+
+
+def test_concurrent_runs_with_different_subsets_get_their_own_answers(pre_norm_bundle, library):
+    """Runs share the kernel and its cached subset packing: each must still see its own subset."""
+    bundle, _, fused = _sessions(pre_norm_bundle, library)
+    rng = np.random.default_rng(3)
+    vocab = bundle.model_config["vocab_size"]
+    cases = []
+    for _ in range(4):
+        ids = np.sort(rng.choice(np.arange(4, vocab), 30 + len(cases) * 7, replace=False))
+        feeds = _step_feeds(bundle, rng, vocab_ids=ids)
+        cases.append((feeds, fused.run(None, feeds)))
+    failures = []
+
+    def hammer(feeds, want):
+        for _ in range(25):
+            got = fused.run(None, feeds)
+            if not all(np.array_equal(a, b) for a, b in zip(got, want, strict=True)):
+                failures.append(1)
+
+    threads = [threading.Thread(target=hammer, args=case) for case in cases]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert not failures
+
+
+def test_engine_translations_agree_with_the_step_graph(pre_norm_bundle, use_library):
+    bundle = load_bundle(pre_norm_bundle)
+    plain = Engine(bundle, "int8", "cpu", search_loop=False)
+    fused = Engine(bundle, "int8", "cpu", search_loop=False, fused_step=True)
+    assert plain.fused_step == "off" and fused.fused_step == "fused"
+    for beam in (1, 4):
+        options = TranslateOptions(beam_size=beam)
+        want = plain.translate(SENTENCES, options)
+        got = fused.translate(SENTENCES, options)
+        alone = [fused.translate([s], options)[0] for s in SENTENCES]
+        same = sum(a.token_ids == b.token_ids for a, b in zip(want, got, strict=True))
+        assert same >= len(SENTENCES) - 1, (beam, [(a.text, b.text) for a, b in zip(want, got, strict=True)])
+        for a, b, c in zip(want, got, alone, strict=True):
+            if a.token_ids == b.token_ids:
+                assert abs(a.score - b.score) < 0.2
+            assert c.token_ids == b.token_ids  # batch-invariant here: a row's arithmetic is its own
+
+
+def test_engine_falls_back_to_the_graph_without_the_library(pre_norm_bundle, tmp_path, monkeypatch):
+    monkeypatch.setenv(LIBRARY_ENV, str(tmp_path / "missing.so"))
+    bundle = load_bundle(pre_norm_bundle)
+    engine = Engine(bundle, "int8", "cpu", fused_step=True)
+    assert "not built" in engine.fused_step
+    assert engine.translate(SENTENCES[:2])[0].text
+
+
+def test_graphs_the_operator_does_not_compute_are_refused(pre_norm_bundle, tiny_bundle_dir, use_library):
+    bundle = load_bundle(pre_norm_bundle)
+    with pytest.raises(NotFused, match="MatMul"):  # fp32 products
+        fused_step_graph(bundle.graph("fp32", "decoder_step_batch"))
+    with pytest.raises(NotFused, match="interface"):  # the live decode's right-padded graph
+        fused_step_graph(bundle.graph("int8", "decoder_step"))
+    post_norm = load_bundle(tiny_bundle_dir)
+    with pytest.raises(NotFused, match="post-norm|norm"):
+        fused_step_graph(post_norm.graph("int8", "decoder_step_batch"))
+    session, why = fused_step_session(post_norm.graph("int8", "decoder_step_batch"), "cpu", {})
+    assert session is None and "norm" in why
+    engine = Engine(post_norm, "int8", "cpu", fused_step=True)
+    assert engine.fused_step != "fused" and engine.translate(SENTENCES[:1])[0].text
+
+
+def test_the_rewritten_graph_keeps_the_interface_and_reads_the_same_weight_file(pre_norm_bundle):
+    bundle = load_bundle(pre_norm_bundle)
+    path = bundle.graph("int8", "decoder_step_batch")
+    model = fused_step_graph(path)
+    assert b"FusedDecoderStep" in model and b"mtserve.fused" in model
+    assert len(model) < path.stat().st_size * 2  # no weights copied in: they stay external
+    options = ort.SessionOptions()
+    graph = ort.InferenceSession(str(path), options, providers=["CPUExecutionProvider"])
+    assert [i.name for i in graph.get_inputs()] == step_input_names(bundle.model_config["n_decoder_layers"], 3) + [
+        "vocab_ids"
+    ]
