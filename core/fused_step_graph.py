@@ -16,7 +16,7 @@ import struct
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from core.graphs import BATCH_STEP_INTERFACE, VOCAB_IDS, step_interface
+from core.graphs import BATCH_STEP_INTERFACE, VOCAB_IDS, step_input_names, step_interface, step_output_names
 from core.onnx_wire import fields, packed_varints, varint
 
 DOMAIN = "mtserve.fused"
@@ -220,29 +220,62 @@ def _product_inputs(products: dict[str, _Node], weight: str, with_bias: bool) ->
     return [b, b_scale, a_scale, a_zero] + ([bias] if with_bias else [])
 
 
-def fused_step_graph(path: Path) -> bytes:
-    """The fused model's bytes for the int8 whole-batch step graph file ``path`` (raises NotFused)."""
-    model = Path(path).read_bytes()
-    graph = next((v for n, v in fields(model) if n == 7), None)
-    if graph is None:
-        raise NotFused("no graph")
-    nodes, tensors = _nodes(graph), _tensors(graph)
-    inputs = [_string(dict(fields(v)).get(1, b"")) for n, v in fields(graph) if n == 11]
-    outputs = [_string(dict(fields(v)).get(1, b"")) for n, v in fields(graph) if n == 12]
-    metadata = {}
-    for number, value in fields(model):
-        if number == 14:
-            entry = dict(fields(value))
-            metadata[_string(entry.get(1, b""))] = _string(entry.get(2, b""))
-    if step_interface(metadata) != BATCH_STEP_INTERFACE:
-        raise NotFused(f"step interface {step_interface(metadata)}, the fused step computes {BATCH_STEP_INTERFACE}")
-    layers = sum(name.startswith("cross_keys_") for name in inputs)
+def _needs(node: _Node) -> set[str]:
+    """The names a node reads: its inputs and, for an If or Loop, what its subgraphs read from outside them."""
+    names = {name for name in node.inputs if name}
+    for sub in node.subgraphs:
+        made = {out for n in sub for out in n.outputs}
+        names |= {name for n in sub for name in _needs(n)} - made
+    return names
+
+
+def _raw_nodes(graph: bytes) -> list[tuple[_Node, bytes]]:
+    """Each node of a graph with its whole field encoding (to copy it unchanged)."""
+    raws = [field_bytes for number, field_bytes in _raw_fields(graph) if number == 1]
+    return list(zip(_nodes(graph), raws, strict=True))
+
+
+def _topological(nodes: list[tuple[list[str], list[str], bytes]]) -> bytes:
+    """Nodes (needs, outputs, bytes) in an order where each comes after the producers of what it reads (the given
+    order where it allows)."""
+    made_by = {out: i for i, (_, outs, _) in enumerate(nodes) for out in outs}
+    done: set[int] = set()
+    out = b""
+    while len(done) < len(nodes):
+        ready = next(
+            i
+            for i, (needs, _, _) in enumerate(nodes)
+            if i not in done and all(name not in made_by or made_by[name] in done for name in needs)
+        )
+        done.add(ready)
+        out += nodes[ready][2]
+    return out
+
+
+def _fuse(graph: bytes, folder: Path, outer: dict[str, _Tensor], layers: int, has_vocab_ids: bool) -> bytes:
+    """A graph (a step graph, or the body of a search loop) with its step computation, from the step inputs to the
+    step outputs, replaced by one fused node; the rest of its nodes unchanged."""
+    raw_nodes = _raw_nodes(graph)
+    tensors = {**outer, **_tensors(graph)}
     cache = [f"{kind}_{i}" for i in range(layers) for kind in ("cross_keys", "cross_values")]
     cache += [f"{kind}_{i}" for i in range(layers) for kind in ("past_keys", "past_values")]
-    if layers == 0 or inputs not in (HEAD_INPUTS + cache, HEAD_INPUTS + cache + [VOCAB_IDS]):
-        raise NotFused(f"not an interface-3 step graph (inputs {inputs})")
-    # graphs without vocab_ids (bundles without a shortlist) give the operator an empty one: the whole vocabulary
-    whole_vocabulary = b"" if VOCAB_IDS in inputs else _empty_ids(NO_VOCAB_IDS)
+    step_inputs = HEAD_INPUTS + cache + ([VOCAB_IDS] if has_vocab_ids else [])
+    step_outputs = step_output_names(layers)
+    producer = {out: i for i, (node, _) in enumerate(raw_nodes) for out in node.outputs}
+    missing = [name for name in step_outputs if name not in producer]
+    if missing:
+        raise NotFused(f"no node computes {missing}")
+    closure: set[int] = set()
+    stack = list(step_outputs)
+    while stack:
+        name = stack.pop()
+        at = producer.get(name)
+        if name in step_inputs or at is None or at in closure:
+            continue
+        closure.add(at)
+        stack += sorted(_needs(raw_nodes[at][0]))
+    nodes = [raw_nodes[i][0] for i in sorted(closure)]
+
     unexpected = {n.op_type for n in nodes} - EXPECTED_OPS
     if unexpected:
         raise NotFused(f"ops the fused step does not compute: {sorted(unexpected)}")
@@ -277,46 +310,122 @@ def fused_step_graph(path: Path) -> bytes:
     weights += _product_inputs(products, "output.weight_quantized", False)
 
     # weights the kept nodes derive (Concat of the Q|K|V parts), and the check that every weight is there
-    producers = {out: n for n in nodes for out in n.outputs}
-    kept: list[_Node] = []
+    kept: set[int] = set()
     needed = list(weights)
     while needed:
         name = needed.pop()
         if name in tensors:
             continue
-        node = producers.get(name)
-        if node is None or node.op_type != "Concat":
+        at = producer.get(name)
+        if at is None or raw_nodes[at][0].op_type != "Concat":
             raise NotFused(f"weight {name} is neither stored nor a Concat of stored ones")
-        if node not in kept:
-            kept.append(node)
-            needed += node.inputs
+        if at not in kept:
+            kept.add(at)
+            needed += raw_nodes[at][0].inputs
     # symmetric weights: every weight zero point of the products is zero
-    folder = Path(path).parent
-    used = [products[w] for w in weights if w in products]
-    for node in used:
+    for node in (products[w] for w in weights if w in products):
         zero = node.inputs[5]
-        parts = producers[zero].inputs if zero in producers else [zero]
+        parts = raw_nodes[producer[zero]][0].inputs if zero in producer else [zero]
         if any(p not in tensors or not _all_zero(tensors[p], folder) for p in parts):
             raise NotFused(f"weight zero point {zero} is not zero")
 
-    body = b"".join(
-        field_bytes for number, field_bytes in _raw_fields(graph) if number not in (1, 13)
-    )  # all but nodes and value_info
-    new_nodes = b"".join(_node_bytes(n.op_type, n.inputs, n.outputs, **n.attributes) for n in reversed(kept))
-    new_nodes += _node_bytes(
+    fused = _node_bytes(
         OP_TYPE,
-        (inputs if VOCAB_IDS in inputs else inputs + [NO_VOCAB_IDS]) + weights,
-        outputs,
+        (step_inputs if has_vocab_ids else step_inputs + [NO_VOCAB_IDS]) + weights,
+        step_outputs,
         DOMAIN,
         layers=layers,
         heads=int(heads.pop()),
         epsilon=float(eps.pop()),
     )
-    out = b""
-    for number, field_bytes in _raw_fields(model):
-        if number == 7:
-            out += _length_delimited(7, new_nodes + body + whole_vocabulary)
+    order = [
+        (sorted(_needs(node)), node.outputs, raw)
+        for i, (node, raw) in enumerate(raw_nodes)
+        if i not in closure or i in kept
+    ]
+    order.append((step_inputs + weights, step_outputs, fused))
+    rest = b"".join(field_bytes for number, field_bytes in _raw_fields(graph) if number not in (1, 13))
+    # graphs without vocab_ids (bundles without a shortlist) give the operator an empty one: the whole vocabulary
+    return _topological(order) + rest + (b"" if has_vocab_ids else _empty_ids(NO_VOCAB_IDS))
+
+
+def _model_parts(path: Path) -> tuple[bytes, bytes, list[str], dict[str, str]]:
+    model = Path(path).read_bytes()
+    graph = next((v for n, v in fields(model) if n == 7), None)
+    if graph is None:
+        raise NotFused("no graph")
+    inputs = [_string(dict(fields(v)).get(1, b"")) for n, v in fields(graph) if n == 11]
+    metadata = {}
+    for number, value in fields(model):
+        if number == 14:
+            entry = dict(fields(value))
+            metadata[_string(entry.get(1, b""))] = _string(entry.get(2, b""))
+    return model, graph, inputs, metadata
+
+
+def _with_graph(model: bytes, graph: bytes) -> bytes:
+    """The model with its graph replaced and the fused operator's domain imported."""
+    out = b"".join(
+        _length_delimited(7, graph) if number == 7 else field_bytes for number, field_bytes in _raw_fields(model)
+    )
+    return out + _length_delimited(8, _length_delimited(1, DOMAIN.encode()) + _key(2, 0) + _encode_varint(1))
+
+
+def fused_step_graph(path: Path) -> bytes:
+    """The fused model's bytes for the int8 whole-batch step graph file ``path`` (raises NotFused)."""
+    model, graph, inputs, metadata = _model_parts(path)
+    if step_interface(metadata) != BATCH_STEP_INTERFACE:
+        raise NotFused(f"step interface {step_interface(metadata)}, the fused step computes {BATCH_STEP_INTERFACE}")
+    layers = sum(name.startswith("cross_keys_") for name in inputs)
+    base = step_input_names(layers, BATCH_STEP_INTERFACE)
+    if layers == 0 or inputs not in (base, base + [VOCAB_IDS]):
+        raise NotFused(f"not an interface-3 step graph (inputs {inputs})")
+    return _with_graph(model, _fuse(graph, Path(path).parent, {}, layers, VOCAB_IDS in inputs))
+
+
+def fused_loop_graph(path: Path) -> bytes:
+    """The fused model's bytes for a search loop graph file ``path`` (core/graphs.py SEARCH_LOOP) whose body is an
+    int8 interface-3 step graph: the Loop's body with its step fused, the outer graph's subset gathers for the
+    body's old output projection dropped (the operator packs the subset's columns itself). Raises NotFused."""
+    model, graph, inputs, _ = _model_parts(path)
+    layers = sum(name.startswith("cross_keys_") for name in inputs)
+    raw_nodes = _raw_nodes(graph)
+    loops = [i for i, (node, _) in enumerate(raw_nodes) if node.op_type == "Loop"]
+    if layers == 0 or len(loops) != 1:
+        raise NotFused("not a search loop graph (one Loop node over a step graph)")
+    loop_node, loop_raw = raw_nodes[loops[0]]
+    rebuilt = b""
+    for number, field_bytes in _raw_fields(_unwrap(loop_raw)):
+        if number == 5 and _attribute(_unwrap(field_bytes))[0] == "body":
+            body = next(v for n, v in fields(_unwrap(field_bytes)) if n == 6)
+            new_body = _fuse(body, Path(path).parent, _tensors(graph), layers, VOCAB_IDS in inputs)
+            attribute = b"".join(
+                _length_delimited(6, new_body) if n == 6 else raw for n, raw in _raw_fields(_unwrap(field_bytes))
+            )
+            rebuilt += _length_delimited(5, attribute)
         else:
-            out += field_bytes
-    opset = _length_delimited(1, DOMAIN.encode()) + _key(2, 0) + _encode_varint(1)
-    return out + _length_delimited(8, opset)
+            rebuilt += field_bytes
+    fused_loop = _node_bytes_raw(rebuilt)
+    # the outer nodes nothing reads any more (the hoisted subset gathers), dropped
+    nodes = [(node, raw) for node, raw in raw_nodes]
+    nodes[loops[0]] = (_nodes(fused_loop)[0], fused_loop)
+    outputs = {_string(dict(fields(v)).get(1, b"")) for n, v in fields(graph) if n == 12}
+    while True:
+        read = outputs | {name for node, _ in nodes for name in _needs(node)}
+        alive = [(node, raw) for node, raw in nodes if any(out in read for out in node.outputs)]
+        if len(alive) == len(nodes):
+            break
+        nodes = alive
+    rest = b"".join(field_bytes for number, field_bytes in _raw_fields(graph) if number not in (1, 13))
+    return _with_graph(model, b"".join(raw for _, raw in nodes) + rest)
+
+
+def _unwrap(field_bytes: bytes) -> bytes:
+    """The payload of one length-delimited field's encoding."""
+    _, i = varint(field_bytes, 0)
+    _, i = varint(field_bytes, i)
+    return field_bytes[i:]
+
+
+def _node_bytes_raw(node_fields: bytes) -> bytes:
+    return _length_delimited(1, node_fields)

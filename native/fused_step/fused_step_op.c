@@ -433,9 +433,21 @@ static OrtCustomOpInputOutputCharacteristic variadic(const OrtCustomOp *op, size
     (void)op; (void)i;
     return INPUT_OUTPUT_VARIADIC;
 }
+/* outputs typed, so that onnxruntime infers them inside a Loop body: log_probs, top_log_probs, top_ids, then the
+   presents (float, variadic) */
+static ONNXTensorElementDataType output_type(const OrtCustomOp *op, size_t i) {
+    (void)op;
+    return i == 2 ? ONNX_TENSOR_ELEMENT_DATA_TYPE_INT64 : ONNX_TENSOR_ELEMENT_DATA_TYPE_FLOAT;
+}
+static size_t four(const OrtCustomOp *op) { (void)op; return 4; }
+static OrtCustomOpInputOutputCharacteristic output_kind(const OrtCustomOp *op, size_t i) {
+    (void)op;
+    return i < 3 ? INPUT_OUTPUT_REQUIRED : INPUT_OUTPUT_VARIADIC;
+}
 static OrtMemType default_memory(const OrtCustomOp *op, size_t i) { (void)op; (void)i; return OrtMemTypeDefault; }
 static int min_arity(const OrtCustomOp *op) { (void)op; return 1; }
 static int heterogeneous(const OrtCustomOp *op) { (void)op; return 0; }
+static int homogeneous(const OrtCustomOp *op) { (void)op; return 1; }
 
 static OrtCustomOp fused_op;
 
@@ -450,16 +462,16 @@ OrtStatus *ORT_API_CALL RegisterCustomOps(OrtSessionOptions *options, const OrtA
     fused_op.GetExecutionProviderType = op_provider;
     fused_op.GetInputType = any_type;
     fused_op.GetInputTypeCount = one;
-    fused_op.GetOutputType = any_type;
-    fused_op.GetOutputTypeCount = one;
+    fused_op.GetOutputType = output_type;
+    fused_op.GetOutputTypeCount = four;
     fused_op.KernelDestroy = destroy_kernel;
     fused_op.GetInputCharacteristic = variadic;
-    fused_op.GetOutputCharacteristic = variadic;
+    fused_op.GetOutputCharacteristic = output_kind;
     fused_op.GetInputMemoryType = default_memory;
     fused_op.GetVariadicInputMinArity = min_arity;
     fused_op.GetVariadicInputHomogeneity = heterogeneous;
     fused_op.GetVariadicOutputMinArity = min_arity;
-    fused_op.GetVariadicOutputHomogeneity = heterogeneous;
+    fused_op.GetVariadicOutputHomogeneity = homogeneous;
     fused_op.CreateKernelV2 = create_kernel;
     fused_op.KernelComputeV2 = compute;
     OrtCustomOpDomain *domain = NULL;

@@ -37,7 +37,7 @@ from service.engine.constrained import Constraint, constrained_beam_search, cons
 from service.engine.constrained_greedy import GREEDY_TERM_TOP_K, constrained_greedy_search
 from service.engine.decoder_cache import decoder_feeds, empty_cache
 from service.engine.device_state import GATHER_GRAPH, DeviceRunner, device_search, wants_device_search
-from service.engine.fused_step import fused_step_session
+from service.engine.fused_step import fused_loop_session, fused_step_session
 from service.engine.no_repeat import NoRepeatNgram
 from service.engine.reorder import ReorderBuffers
 from service.engine.runtime import create_session
@@ -357,10 +357,7 @@ class Engine:
             self.device_runner = DeviceRunner(self.encoder, self.step_decoder, gather)
         self._search_loop: SearchLoop | None = None
         variant_graphs = bundle.manifest["variants"][self.variant]
-        # the fused step searches a lone sentence step by step: its loop graph still runs the graph's nodes
-        # (docs/engine-speed-log.md item 45: the fused steps took less CPU than the loop graph at batch 1)
-        wants_loop = search_loop and lean_decoder and self.fused_step != "fused"
-        self._search_loop_key = SEARCH_LOOP if wants_loop and SEARCH_LOOP in variant_graphs else None
+        self._search_loop_key = SEARCH_LOOP if search_loop and lean_decoder and SEARCH_LOOP in variant_graphs else None
         self.shortlist: Shortlist | None = None
         entry = bundle.manifest.get("shortlist")
         usable = self.device_runner is None and self.step_decoder is not None and has_vocab_ids(self.step_decoder)
@@ -427,7 +424,12 @@ class Engine:
                 if self._search_loop is None:
                     providers, settings = self._session_args
                     path = self.bundle.graph(self.variant, self._search_loop_key)
-                    self._search_loop = SearchLoop(create_session(path, providers, **settings))
+                    session = None
+                    if self.fused_step == "fused":  # the loop's body with the same fused step
+                        session, why = fused_loop_session(path, providers, settings)
+                        if session is None:
+                            log.warning("%s: the search loop keeps its step graph: %s", self.bundle.name, why)
+                    self._search_loop = SearchLoop(session or create_session(path, providers, **settings))
         return self._search_loop
 
     @property

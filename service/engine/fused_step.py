@@ -2,9 +2,10 @@
 
 ``native/fused_step/fused_step_op.c`` computes the step graph's ~150 nodes in one call (u8 x s8 products on AVX-512
 VNNI or AMX tiles, attention over the cache, norms, log-softmax, top-k); ``core/fused_step_graph.py`` rewrites a
-bundle's ``int8.decoder_step_batch.onnx`` into a model of that one node over the same weights. ``fused_step_session``
-opens it when the library is built (``make native``; MT_FUSED_STEP_LIBRARY names another file) and says why not
-otherwise: the engine then keeps the step graph (the fallback is the graph the bundle ships, never an error).
+bundle's ``int8.decoder_step_batch.onnx`` into a model of that one node over the same weights, and the search loop
+graph's body likewise. ``fused_step_session`` / ``fused_loop_session`` open them when the library is built (``make
+native``; MT_FUSED_STEP_LIBRARY names another file) and say why not otherwise: the engine then keeps the graphs the
+bundle ships (a fallback, never an error).
 
 It is off by default (MT_FUSED_STEP=true turns it on): its float parts (softmax exponentials, dot-product order) are
 not onnxruntime's bit for bit, so a quantized activation on a rounding edge can round the other way and a hypothesis'
@@ -19,7 +20,7 @@ from pathlib import Path
 
 import onnxruntime as ort
 
-from core.fused_step_graph import NotFused, fused_step_graph
+from core.fused_step_graph import NotFused, fused_loop_graph, fused_step_graph
 from service.engine.runtime import create_session
 
 log = logging.getLogger(__name__)
@@ -33,15 +34,14 @@ def library_path() -> Path:
     return Path(os.environ.get(LIBRARY_ENV) or DEFAULT_LIBRARY)
 
 
-def fused_step_session(path: Path, providers: str, settings: dict) -> tuple[ort.InferenceSession | None, str]:
-    """A session of the fused step for the step graph file ``path``, or (None, why not)."""
+def _fused_session(path: Path, rewrite, providers: str, settings: dict) -> tuple[ort.InferenceSession | None, str]:
     if providers == "cuda" or (providers == "auto" and "CUDAExecutionProvider" in ort.get_available_providers()):
         return None, "the fused step runs on the CPU only"
     library = library_path()
     if not library.is_file():
         return None, f"{library} is not built (make native)"
     try:
-        model = fused_step_graph(path)
+        model = rewrite(path)
     except (NotFused, OSError) as e:
         return None, f"{path.name}: {e}"
     try:
@@ -49,3 +49,13 @@ def fused_step_session(path: Path, providers: str, settings: dict) -> tuple[ort.
     except Exception as e:  # noqa: BLE001 - a library built for another onnxruntime or CPU: keep the graph
         return None, f"{library.name} did not load: {e}"
     return session, "fused"
+
+
+def fused_step_session(path: Path, providers: str, settings: dict) -> tuple[ort.InferenceSession | None, str]:
+    """A session of the fused step for the whole-batch step graph file ``path``, or (None, why not)."""
+    return _fused_session(path, fused_step_graph, providers, settings)
+
+
+def fused_loop_session(path: Path, providers: str, settings: dict) -> tuple[ort.InferenceSession | None, str]:
+    """A session of the search loop graph file ``path`` with its body's step fused, or (None, why not)."""
+    return _fused_session(path, fused_loop_graph, providers, settings)

@@ -20,7 +20,7 @@ import pytest
 from tiny_bundle import cached_tiny_bundle, write_corpus
 
 from core.bundle import load_bundle
-from core.fused_step_graph import NotFused, fused_step_graph
+from core.fused_step_graph import NotFused, fused_loop_graph, fused_step_graph
 from core.graphs import step_input_names
 from service.engine import Engine, TranslateOptions
 from service.engine.fused_step import LIBRARY_ENV, fused_step_session
@@ -217,6 +217,25 @@ def test_engine_translations_agree_with_the_step_graph(pre_norm_bundle, use_libr
             if a.token_ids == b.token_ids:
                 assert abs(a.score - b.score) < 0.2
             assert c.token_ids == b.token_ids  # batch-invariant here: a row's arithmetic is its own
+
+
+def test_the_fused_search_loop_finds_the_fused_steps_hypotheses(pre_norm_bundle, use_library, caplog):
+    """A lone sentence searched in the loop graph with its body fused = searched step by step on the fused step."""
+    bundle = load_bundle(pre_norm_bundle)
+    steps = Engine(bundle, "int8", "cpu", search_loop=False, fused_step=True)
+    loop = Engine(bundle, "int8", "cpu", fused_step=True)
+    for shortlist in (True, False):
+        steps.shortlist = loop.shortlist = steps.shortlist if shortlist else None
+        for beam in (1, 3):
+            options = TranslateOptions(beam_size=beam, no_repeat_ngram_size=0)
+            for sentence in SENTENCES:
+                want = steps.translate([sentence], options)[0]
+                got = loop.translate([sentence], options)[0]
+                assert got.token_ids == want.token_ids
+                assert got.score == pytest.approx(want.score, abs=1e-9)
+    assert loop.search_loop is not None
+    assert "keeps its step graph" not in caplog.text  # the loop's session is the fused one
+    assert b"FusedDecoderStep" in fused_loop_graph(bundle.graph("int8", "decoder_loop"))
 
 
 def test_engine_falls_back_to_the_graph_without_the_library(pre_norm_bundle, tmp_path, monkeypatch):
