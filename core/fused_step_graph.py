@@ -16,7 +16,14 @@ import struct
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from core.graphs import BATCH_STEP_INTERFACE, VOCAB_IDS, step_input_names, step_interface, step_output_names
+from core.graphs import (
+    BATCH_STEP_INTERFACE,
+    FUSED_STEP_KEY,
+    VOCAB_IDS,
+    step_input_names,
+    step_interface,
+    step_output_names,
+)
 from core.onnx_wire import fields, packed_varints, varint
 
 DOMAIN = "mtserve.fused"
@@ -364,11 +371,12 @@ def _model_parts(path: Path) -> tuple[bytes, bytes, list[str], dict[str, str]]:
 
 
 def _with_graph(model: bytes, graph: bytes) -> bytes:
-    """The model with its graph replaced and the fused operator's domain imported."""
+    """The model with its graph replaced, the fused operator's domain imported and FUSED_STEP_KEY in its metadata."""
     out = b"".join(
         _length_delimited(7, graph) if number == 7 else field_bytes for number, field_bytes in _raw_fields(model)
     )
-    return out + _length_delimited(8, _length_delimited(1, DOMAIN.encode()) + _key(2, 0) + _encode_varint(1))
+    out += _length_delimited(8, _length_delimited(1, DOMAIN.encode()) + _key(2, 0) + _encode_varint(1))
+    return out + _length_delimited(14, _length_delimited(1, FUSED_STEP_KEY.encode()) + _length_delimited(2, b"1"))
 
 
 def fused_step_graph(path: Path) -> bytes:

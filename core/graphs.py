@@ -147,6 +147,11 @@ SEARCH_LOOP_OUTPUTS = ["ended", "ended_beams", "ended_scores", "going_beams", "g
 VOCAB_IDS = "vocab_ids"
 VOCAB_SUBSET_KEY = "mtserve.vocab_subset"
 
+# A step graph rewritten into one fused operator node (core/fused_step_graph.py) carries this metadata entry ("1"):
+# its top-k is a scan over each row's log-probabilities, as cheap as an arg-max at any k, so the engine ranks there
+# for greedy search too instead of fetching log_probs for numpy.
+FUSED_STEP_KEY = "mtserve.fused_step"
+
 
 def has_vocab_ids(session) -> bool:
     """Whether an onnxruntime session's step graph takes ``vocab_ids`` (an empty one = the whole vocabulary)."""

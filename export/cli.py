@@ -133,6 +133,9 @@ def cmd_evaluate(args: argparse.Namespace) -> int:
     from model.data import read_parallel, split_language
     from model.evaluate import bleu, score_line, write_hypotheses
 
+    if args.fused_step and not args.no_seal:
+        print("evaluate --fused-step scores only: add --no-seal (the manifest keeps the graphs')", file=sys.stderr)
+        return 2
     bundle = load_bundle(args.bundle)
     manifest = bundle.manifest
     target = manifest["target_language"]
@@ -151,7 +154,10 @@ def cmd_evaluate(args: argparse.Namespace) -> int:
             providers=args.providers,
             intra_op_threads=args.threads,
             shortlist=not args.no_shortlist,
+            fused_step=args.fused_step,
         )
+        if args.fused_step and engine.fused_step != "fused":
+            print(f"{variant}: no fused step ({engine.fused_step}): these are the graphs' scores", file=sys.stderr)
         for split, (sources, references) in splits.items():
             scores = {}
             ids, truncated = _source_ids(engine, sources)
@@ -388,6 +394,12 @@ def main(argv: list[str] | None = None) -> int:
         type=int,
         help="search with this repeated-n-gram block (0: off) instead of the bundle's default; such scores are "
         "not sealed into the manifest unless they are the default's",
+    )
+    p.add_argument(
+        "--fused-step",
+        action="store_true",
+        help="search with the fused int8 decoder step (MT_FUSED_STEP, `make native`) where it applies; scores only: "
+        "needs --no-seal (the manifest records the graphs' scores)",
     )
     p.add_argument("--variants", nargs="*")
     p.add_argument("--batch-size", type=int, default=32)

@@ -220,9 +220,7 @@ static void attend(const float *q, const float *k, const float *v, const uint8_t
     float top = -INFINITY, sum = 0.0f;
     for (int t = 0; t < len; t++) {
         if (!allowed[t]) continue;
-        float s = 0.0f;
-        for (int i = 0; i < dh; i++) s += q[i] * k[(size_t)t * dh + i];
-        scores[t] = s * scale;
+        scores[t] = vm_dot(q, k + (size_t)t * dh, dh) * scale;
         if (scores[t] > top) top = scores[t];
     }
     for (int t = 0; t < len; t++)

@@ -44,9 +44,17 @@ static int ip_kernel = -1;      /* IP_PLAIN or IP_VNNI, set by ip_init */
 static int ip_amx = 0;          /* AMX tiles granted */
 static int ip_amx_min_rows = 8; /* products of at least this many rows use AMX tiles (0: never) */
 
+/* MT_FUSED_STEP_KERNEL=plain: no vector kernels at all (vector_math.h's included); =vnni: no AMX tiles. For tests and
+   A/B runs; read once, when the first kernel is created. */
+static const char *ip_forced(void) {
+    const char *force = getenv("MT_FUSED_STEP_KERNEL");
+    return force ? force : "";
+}
+
 static void ip_init(void) {
     if (ip_kernel >= 0) return;
     ip_kernel = IP_PLAIN;
+    if (strcmp(ip_forced(), "plain") == 0) return;
 #if defined(__x86_64__)
     __builtin_cpu_init();
     if (__builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
@@ -55,7 +63,8 @@ static void ip_init(void) {
 #endif
 #if IP_AMX_POSSIBLE
     unsigned a, b, c, d;
-    if (ip_kernel == IP_VNNI && __get_cpuid_count(7, 0, &a, &b, &c, &d) && (d >> 24 & 1) && (d >> 25 & 1))
+    if (ip_kernel == IP_VNNI && strcmp(ip_forced(), "vnni") != 0 && __get_cpuid_count(7, 0, &a, &b, &c, &d) &&
+        (d >> 24 & 1) && (d >> 25 & 1))
         ip_amx = syscall(SYS_arch_prctl, 0x1023 /* ARCH_REQ_XCOMP_PERM */, 18 /* XFEATURE_XTILEDATA */) == 0;
 #endif
 }

@@ -10,6 +10,8 @@
 
 #include <math.h>
 #include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
 #if defined(__x86_64__)
 #include <immintrin.h>
 
@@ -65,16 +67,39 @@ __attribute__((target("avx512f"))) static int vm_next_above_avx512(const float *
     }
     return n;
 }
+
+
+__attribute__((target("avx512f"))) static float vm_dot_avx512(const float *a, const float *b, int n) {
+    __m512 sum = _mm512_setzero_ps();
+    for (int i = 0; i < n; i += 16) {
+        const __mmask16 live = n - i >= 16 ? 0xFFFF : (__mmask16)((1u << (n - i)) - 1);
+        sum = _mm512_fmadd_ps(_mm512_maskz_loadu_ps(live, a + i), _mm512_maskz_loadu_ps(live, b + i), sum);
+    }
+    return _mm512_reduce_add_ps(sum);
+}
 #endif
 
 static int vm_avx512(void) {
 #if defined(__x86_64__)
     static int has = -1;
-    if (has < 0) has = __builtin_cpu_supports("avx512f") != 0;
+    if (has < 0) {
+        const char *force = getenv("MT_FUSED_STEP_KERNEL");
+        has = __builtin_cpu_supports("avx512f") != 0 && !(force && strcmp(force, "plain") == 0);
+    }
     return has;
 #else
     return 0;
 #endif
+}
+
+/* sum_i a[i] b[i] (attention scores: d_head values) */
+static float vm_dot(const float *a, const float *b, int n) {
+#if defined(__x86_64__)
+    if (vm_avx512()) return vm_dot_avx512(a, b, n);
+#endif
+    float sum = 0.0f;
+    for (int i = 0; i < n; i++) sum += a[i] * b[i];
+    return sum;
 }
 
 /* max_j z[j] */

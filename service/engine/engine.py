@@ -18,6 +18,7 @@ import numpy as np
 from core.bundle import Bundle
 from core.graphs import (
     ENCODER_OUTPUTS,
+    FUSED_STEP_KEY,
     KV_CACHE,
     MAX_TOP_K_KEY,
     SEARCH_LOOP,
@@ -159,6 +160,9 @@ class _DecoderState:
         self.fetch_top = self.has_top_k and (top_k > 1 or not self.per_source) and top_k <= max_top_k
         if self.subset is not None:  # the subset's own TopK serves any top_k up to the subset's size
             self.fetch_top = top_k <= len(self.subset)
+        width = len(self.subset) if self.subset is not None else vocab_size
+        if metadata.get(FUSED_STEP_KEY) == "1" and self.has_top_k:  # the fused step ranks at any k (core/graphs.py)
+            self.fetch_top, max_top_k = top_k <= width, width
         self._top_k_input = np.array([top_k if self.fetch_top else 0], dtype=np.int64)
         # the most candidates the graph's TopK serves (``widen``)
         self._top_k_limit = min(max_top_k, len(self.subset)) if self.subset is not None else max_top_k

@@ -37,14 +37,26 @@ SENTENCES = [
 ]
 
 
+def _build(folder: Path, name: str) -> Path:
+    if not (shutil.which("cc") or shutil.which("gcc")):
+        pytest.skip("no C compiler (scripts/install-test-tools.sh installs gcc)")
+    out = folder / name
+    subprocess.run(["bash", str(ROOT / "native" / "build.sh"), str(out)], check=True, capture_output=True)
+    return out
+
+
 @pytest.fixture(scope="module")
 def library(tmp_path_factory) -> Path:
     """The operator's library, built from this checkout's source by native/build.sh (as `make native` does)."""
-    if not (shutil.which("cc") or shutil.which("gcc")):
-        pytest.skip("no C compiler (scripts/install-test-tools.sh installs gcc)")
-    out = tmp_path_factory.mktemp("native") / "libmtserve_fused_step.so"
-    subprocess.run(["bash", str(ROOT / "native" / "build.sh"), str(out)], check=True, capture_output=True)
-    return out
+    return _build(tmp_path_factory.mktemp("native"), "libmtserve_fused_step.so")
+
+
+@pytest.fixture(scope="module")
+def forced_libraries(tmp_path_factory) -> dict[str, Path]:
+    """Copies of the library for MT_FUSED_STEP_KERNEL=plain / vnni: each copy reads the variable once, when its first
+    kernel is created, so each kind gets a file of its own."""
+    folder = tmp_path_factory.mktemp("native-forced")
+    return {kind: _build(folder, f"libmtserve_fused_step_{kind}.so") for kind in ("plain", "vnni")}
 
 
 @pytest.fixture(scope="module")
@@ -148,6 +160,24 @@ def test_fused_step_computes_the_step_graph(pre_norm_bundle, library, subset):
         np.testing.assert_array_equal(got["top_ids"], expected_ids)
         np.testing.assert_array_equal(got["top_log_probs"], np.take_along_axis(got["log_probs"], columns, 1))
         assert (got["top_ids"][:, 0] == want["top_ids"][:, 0]).mean() >= 0.8
+
+
+def test_every_kernel_computes_the_same_step(pre_norm_bundle, library, forced_libraries, monkeypatch):
+    """The plain loops (CPUs without AVX-512 VNNI), VNNI and, where granted, AMX tiles (from 8 rows): the integer
+    products are exact, so VNNI and AMX agree bit for bit; the plain path's float sums run in another order."""
+    bundle = load_bundle(pre_norm_bundle)
+    path = bundle.graph("int8", "decoder_step_batch")
+    rng = np.random.default_rng(11)
+    feeds = _step_feeds(bundle, rng, rows_per_source=(4, 4, 4))  # 12 rows: AMX tiles where the CPU has them
+    outputs = {}
+    for kind, lib in [("default", library), *forced_libraries.items()]:
+        monkeypatch.setenv("MT_FUSED_STEP_KERNEL", "" if kind == "default" else kind)
+        session = create_session(path, "cpu", model=fused_step_graph(path), custom_ops=lib)
+        outputs[kind] = session.run(None, feeds)
+    for got, want in zip(outputs["vnni"], outputs["default"], strict=True):
+        np.testing.assert_array_equal(got, want)
+    for got, want in zip(outputs["plain"], outputs["default"], strict=True):
+        np.testing.assert_allclose(got, want, atol=0.1)
 
 
 def test_a_change_in_the_input_changes_the_output(pre_norm_bundle, library):
