@@ -49,6 +49,21 @@ RUN python -m venv --without-pip /opt/venv \
         -r /tmp/requirements.lock
 
 # ---------------------------------------------------------------------------------------------------
+# native: the fused decoder step's onnxruntime operator (MT_FUSED_STEP, off by default; native/build.sh), compiled for
+# NATIVE_MARCH (x86-64-v2: its AVX-512 VNNI and AMX kernels are compiled for those instruction sets either way and
+# chosen at run time; another architecture passes its own, e.g. --build-arg NATIVE_MARCH=armv8-a). The cpu image
+# carries the library, not the compiler.
+FROM ${PYTHON_IMAGE} AS native
+ARG NATIVE_MARCH=x86-64-v2
+# The base image's compiler (the base tag fixes the Debian release); not version-pinned so that fixes apply on rebuild.
+# hadolint ignore=DL3008
+RUN apt-get update \
+    && apt-get install -y --no-install-recommends gcc libc6-dev \
+    && rm -rf /var/lib/apt/lists/*
+COPY native/ /src/native/
+RUN NATIVE_MARCH=${NATIVE_MARCH} bash /src/native/build.sh /out/libmtserve_fused_step.so
+
+# ---------------------------------------------------------------------------------------------------
 # gpu-builder: the same on the CUDA base, with requirements-gpu.txt's onnxruntime-gpu instead of onnxruntime;
 # the venv's own pip installs, then uninstalls itself (the runtime venv has neither pip nor setuptools here too)
 FROM ${CUDA_IMAGE} AS gpu-builder
@@ -107,6 +122,7 @@ RUN groupadd --system --gid 10001 mt \
     && install -d -o 10001 -g 10001 -m 0750 /var/lib/mtserve
 COPY --from=cpu-builder /opt/venv /opt/venv
 COPY --from=app /app /app
+COPY --from=native /out/libmtserve_fused_step.so /app/build/native/libmtserve_fused_step.so
 ENV PATH=/opt/venv/bin:$PATH \
     PYTHONPATH=/app \
     PYTHONDONTWRITEBYTECODE=1 \

@@ -340,6 +340,8 @@ class Engine:
                 )
                 if self.step_decoder is None:
                     log.warning("%s %s: fused step not used: %s", bundle.name, self.variant, self.fused_step)
+                else:
+                    log.info("%s %s: whole-batch search on the fused step", bundle.name, self.variant)
             if self.step_decoder is None:
                 self.step_decoder = create_session(bundle.graph(self.variant, batch), providers, **settings)
             self._live_step_key = None if live == batch else live

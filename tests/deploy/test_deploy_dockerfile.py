@@ -139,6 +139,21 @@ def test_runtime_stages_are_non_root_with_readyz_healthcheck_and_exec_entrypoint
         assert "COPY --from=app /app /app" in lines
 
 
+def test_the_cpu_image_carries_the_fused_step_library_built_in_a_stage_of_its_own():
+    """The compiler stays in the native stage; the cpu image gets the library where service/engine/fused_step.py
+    looks for it by default (build/native/ of the app)."""
+    found = stages()
+    native = found["native"][1]
+    assert any("native/build.sh /out/libmtserve_fused_step.so" in line for line in native)
+    assert "COPY native/ /src/native/" in native
+    cpu = found["cpu"][1]
+    assert "COPY --from=native /out/libmtserve_fused_step.so /app/build/native/libmtserve_fused_step.so" in cpu
+    assert not any("gcc" in line for line in cpu)
+    from service.engine.fused_step import DEFAULT_LIBRARY
+
+    assert DEFAULT_LIBRARY.relative_to(ROOT).as_posix() == "build/native/libmtserve_fused_step.so"
+
+
 def test_app_stage_copies_the_serving_files_only():
     copies = [line for line in stages()["app"][1] if line.upper().startswith("COPY")]
     sources = {token for line in copies for token in line.split()[1:-1] if not token.startswith("--")}
@@ -182,6 +197,9 @@ def _dockerignore_included(path: str) -> bool:
         "deploy/docker/requirements.lock",
         "requirements-gpu.txt",
         "model_repository/de-en/1/manifest.json",
+        "native/build.sh",
+        "native/fused_step/fused_step_op.c",
+        "native/third_party/onnxruntime/onnxruntime_c_api.h",
     ],
 )
 def test_dockerignore_keeps_what_the_image_copies(path):
