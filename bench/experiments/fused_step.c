@@ -8,36 +8,18 @@
    exporter's static quantization) times s8 weights with a scale per output column, accumulated in int32, like
    onnxruntime's QuantizeLinear + MatMulIntegerToFloat. Weights are random: this measures time, not translations.
 
-   Products use AMX tiles from `amx_min_rows` rows (8; fs_set_amx_rows) where the CPU has them and Linux grants
-   them, AVX-512 VNNI (vpdpbusd; four rows share each load of a 16-column block) below that or without AMX, and
-   plain loops the compiler vectorizes as it can on CPUs without VNNI; no threads. Built with -ffast-math (the
+   Products are the fused operator's (native/fused_step/int8_products.h, item 45 of docs/engine-speed-log.md, built
+   from this probe): AMX tiles from 8 rows (fs_set_amx_rows) where the CPU has them and Linux grants them, AVX-512
+   VNNI below that or without AMX, plain loops on CPUs without VNNI; no threads. Built with -ffast-math (the
    exponentials of the softmaxes vectorized, as CTranslate2's and onnxruntime's are). */
 #include <math.h>
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
-#if defined(__AVX512VNNI__) && defined(__AVX512F__)
-#include <immintrin.h>
-#define FS_VNNI 1
-#else
-#define FS_VNNI 0
-#endif
-#if FS_VNNI && defined(__AMX_TILE__) && defined(__AMX_INT8__) && defined(__linux__)
-#include <sys/syscall.h>
-#include <unistd.h>
-#define FS_AMX 1
-#else
-#define FS_AMX 0
-#endif
 
-typedef struct {
-    int k, n;        /* input and output widths; n padded to a multiple of 16, k to a multiple of 4 */
-    int8_t *w;       /* packed [n / 16][k / 4][16][4]: 16 columns, 4 consecutive k each (vpdpbusd's layout) */
-    int32_t *colsum; /* sum over k of each column's weights: removes the activations' zero point */
-    float *scale;    /* per output column */
-    float *bias;
-    float x_scale;   /* the activations' quantization scale (fixed, as calibrated) */
-} qlinear;
+/* the products are the fused operator's own (native/fused_step/int8_products.h: AMX tiles from ip_amx_min_rows
+   rows, AVX-512 VNNI below, plain loops elsewhere, chosen at run time) */
+#include "int8_products.h"
 
 typedef struct {
     int d, heads, ff, layers, vocab_rows, max_len, src_len, cur_src, max_rows; /* src_len: the most; cur_src: now */
@@ -51,28 +33,10 @@ typedef struct {
     int wide, *tokens;
 } model;
 
-int fs_has_vnni(void) { return FS_VNNI; }
-
-/* products of at least this many rows use AMX tiles when the CPU and kernel grant them (fs_set_amx_rows: 0 = never) */
-static int amx_min_rows = 8;
-void fs_set_amx_rows(int rows) { amx_min_rows = rows; }
-
-#if FS_AMX
-static int amx_granted(void) { /* Linux hands AMX's tile data to a process that asks (ARCH_REQ_XCOMP_PERM, 18) */
-    static int granted = -1;
-    if (granted < 0) granted = syscall(SYS_arch_prctl, 0x1023, 18) == 0;
-    return granted;
-}
-int fs_has_amx(void) { return amx_granted(); }
-
-typedef struct {
-    uint8_t palette, start_row, reserved[14];
-    uint16_t colsb[16];
-    uint8_t rows[16];
-} tile_config;
-#else
-int fs_has_amx(void) { return 0; }
-#endif
+int fs_has_vnni(void) { ip_init(); return ip_kernel == IP_VNNI; }
+int fs_has_amx(void) { ip_init(); return ip_amx; }
+/* products of at least this many rows use AMX tiles when the CPU and kernel grant them (0 = never) */
+void fs_set_amx_rows(int rows) { ip_amx_min_rows = rows; }
 
 static uint32_t rng_state;
 static float frand(void) { /* uniform in [-1, 1) */
@@ -80,148 +44,18 @@ static float frand(void) { /* uniform in [-1, 1) */
     return (float)((rng_state >> 8) & 0xFFFFFF) / 8388608.0f - 1.0f;
 }
 
-static void pack(qlinear *q, const int8_t *w_kn, int k, int n, const float *scale, const float *bias, float x_scale) {
-    int np = (n + 15) / 16 * 16, kp = (k + 3) / 4 * 4;
-    q->k = kp; q->n = np; q->x_scale = x_scale;
-    q->w = aligned_alloc(64, (size_t)np * kp);
-    q->colsum = calloc(np, sizeof(int32_t));
-    q->scale = calloc(np, sizeof(float));
-    q->bias = calloc(np, sizeof(float));
-    memset(q->w, 0, (size_t)np * kp);
-    for (int j = 0; j < n; j++) {
-        q->scale[j] = scale[j];
-        q->bias[j] = bias ? bias[j] : 0.0f;
-        for (int i = 0; i < k; i++) {
-            int8_t v = w_kn[(size_t)i * n + j];
-            q->w[(((size_t)(j / 16) * (kp / 4) + i / 4) * 16 + j % 16) * 4 + i % 4] = v;
-            q->colsum[j] += v;
-        }
-    }
-}
-
 static void random_linear(qlinear *q, int k, int n) {
     int8_t *w = malloc((size_t)k * n);
     float *scale = malloc(n * sizeof(float)), *bias = malloc(n * sizeof(float));
     for (size_t i = 0; i < (size_t)k * n; i++) w[i] = (int8_t)(frand() * 127.0f);
     for (int j = 0; j < n; j++) { scale[j] = 0.02f / 127.0f / sqrtf((float)k) * 8.0f; bias[j] = 0.01f * frand(); }
-    pack(q, w, k, n, scale, bias, 8.0f / 127.0f);
+    ip_pack(q, w, k, n, scale, bias, 8.0f / 127.0f, 128);
     free(w); free(scale); free(bias);
 }
 
-#if FS_AMX
-/* the product with AMX tiles: 16 rows x 16 columns of int32 per accumulator tile (two, sharing each activation
-   tile), 64 values of k per step; the packed weights' 16-column blocks are already the B tiles' layout (16 groups of
-   4 k values x 16 columns = 1 KiB per 64 k). `xq` holds rows rounded up to 16, the extra rows zero. */
-static void qgemm_amx(const qlinear *q, const uint8_t *xq, float *Y, int sy, int rows) {
-    const int k = q->k, n = q->n, blocks = n / 16;
-    tile_config cfg = {0};
-    cfg.palette = 1;
-    for (int t = 0; t < 5; t++) { cfg.rows[t] = 16; cfg.colsb[t] = 64; }
-    _tile_loadconfig(&cfg);
-    int32_t acc[2][16 * 16] __attribute__((aligned(64)));
-    for (int r0 = 0; r0 < rows; r0 += 16) {
-        const uint8_t *a = xq + (size_t)r0 * k;
-        for (int b = 0; b < blocks; b += 2) {
-            const int two = b + 1 < blocks;
-            const int8_t *w0 = q->w + (size_t)b * k * 16, *w1 = w0 + (size_t)k * 16;
-            _tile_zero(0);
-            _tile_zero(3);
-            for (int kc = 0; kc < k; kc += 64) {
-                _tile_loadd(1, a + kc, k);
-                _tile_loadd(2, w0 + (size_t)kc * 16, 64);
-                _tile_dpbusd(0, 1, 2);
-                if (two) {
-                    _tile_loadd(4, w1 + (size_t)kc * 16, 64);
-                    _tile_dpbusd(3, 1, 4);
-                }
-            }
-            _tile_stored(0, acc[0], 64);
-            _tile_stored(3, acc[1], 64);
-            for (int half = 0; half <= two; half++) {
-                const int c0 = (b + half) * 16;
-                __m512i shift = _mm512_slli_epi32(_mm512_loadu_si512(q->colsum + c0), 7);
-                __m512 s = _mm512_mul_ps(_mm512_loadu_ps(q->scale + c0), _mm512_set1_ps(q->x_scale));
-                __m512 bias = _mm512_loadu_ps(q->bias + c0);
-                for (int i = 0; i < 16 && r0 + i < rows; i++) {
-                    __m512i v = _mm512_sub_epi32(_mm512_load_si512(acc[half] + i * 16), shift);
-                    _mm512_storeu_ps(Y + (size_t)(r0 + i) * sy + c0, _mm512_fmadd_ps(_mm512_cvtepi32_ps(v), s, bias));
-                }
-            }
-        }
-    }
-    _tile_release();
-}
-#endif
-
-/* Y[r][0:n] = dequant(quant(X[r]) . W) + bias for `rows` rows of X (row stride sx) into Y (row stride sy): the u8 x
-   s8 product; a block of 16 columns' weights (k x 16 bytes) stays in L1 while every row passes over it */
+/* the product of the first `rows` rows of X (row stride sx, q->k values each) into Y (row stride sy) */
 static void qgemm(const qlinear *q, const float *X, int sx, float *Y, int sy, int rows, uint8_t *xq) {
-    const int k = q->k, n = q->n;
-    const float inv = 1.0f / q->x_scale;
-    for (int r = 0; r < rows; r++)
-        for (int i = 0; i < k; i++) {
-            float v = nearbyintf(X[(size_t)r * sx + i] * inv) + 128.0f;
-            xq[(size_t)r * k + i] = (uint8_t)(v < 0.0f ? 0.0f : (v > 255.0f ? 255.0f : v));
-        }
-#if FS_AMX
-    if (amx_min_rows > 0 && rows >= amx_min_rows && k % 64 == 0 && amx_granted()) {
-        memset(xq + (size_t)rows * k, 0, (size_t)((rows + 15) / 16 * 16 - rows) * k);
-        qgemm_amx(q, xq, Y, sy, rows);
-        return;
-    }
-#endif
-#if FS_VNNI
-    for (int b = 0; b < n / 16; b++) {
-        const int8_t *wb = q->w + (size_t)b * k * 16;
-        __m512i shift = _mm512_slli_epi32(_mm512_loadu_si512(q->colsum + b * 16), 7);
-        __m512 s = _mm512_mul_ps(_mm512_loadu_ps(q->scale + b * 16), _mm512_set1_ps(q->x_scale));
-        __m512 bias = _mm512_loadu_ps(q->bias + b * 16);
-        int r = 0;
-        for (; r + 4 <= rows; r += 4) { /* four rows share each load of the weights */
-            const int32_t *x0 = (const int32_t *)(xq + (size_t)r * k), *x1 = x0 + k / 4, *x2 = x1 + k / 4, *x3 = x2 + k / 4;
-            __m512i a0 = _mm512_setzero_si512(), a1 = a0, a2 = a0, a3 = a0;
-            for (int kk = 0; kk < k / 4; kk++) {
-                __m512i w = _mm512_load_si512(wb + (size_t)kk * 64);
-                a0 = _mm512_dpbusd_epi32(a0, _mm512_set1_epi32(x0[kk]), w);
-                a1 = _mm512_dpbusd_epi32(a1, _mm512_set1_epi32(x1[kk]), w);
-                a2 = _mm512_dpbusd_epi32(a2, _mm512_set1_epi32(x2[kk]), w);
-                a3 = _mm512_dpbusd_epi32(a3, _mm512_set1_epi32(x3[kk]), w);
-            }
-            __m512i acc[4] = {a0, a1, a2, a3};
-            for (int i = 0; i < 4; i++)
-                _mm512_storeu_ps(Y + (size_t)(r + i) * sy + b * 16,
-                                 _mm512_fmadd_ps(_mm512_cvtepi32_ps(_mm512_sub_epi32(acc[i], shift)), s, bias));
-        }
-        for (; r < rows; r++) {
-            const int32_t *x4 = (const int32_t *)(xq + (size_t)r * k);
-            __m512i a0 = _mm512_setzero_si512(), a1 = _mm512_setzero_si512();
-            int kk = 0;
-            for (; kk + 1 < k / 4; kk += 2) {
-                a0 = _mm512_dpbusd_epi32(a0, _mm512_set1_epi32(x4[kk]), _mm512_load_si512(wb + (size_t)kk * 64));
-                a1 = _mm512_dpbusd_epi32(a1, _mm512_set1_epi32(x4[kk + 1]), _mm512_load_si512(wb + (size_t)(kk + 1) * 64));
-            }
-            for (; kk < k / 4; kk++)
-                a0 = _mm512_dpbusd_epi32(a0, _mm512_set1_epi32(x4[kk]), _mm512_load_si512(wb + (size_t)kk * 64));
-            __m512i acc = _mm512_sub_epi32(_mm512_add_epi32(a0, a1), shift);
-            _mm512_storeu_ps(Y + (size_t)r * sy + b * 16, _mm512_fmadd_ps(_mm512_cvtepi32_ps(acc), s, bias));
-        }
-    }
-#else
-    for (int b = 0; b < n / 16; b++) {
-        const int8_t *wb = q->w + (size_t)b * k * 16;
-        for (int r = 0; r < rows; r++) {
-            const uint8_t *x = xq + (size_t)r * k;
-            int32_t acc[16] = {0};
-            for (int kk = 0; kk < k / 4; kk++)
-                for (int c = 0; c < 16; c++)
-                    for (int i = 0; i < 4; i++) acc[c] += (int32_t)x[kk * 4 + i] * wb[((size_t)kk * 16 + c) * 4 + i];
-            for (int c = 0; c < 16; c++) {
-                int j = b * 16 + c;
-                Y[(size_t)r * sy + j] = (float)(acc[c] - 128 * q->colsum[j]) * q->scale[j] * q->x_scale + q->bias[j];
-            }
-        }
-    }
-#endif
+    ip_product(q, X, sx, q->k, Y, sy, rows, xq);
 }
 
 static void layer_norm(const float *x, const float *g, const float *b, float *y, int d) {
@@ -252,6 +86,7 @@ static void attend(const float *q, const float *k, const float *v, int len, int 
 
 void *fs_create(int d, int heads, int ff, int layers, int vocab, int vocab_rows, int max_len, int src_len,
                 int max_rows, unsigned seed) {
+    ip_init();
     rng_state = seed;
     model *m = calloc(1, sizeof(model));
     m->d = d; m->heads = heads; m->ff = ff; m->layers = layers; m->vocab_rows = vocab_rows;
@@ -363,23 +198,23 @@ int fs_run(void *handle, int src_len, const int *rows_per_step, int n_steps) {
 void fs_qgemm(const float *x, const int8_t *w_kn, int k, int n, int rows, const float *scale, const float *bias,
               float x_scale, float *y) {
     qlinear q;
-    pack(&q, w_kn, k, n, scale, bias, x_scale);
-    uint8_t *xq = aligned_alloc(64, ((size_t)(rows + 15) / 16 * 16 * q.k + 63) / 64 * 64 + 64);
-    float *xp = calloc((size_t)rows * q.k, sizeof(float)), *yp = malloc((size_t)rows * q.n * sizeof(float));
-    for (int r = 0; r < rows; r++) memcpy(xp + (size_t)r * q.k, x + (size_t)r * k, k * sizeof(float));
-    qgemm(&q, xp, q.k, yp, q.n, rows, xq);
+    ip_init();
+    ip_pack(&q, w_kn, k, n, scale, bias, x_scale, 128);
+    uint8_t *xq = aligned_alloc(64, (ip_xq_bytes(rows, q.k) + 63) / 64 * 64);
+    float *yp = malloc((size_t)rows * q.n * sizeof(float));
+    ip_product(&q, x, k, k, yp, q.n, rows, xq);
     for (int r = 0; r < rows; r++) memcpy(y + (size_t)r * n, yp + (size_t)r * q.n, n * sizeof(float));
-    free(xq); free(xp); free(yp); free(q.w); free(q.colsum); free(q.scale); free(q.bias);
+    free(xq); free(yp); ip_free(&q);
 }
 
 void fs_free(void *handle) {
     model *m = handle;
     qlinear *all[] = {m->qkv, m->self_out, m->cross_q, m->cross_out, m->ff1, m->ff2};
     for (int a = 0; a < 6; a++) {
-        for (int l = 0; l < m->layers; l++) { free(all[a][l].w); free(all[a][l].colsum); free(all[a][l].scale); free(all[a][l].bias); }
+        for (int l = 0; l < m->layers; l++) ip_free(&all[a][l]);
         free(all[a]);
     }
-    free(m->out.w); free(m->out.colsum); free(m->out.scale); free(m->out.bias);
+    ip_free(&m->out);
     free(m->embedding); free(m->positions); free(m->ln_gamma); free(m->ln_beta);
     free(m->self_k); free(m->self_v); free(m->cross_k); free(m->cross_v);
     free(m->x); free(m->h); free(m->t3); free(m->att); free(m->scores); free(m->logits); free(m->xq); free(m->tokens);

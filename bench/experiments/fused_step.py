@@ -38,6 +38,8 @@ import numpy as np
 from bench.harness import machine, now
 
 SOURCE = Path(__file__).with_name("fused_step.c")
+# the products: the fused operator's header (native/fused_step/), shared with it
+PRODUCTS = Path(__file__).resolve().parents[2] / "native" / "fused_step"
 
 
 def c_compiler() -> str | None:
@@ -54,7 +56,8 @@ def compile_library(out_dir: Path) -> ctypes.CDLL:
     # compiled with -ffast-math (vectorized exponentials) but linked without it: linking with it adds crtfastmath,
     # whose constructor turns on flush-to-zero for the whole process that loads the library (onnxruntime's and
     # numpy's arithmetic included)
-    compile_cmd = [compiler, "-O3", "-march=native", "-ffast-math", "-fPIC", "-c", "-o", str(obj), str(SOURCE)]
+    compile_cmd = [compiler, "-O3", "-march=native", "-ffast-math", "-fPIC", "-I", str(PRODUCTS), "-c", "-o", str(obj)]
+    compile_cmd.append(str(SOURCE))
     subprocess.run(compile_cmd, check=True, capture_output=True, text=True)
     subprocess.run(
         [compiler, "-shared", "-o", str(library), str(obj), "-lm"], check=True, capture_output=True, text=True
