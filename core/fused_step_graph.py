@@ -37,7 +37,6 @@ EXPECTED_OPS = {
     "LogSoftmax", "TopK", "ReduceMax", "Unsqueeze", "GatherND", "GatherElements", "Div", "Mod",
 }  # fmt: skip
 NO_VOCAB_IDS = "fused.no_vocab_ids"  # the empty vocab_ids of graphs that take none
-PRODUCTS = ["self.qkv", "self.out", "cross.q", "cross.out", "ffn.w1", "ffn.w2"]
 NORMS = ["self.norm", "cross.norm", "ffn.norm"]
 
 
@@ -57,8 +56,6 @@ class _Node:
 @dataclass
 class _Tensor:
     name: str
-    data_type: int
-    dims: tuple[int, ...]
     raw: bytes | None  # inline raw_data
     external: dict[str, str] | None
     ints: list[int] = field(default_factory=list)  # inline int32_data (int8 / uint8 / int32 tensors without raw_data)
@@ -108,14 +105,10 @@ def _tensors(graph: bytes) -> dict[str, _Tensor]:
     for number, value in fields(graph):
         if number != 5:
             continue
-        name, data_type, dims, raw, external, location, ints = "", 0, [], None, {}, 0, []
+        name, raw, external, location, ints = "", None, {}, 0, []
         for n, v in fields(value):
-            if n == 1:
-                dims += packed_varints(v)
-            elif n == 5:
+            if n == 5:
                 ints += packed_varints(v)
-            elif n == 2:
-                data_type = v
             elif n == 8:
                 name = _string(v)
             elif n == 9:
@@ -125,7 +118,7 @@ def _tensors(graph: bytes) -> dict[str, _Tensor]:
                 external[_string(entry.get(1, b""))] = _string(entry.get(2, b""))
             elif n == 14:
                 location = v
-        tensors[name] = _Tensor(name, data_type, tuple(dims), raw, external if location == 1 else None, ints)
+        tensors[name] = _Tensor(name, raw, external if location == 1 else None, ints)
     return tensors
 
 
@@ -413,9 +406,9 @@ def fused_loop_graph(path: Path) -> bytes:
             rebuilt += _length_delimited(5, attribute)
         else:
             rebuilt += field_bytes
-    fused_loop = _node_bytes_raw(rebuilt)
+    fused_loop = _length_delimited(1, rebuilt)  # the Loop node, its body replaced
     # the outer nodes nothing reads any more (the hoisted subset gathers), dropped
-    nodes = [(node, raw) for node, raw in raw_nodes]
+    nodes = list(raw_nodes)
     nodes[loops[0]] = (_nodes(fused_loop)[0], fused_loop)
     outputs = {_string(dict(fields(v)).get(1, b"")) for n, v in fields(graph) if n == 12}
     while True:
@@ -433,7 +426,3 @@ def _unwrap(field_bytes: bytes) -> bytes:
     _, i = varint(field_bytes, 0)
     _, i = varint(field_bytes, i)
     return field_bytes[i:]
-
-
-def _node_bytes_raw(node_fields: bytes) -> bytes:
-    return _length_delimited(1, node_fields)

@@ -46,7 +46,6 @@ typedef struct subset {
 } subset;
 
 typedef struct {
-    const OrtApi *api;
     int64_t layers, heads;
     float eps;
     pthread_mutex_t lock;
@@ -391,7 +390,6 @@ static OrtStatus *create_kernel(const OrtCustomOp *op, const OrtApi *api, const 
     (void)op;
     kernel *k = calloc(1, sizeof(kernel));
     if (!k) return api->CreateStatus(ORT_FAIL, "FusedDecoderStep: out of memory");
-    k->api = api;
     OrtStatus *status = api->KernelInfoGetAttribute_int64(info, "layers", &k->layers);
     if (!status) status = api->KernelInfoGetAttribute_int64(info, "heads", &k->heads);
     if (!status) status = api->KernelInfoGetAttribute_float(info, "epsilon", &k->eps);
