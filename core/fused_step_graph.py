@@ -19,15 +19,18 @@ from pathlib import Path
 from core.graphs import (
     BATCH_STEP_INTERFACE,
     FUSED_STEP_KEY,
+    SEARCH_LOOP_OUTPUTS,
     VOCAB_IDS,
     step_input_names,
     step_interface,
     step_output_names,
 )
 from core.onnx_wire import fields, packed_varints, varint
+from core.tokenizer import EOS_ID
 
 DOMAIN = "mtserve.fused"
 OP_TYPE = "FusedDecoderStep"
+SEARCH_OP_TYPE = "FusedSearch"
 HEAD_INPUTS = ["tokens", "src_mask", "top_k", "positions", "self_mask", "query_rows", "row_slots"]
 # the op types the rewritten graph may hold besides the fused computation's (anything else: a model the operator
 # does not compute, e.g. GELU, relative positions, linear attention)
@@ -419,6 +422,67 @@ def fused_loop_graph(path: Path) -> bytes:
         nodes = alive
     rest = b"".join(field_bytes for number, field_bytes in _raw_fields(graph) if number not in (1, 13))
     return _with_graph(model, b"".join(raw for _, raw in nodes) + rest)
+
+
+def fused_search_graph(path: Path) -> bytes:
+    """The model's bytes for a search loop graph file ``path`` whose body is an int8 interface-3 step graph, with
+    its Loop replaced by one ``mtserve.fused.FusedSearch`` node: the same inputs and outputs (SEARCH_LOOP_OUTPUTS),
+    the body's step fused and its ranking done in the operator over a key/value cache written in place. Its nodes
+    are that node and the weight-deriving Concats the fused body keeps; its initializers the body's weights they
+    read (the same external regions). Raises NotFused."""
+    model, graph, inputs, _ = _model_parts(path)
+    layers = sum(name.startswith("cross_keys_") for name in inputs)
+    raw_nodes = _raw_nodes(graph)
+    loops = [node for node, _ in raw_nodes if node.op_type == "Loop"]
+    if layers == 0 or len(loops) != 1:
+        raise NotFused("not a search loop graph (one Loop node over a step graph)")
+    loop_raw = next(raw for node, raw in raw_nodes if node.op_type == "Loop")
+    attribute = next(
+        _unwrap(f) for n, f in _raw_fields(_unwrap(loop_raw)) if n == 5 and _attribute(_unwrap(f))[0] == "body"
+    )
+    body = next(v for n, v in fields(attribute) if n == 6)
+    has_vocab_ids = VOCAB_IDS in inputs
+    fused_body = _fuse(body, Path(path).parent, _tensors(graph), layers, has_vocab_ids)
+    body_nodes = _raw_nodes(fused_body)
+    step = next(node for node, _ in body_nodes if node.op_type == OP_TYPE)
+    weights = step.inputs[len(HEAD_INPUTS) + 4 * layers + 1 :]
+    # the body's weight-deriving nodes (Concats of stored weights) and the stored weights everything reads
+    producer = {out: (node, raw) for node, raw in body_nodes for out in node.outputs}
+    kept: list[tuple[_Node, bytes]] = []
+    read: set[str] = set()
+    needed = list(weights)
+    while needed:
+        name = needed.pop()
+        if name in read:
+            continue
+        read.add(name)
+        if name in producer and all(producer[name][0] is not node for node, _ in kept):
+            kept.append(producer[name])
+            needed += producer[name][0].inputs
+    initializers = [
+        f
+        for scope in (graph, fused_body)
+        for n, f in _raw_fields(scope)
+        if n == 5 and _string(dict(fields(_unwrap(f))).get(8, b"")) in read
+    ]
+    cache = [f"{kind}_{i}" for i in range(layers) for kind in ("cross_keys", "cross_values")]
+    cache += [f"{kind}_{i}" for i in range(layers) for kind in ("past_keys", "past_values")]
+    search_inputs = ["max_steps", "tokens", "scores", "src_mask", *cache, VOCAB_IDS if has_vocab_ids else NO_VOCAB_IDS]
+    search = _node_bytes(
+        SEARCH_OP_TYPE,
+        search_inputs + weights,
+        SEARCH_LOOP_OUTPUTS,
+        DOMAIN,
+        layers=layers,
+        heads=int(step.attributes["heads"]),
+        epsilon=float(step.attributes["epsilon"]),
+        eos=EOS_ID,
+    )
+    order = [(sorted(_needs(node)), node.outputs, raw) for node, raw in kept]
+    order.append((search_inputs + weights, SEARCH_LOOP_OUTPUTS, search))
+    rest = b"".join(f for number, f in _raw_fields(graph) if number in (2, 11, 12))
+    empty = b"" if has_vocab_ids else _empty_ids(NO_VOCAB_IDS)
+    return _with_graph(model, _topological(order) + rest + b"".join(initializers) + empty)
 
 
 def _unwrap(field_bytes: bytes) -> bytes:

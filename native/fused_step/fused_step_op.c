@@ -1,4 +1,7 @@
-/* mtserve.fused.FusedDecoderStep: a bundle's int8 whole-batch decoder step (decoder_step_batch.onnx, interface 3,
+/* Two onnxruntime custom operators of the domain mtserve.fused: FusedDecoderStep (below) and FusedSearch (the search
+   loop graph's whole Loop over the same step: its header is further down, before `search`).
+
+   mtserve.fused.FusedDecoderStep: a bundle's int8 whole-batch decoder step (decoder_step_batch.onnx, interface 3,
    with vocab_ids) as one onnxruntime custom operator, instead of the graph's ~150 nodes.
 
    The node (written by core/fused_step_graph.py from the step graph) takes the step graph's own inputs, then the
@@ -46,7 +49,8 @@ typedef struct subset {
 } subset;
 
 typedef struct {
-    int64_t layers, heads;
+    const char *name; /* the operator's, for errors */
+    int64_t layers, heads, head_inputs, eos;
     float eps;
     pthread_mutex_t lock;
     int packed, d, ff, vocab, max_positions;
@@ -81,11 +85,11 @@ typedef struct {
 static OrtStatus *input(OrtKernelContext *ctx, size_t i, tensor *t) {
     const OrtValue *value = NULL;
     CHECK(g_api->KernelContext_GetInput(ctx, i, &value));
-    if (!value) FAIL(ORT_INVALID_ARGUMENT, "FusedDecoderStep: input %zu is missing", i);
+    if (!value) FAIL(ORT_INVALID_ARGUMENT, "mtserve.fused: input %zu is missing", i);
     OrtTensorTypeAndShapeInfo *info = NULL;
     CHECK(g_api->GetTensorTypeAndShape(value, &info));
     OrtStatus *status = g_api->GetDimensionsCount(info, &t->rank);
-    if (!status && t->rank > 4) status = g_api->CreateStatus(ORT_INVALID_ARGUMENT, "FusedDecoderStep: rank > 4");
+    if (!status && t->rank > 4) status = g_api->CreateStatus(ORT_INVALID_ARGUMENT, "mtserve.fused: rank > 4");
     if (!status) status = g_api->GetDimensions(info, t->dims, t->rank);
     g_api->ReleaseTensorTypeAndShapeInfo(info);
     if (status) return status;
@@ -100,7 +104,8 @@ static OrtStatus *output(OrtKernelContext *ctx, size_t i, const int64_t *dims, s
     return g_api->GetTensorMutableData(value, data);
 }
 
-static size_t weights_start(const kernel *k) { return HEAD_INPUTS + 4 * (size_t)k->layers + 1; }
+/* the inputs before the weights: the operator's own, each layer's cross and past keys/values, vocab_ids */
+static size_t weights_start(const kernel *k) { return (size_t)k->head_inputs + 4 * (size_t)k->layers + 1; }
 
 /* one product's group of 6 inputs (weight, weight scales, activation scale, activation zero point, bias) -- the qkv
    product has no bias here (self-attention adds it), and takes 5 plus the bias input read separately */
@@ -112,10 +117,10 @@ static OrtStatus *pack_product(OrtKernelContext *ctx, size_t at, int with_bias, 
     CHECK(input(ctx, at + 3, &xz));
     if (with_bias) CHECK(input(ctx, at + 4, &b));
     if (w.rank != 2 || ws.count != w.dims[1] || (with_bias && b.count != w.dims[1]))
-        FAIL(ORT_INVALID_ARGUMENT, "FusedDecoderStep: product at input %zu has inconsistent shapes", at);
+        FAIL(ORT_INVALID_ARGUMENT, "mtserve.fused: product at input %zu has inconsistent shapes", at);
     if (!ip_pack(q, w.data, (int)w.dims[0], (int)w.dims[1], ws.data, with_bias ? b.data : NULL, *(float *)xs.data,
                  *(uint8_t *)xz.data))
-        FAIL(ORT_FAIL, "FusedDecoderStep: out of memory packing weights");
+        FAIL(ORT_FAIL, "mtserve.fused: out of memory packing weights");
     return NULL;
 }
 
@@ -126,12 +131,12 @@ static OrtStatus *pack_weights(kernel *k, OrtKernelContext *ctx) {
     CHECK(input(ctx, at + 1, &scale));
     CHECK(input(ctx, at + 2, &pos));
     if (emb.rank != 2 || pos.rank != 2 || pos.dims[1] != emb.dims[1])
-        FAIL(ORT_INVALID_ARGUMENT, "FusedDecoderStep: embedding and position tables disagree");
+        FAIL(ORT_INVALID_ARGUMENT, "mtserve.fused: embedding and position tables disagree");
     k->embedding = emb.data; k->emb_scale = *(float *)scale.data; k->positions = pos.data;
     k->vocab = (int)emb.dims[0]; k->d = (int)emb.dims[1]; k->max_positions = (int)pos.dims[0];
     at += 3;
     k->layer = calloc(k->layers, sizeof(layer));
-    if (!k->layer) FAIL(ORT_FAIL, "FusedDecoderStep: out of memory");
+    if (!k->layer) FAIL(ORT_FAIL, "mtserve.fused: out of memory");
     for (int64_t l = 0; l < k->layers; l++, at += WEIGHTS_PER_LAYER) {
         layer *L = &k->layer[l];
         tensor t[WEIGHTS_PER_LAYER];
@@ -149,7 +154,7 @@ static OrtStatus *pack_weights(kernel *k, OrtKernelContext *ctx) {
         CHECK(pack_product(ctx, at + 26, 1, &L->ff1));
         CHECK(pack_product(ctx, at + 31, 1, &L->ff2));
         if (L->qkv.n_real != 3 * k->d || L->ff1.n_real != L->ff2.k || t[6].count != 3 * k->d)
-            FAIL(ORT_INVALID_ARGUMENT, "FusedDecoderStep: layer %d's products do not fit d = %d", (int)l, k->d);
+            FAIL(ORT_INVALID_ARGUMENT, "mtserve.fused: layer %d's products do not fit d = %d", (int)l, k->d);
         k->ff = L->ff1.n_real;
     }
     tensor nfg, nfb, ow, os, oxs, oxz;
@@ -160,10 +165,10 @@ static OrtStatus *pack_weights(kernel *k, OrtKernelContext *ctx) {
     CHECK(input(ctx, at + 4, &oxs));
     CHECK(input(ctx, at + 5, &oxz));
     if (ow.rank != 2 || ow.dims[0] != k->d || ow.dims[1] != k->vocab || os.count != k->vocab)
-        FAIL(ORT_INVALID_ARGUMENT, "FusedDecoderStep: the output product is not (d, vocab)");
+        FAIL(ORT_INVALID_ARGUMENT, "mtserve.fused: the output product is not (d, vocab)");
     k->nfg = nfg.data; k->nfb = nfb.data;
     if (!ip_pack(&k->out, ow.data, k->d, k->vocab, os.data, NULL, *(float *)oxs.data, *(uint8_t *)oxz.data))
-        FAIL(ORT_FAIL, "FusedDecoderStep: out of memory packing weights");
+        FAIL(ORT_FAIL, "mtserve.fused: out of memory packing weights");
     return NULL;
 }
 
@@ -232,6 +237,137 @@ static void attend(const float *q, const float *k, const float *v, const uint8_t
     }
 }
 
+/* one step's working memory, for at most `rows` rows, `width` output columns and `len` attended positions */
+typedef struct {
+    float *x, *h, *t, *att, *logits, *scores;
+    uint8_t *xq;
+} scratch;
+
+static void scratch_free(scratch *s) {
+    free(s->x); free(s->h); free(s->t); free(s->att); free(s->logits); free(s->scores); free(s->xq);
+}
+
+static int scratch_alloc(scratch *s, const kernel *K, int64_t rows, int64_t width, int64_t len) {
+    const int64_t d = K->d, W = 3 * d > K->ff ? 3 * d : K->ff;
+    s->x = malloc(rows * d * sizeof(float)); s->h = malloc(rows * d * sizeof(float));
+    s->t = malloc(rows * W * sizeof(float)); s->att = malloc(rows * d * sizeof(float));
+    s->logits = malloc(rows * width * sizeof(float)); s->scores = malloc(len * sizeof(float));
+    s->xq = aligned_alloc(64, (ip_xq_bytes((int)rows, (int)W) + 63) / 64 * 64);
+    if (s->x && s->h && s->t && s->att && s->logits && s->scores && s->xq) return 1;
+    scratch_free(s);
+    return 0;
+}
+
+/* what one step reads and writes. The cache of layer l holds `cap` columns per (row, head): columns 0..past-1 are
+   the past, this step writes the new key/value at column `past` and attends over past + 1 columns. Row r attends
+   to source slots[r] / group where src_allowed allows, and to its own columns where self_allowed[r * self_stride
+   + c] does. */
+typedef struct {
+    int64_t rows, past, cap, sources, src, group, self_stride, width, k;
+    const int64_t *tokens, *positions, *slots, *ids; /* ids: the subset's vocabulary ids, NULL: the whole one */
+    const uint8_t *self_allowed, *src_allowed;
+    float **cross_k, **cross_v, **cache_k, **cache_v;
+    const qlinear *out_q;
+    float *log_probs, *top_values; /* (rows, width), (rows, k) */
+    int64_t *top_ids;              /* (rows, k) */
+} step_args;
+
+static void step(const kernel *K, const step_args *a, scratch *s) {
+    const int64_t L = K->layers, H = K->heads, rows = a->rows, past = a->past;
+    const int d = K->d, dh = d / (int)H, W = (3 * d > K->ff ? 3 * d : K->ff);
+    float *x = s->x, *h = s->h, *t = s->t, *att = s->att;
+    for (int64_t r = 0; r < rows; r++) {
+        const float *e = K->embedding + a->tokens[r] * d, *pe = K->positions + a->positions[r] * d;
+        for (int i = 0; i < d; i++) x[r * d + i] = e[i] * K->emb_scale + pe[i];
+    }
+    const size_t stride = (size_t)a->cap * dh;
+    for (int64_t l = 0; l < L; l++) {
+        const layer *P = &K->layer[l];
+        for (int64_t r = 0; r < rows; r++) layer_norm(x + r * d, P->n1g, P->n1b, h + r * d, d, K->eps);
+        ip_product(&P->qkv, h, d, d, t, W, (int)rows, s->xq);
+        for (int64_t r = 0; r < rows; r++) {
+            float *qkv = t + r * W;
+            for (int i = 0; i < 3 * d; i++) qkv[i] += P->qkv_bias[i];
+            for (int64_t hd = 0; hd < H; hd++) {
+                float *ck = a->cache_k[l] + (r * H + hd) * stride, *cv = a->cache_v[l] + (r * H + hd) * stride;
+                memcpy(ck + past * dh, qkv + d + hd * dh, dh * sizeof(float));
+                memcpy(cv + past * dh, qkv + 2 * d + hd * dh, dh * sizeof(float));
+                attend(qkv + hd * dh, ck, cv, a->self_allowed + r * a->self_stride, (int)past + 1, dh,
+                       att + r * d + hd * dh, s->scores);
+            }
+        }
+        ip_product(&P->self_out, att, d, d, h, d, (int)rows, s->xq);
+        for (int64_t i = 0; i < rows * d; i++) x[i] += h[i];
+        for (int64_t r = 0; r < rows; r++) layer_norm(x + r * d, P->n2g, P->n2b, h + r * d, d, K->eps);
+        ip_product(&P->cross_q, h, d, d, t, W, (int)rows, s->xq);
+        for (int64_t r = 0; r < rows; r++) {
+            const int64_t src = a->src, source = a->slots[r] / a->group;
+            for (int64_t hd = 0; hd < H; hd++) {
+                const size_t at = (size_t)((source * H + hd) * src * dh);
+                attend(t + r * W + hd * dh, a->cross_k[l] + at, a->cross_v[l] + at, a->src_allowed + source * src,
+                       (int)src, dh, att + r * d + hd * dh, s->scores);
+            }
+        }
+        ip_product(&P->cross_out, att, d, d, h, d, (int)rows, s->xq);
+        for (int64_t i = 0; i < rows * d; i++) x[i] += h[i];
+        for (int64_t r = 0; r < rows; r++) layer_norm(x + r * d, P->n3g, P->n3b, h + r * d, d, K->eps);
+        ip_product(&P->ff1, h, d, d, t, W, (int)rows, s->xq);
+        for (int64_t r = 0; r < rows; r++)
+            for (int i = 0; i < K->ff; i++) t[r * W + i] = t[r * W + i] > 0.0f ? t[r * W + i] : 0.0f;
+        ip_product(&P->ff2, t, W, K->ff, h, d, (int)rows, s->xq);
+        for (int64_t i = 0; i < rows * d; i++) x[i] += h[i];
+    }
+    const qlinear *out_q = a->out_q;
+    const int64_t width = a->width, k = a->k;
+    for (int64_t r = 0; r < rows; r++) layer_norm(x + r * d, K->nfg, K->nfb, h + r * d, d, K->eps);
+    ip_product(out_q, h, d, d, s->logits, out_q->n, (int)rows, s->xq);
+    for (int64_t r = 0; r < rows; r++) { /* LogSoftmax: x - max - log(sum(exp(x - max))) */
+        const float *z = s->logits + r * out_q->n;
+        float *lp = a->log_probs + r * width;
+        const float top = vm_max(z, (int)width);
+        vm_shift(z, (int)width, top, logf(vm_exp_sum(z, (int)width, top)), lp);
+        if (k > 0) {
+            vm_top_k(lp, (int)width, (int)k, a->top_values + r * k, a->top_ids + r * k);
+            if (a->ids)
+                for (int64_t j = 0; j < k; j++) a->top_ids[r * k + j] = a->ids[a->top_ids[r * k + j]];
+        }
+    }
+}
+
+/* the weights packed once per kernel (a mutex guards it), and the vocabulary subset of `vocab_ids` (NULL: none) */
+static OrtStatus *prepare(kernel *K, OrtKernelContext *ctx, const tensor *vocab_ids, subset **sub) {
+    pthread_mutex_lock(&K->lock);
+    OrtStatus *packing = K->packed ? NULL : pack_weights(K, ctx);
+    if (!packing) K->packed = 1;
+    pthread_mutex_unlock(&K->lock);
+    if (packing) return packing;
+    const int64_t *ids = vocab_ids->data;
+    for (int64_t j = 0; j < vocab_ids->count; j++)
+        if (ids[j] < 0 || ids[j] >= K->vocab) FAIL(ORT_INVALID_ARGUMENT, "%s: vocab_ids out of range", K->name);
+    *sub = NULL;
+    if (vocab_ids->count) {
+        *sub = subset_of(K, ids, vocab_ids->count);
+        if (!*sub) FAIL(ORT_FAIL, "%s: out of memory packing the vocabulary subset", K->name);
+    }
+    return NULL;
+}
+
+/* the cross keys/values of every layer, (sources, heads, src, d_head), from input `at` on (keys, values per layer) */
+static OrtStatus *cross_inputs(const kernel *K, OrtKernelContext *ctx, size_t at, int64_t sources, int64_t src,
+                               float **cross_k, float **cross_v) {
+    const int64_t H = K->heads;
+    for (int64_t l = 0; l < K->layers; l++) {
+        tensor ck, cv;
+        CHECK(input(ctx, at + 2 * l, &ck));
+        CHECK(input(ctx, at + 2 * l + 1, &cv));
+        if (ck.rank != 4 || ck.dims[0] != sources || ck.dims[1] != H || ck.dims[2] != src || ck.count != cv.count ||
+            ck.dims[3] * H != K->d)
+            FAIL(ORT_INVALID_ARGUMENT, "%s: layer %d's cross keys/values have other shapes", K->name, (int)l);
+        cross_k[l] = ck.data; cross_v[l] = cv.data;
+    }
+    return NULL;
+}
+
 static OrtStatus *compute(void *handle, OrtKernelContext *ctx) {
     kernel *K = handle;
     size_t count = 0;
@@ -239,13 +375,6 @@ static OrtStatus *compute(void *handle, OrtKernelContext *ctx) {
     const int64_t L = K->layers, H = K->heads;
     if (count != weights_start(K) + 3 + WEIGHTS_PER_LAYER * (size_t)L + 6)
         FAIL(ORT_INVALID_ARGUMENT, "FusedDecoderStep: %zu inputs for %d layers", count, (int)L);
-    pthread_mutex_lock(&K->lock);
-    OrtStatus *packing = K->packed ? NULL : pack_weights(K, ctx);
-    if (!packing) K->packed = 1;
-    pthread_mutex_unlock(&K->lock);
-    if (packing) return packing;
-    const int d = K->d, dh = d / (int)H, W = (3 * d > K->ff ? 3 * d : K->ff);
-
     tensor tokens, src_mask, topk, positions, self_mask, query_rows, row_slots, vocab_ids;
     CHECK(input(ctx, 0, &tokens));
     CHECK(input(ctx, 1, &src_mask));
@@ -255,151 +384,264 @@ static OrtStatus *compute(void *handle, OrtKernelContext *ctx) {
     CHECK(input(ctx, 5, &query_rows));
     CHECK(input(ctx, 6, &row_slots));
     CHECK(input(ctx, HEAD_INPUTS + 4 * L, &vocab_ids));
-    const int64_t rows = tokens.count, group = query_rows.rank == 2 ? query_rows.dims[1] : 1;
-    const int64_t sources = src_mask.dims[0], src = src_mask.dims[1];
-    tensor past0;
-    CHECK(input(ctx, HEAD_INPUTS + 2 * L, &past0));
-    const int64_t past = past0.dims[2];
-    if (positions.count != rows || row_slots.count != rows || self_mask.rank != 2 || self_mask.dims[0] != rows ||
-        self_mask.dims[1] != past + 1 || group < 1)
-        FAIL(ORT_INVALID_ARGUMENT, "FusedDecoderStep: rows, positions, self_mask and row_slots disagree");
-    for (int64_t r = 0; r < rows; r++) {
-        const int64_t *tok = tokens.data, *pos = positions.data, *slot = row_slots.data;
-        if (tok[r] < 0 || tok[r] >= K->vocab || pos[r] < 0 || pos[r] >= K->max_positions || slot[r] < 0 ||
-            slot[r] / group >= sources)
-            FAIL(ORT_INVALID_ARGUMENT, "FusedDecoderStep: row %d's token, position or slot is out of range", (int)r);
-    }
-    const int64_t *ids = vocab_ids.data;
-    for (int64_t j = 0; j < vocab_ids.count; j++)
-        if (ids[j] < 0 || ids[j] >= K->vocab) FAIL(ORT_INVALID_ARGUMENT, "FusedDecoderStep: vocab_ids out of range");
-    const int64_t width = vocab_ids.count ? vocab_ids.count : K->vocab;
-    int64_t k = *(int64_t *)topk.data;
-    k = k < 0 ? 0 : (k > width ? width : k);
-
-    float *cross_k[64], *cross_v[64], *past_k[64], *past_v[64], *present_k[64], *present_v[64];
-    if (L > 64) FAIL(ORT_INVALID_ARGUMENT, "FusedDecoderStep: more than 64 layers");
-    for (int64_t l = 0; l < L; l++) {
-        tensor ck, cv, pk, pv;
-        CHECK(input(ctx, HEAD_INPUTS + 2 * l, &ck));
-        CHECK(input(ctx, HEAD_INPUTS + 2 * l + 1, &cv));
-        CHECK(input(ctx, HEAD_INPUTS + 2 * L + 2 * l, &pk));
-        CHECK(input(ctx, HEAD_INPUTS + 2 * L + 2 * l + 1, &pv));
-        if (ck.rank != 4 || ck.dims[0] != sources || ck.dims[1] != H || ck.dims[2] != src || ck.dims[3] != dh ||
-            cv.count != ck.count || pk.rank != 4 || pk.dims[0] != rows || pk.dims[1] != H || pk.dims[2] != past ||
-            pk.dims[3] != dh || pv.count != pk.count)
-            FAIL(ORT_INVALID_ARGUMENT, "FusedDecoderStep: layer %d's cross or past keys/values have other shapes",
-                 (int)l);
-        cross_k[l] = ck.data; cross_v[l] = cv.data; past_k[l] = pk.data; past_v[l] = pv.data;
-        const int64_t dims[4] = {rows, H, past + 1, dh};
-        CHECK(output(ctx, 3 + 2 * l, dims, 4, (void **)&present_k[l]));
-        CHECK(output(ctx, 4 + 2 * l, dims, 4, (void **)&present_v[l]));
-    }
-    float *log_probs, *top_values;
-    int64_t *top_ids;
-    const int64_t lp_dims[2] = {rows, width}, top_dims[2] = {rows, k};
-    CHECK(output(ctx, 0, lp_dims, 2, (void **)&log_probs));
-    CHECK(output(ctx, 1, top_dims, 2, (void **)&top_values));
-    CHECK(output(ctx, 2, top_dims, 2, (void **)&top_ids));
-
     subset *sub = NULL;
-    if (vocab_ids.count) {
-        sub = subset_of(K, ids, vocab_ids.count);
-        if (!sub) FAIL(ORT_FAIL, "FusedDecoderStep: out of memory packing the vocabulary subset");
-    }
-    const qlinear *out_q = sub ? &sub->q : &K->out;
-    const int64_t len = past + 1 > src ? past + 1 : src;
-    float *x = malloc(rows * d * sizeof(float)), *h = malloc(rows * d * sizeof(float));
-    float *t = malloc(rows * W * sizeof(float)), *att = malloc(rows * d * sizeof(float));
-    float *logits = malloc(rows * out_q->n * sizeof(float)), *scores = malloc(len * sizeof(float));
-    uint8_t *xq = aligned_alloc(64, (ip_xq_bytes((int)rows, W) + 63) / 64 * 64);
-    uint8_t *src_allowed = malloc(sources * src), *self_allowed = malloc(rows * (past + 1));
+    CHECK(prepare(K, ctx, &vocab_ids, &sub));
+    const int d = K->d, dh = d / (int)H;
+    step_args a = {0};
+    a.rows = tokens.count;
+    a.group = query_rows.rank == 2 ? query_rows.dims[1] : 1;
+    a.sources = src_mask.dims[0]; a.src = src_mask.dims[1];
+    a.tokens = tokens.data; a.positions = positions.data; a.slots = row_slots.data;
+    a.ids = sub ? vocab_ids.data : NULL;
+    a.out_q = sub ? &sub->q : &K->out;
+    a.width = vocab_ids.count ? vocab_ids.count : K->vocab;
+    a.k = *(int64_t *)topk.data;
+    a.k = a.k < 0 ? 0 : (a.k > a.width ? a.width : a.k);
+    const int64_t rows = a.rows;
+    float *cross_k[64], *cross_v[64], *present_k[64], *present_v[64];
+    uint8_t *src_allowed = NULL, *self_allowed = NULL;
+    scratch s = {0};
     OrtStatus *status = NULL;
-    if (!x || !h || !t || !att || !logits || !scores || !xq || !src_allowed || !self_allowed) {
-        status = g_api->CreateStatus(ORT_FAIL, "FusedDecoderStep: out of memory");
-        goto done;
-    }
-    for (int64_t i = 0; i < sources * src; i++) src_allowed[i] = ((const uint8_t *)src_mask.data)[i] != 0;
-    for (int64_t i = 0; i < rows * (past + 1); i++) self_allowed[i] = ((const uint8_t *)self_mask.data)[i] != 0;
-
-    for (int64_t r = 0; r < rows; r++) {
-        const float *e = K->embedding + ((const int64_t *)tokens.data)[r] * d;
-        const float *pe = K->positions + ((const int64_t *)positions.data)[r] * d;
-        for (int i = 0; i < d; i++) x[r * d + i] = e[i] * K->emb_scale + pe[i];
-    }
+#define STOP(...) do { status = g_api->CreateStatus(__VA_ARGS__); goto done; } while (0)
+#define TRY(expr) do { if ((status = (expr))) goto done; } while (0)
+    tensor past0;
+    TRY(input(ctx, HEAD_INPUTS + 2 * L, &past0));
+    const int64_t past = past0.rank == 4 ? past0.dims[2] : -1;
+    a.past = past; a.cap = past + 1;
+    if (past < 0 || positions.count != rows || row_slots.count != rows || self_mask.rank != 2 ||
+        self_mask.dims[0] != rows || self_mask.dims[1] != past + 1 || a.group < 1)
+        STOP(ORT_INVALID_ARGUMENT, "FusedDecoderStep: rows, positions, self_mask and row_slots disagree");
+    for (int64_t r = 0; r < rows; r++)
+        if (a.tokens[r] < 0 || a.tokens[r] >= K->vocab || a.positions[r] < 0 || a.positions[r] >= K->max_positions ||
+            a.slots[r] < 0 || a.slots[r] / a.group >= a.sources) {
+            char message[128];
+            snprintf(message, sizeof message, "FusedDecoderStep: row %d's token, position or slot is out of range",
+                     (int)r);
+            STOP(ORT_INVALID_ARGUMENT, message);
+        }
+    TRY(cross_inputs(K, ctx, HEAD_INPUTS, a.sources, a.src, cross_k, cross_v));
     for (int64_t l = 0; l < L; l++) {
-        const layer *P = &K->layer[l];
-        const size_t step = (size_t)(past + 1) * dh;
-        for (int64_t r = 0; r < rows; r++) layer_norm(x + r * d, P->n1g, P->n1b, h + r * d, d, K->eps);
-        ip_product(&P->qkv, h, d, d, t, W, (int)rows, xq);
-        for (int64_t r = 0; r < rows; r++) {
-            float *qkv = t + r * W;
-            for (int i = 0; i < 3 * d; i++) qkv[i] += P->qkv_bias[i];
-            for (int64_t hd = 0; hd < H; hd++) {
-                float *pk = present_k[l] + (r * H + hd) * step, *pv = present_v[l] + (r * H + hd) * step;
-                memcpy(pk, past_k[l] + (r * H + hd) * past * dh, past * dh * sizeof(float));
-                memcpy(pv, past_v[l] + (r * H + hd) * past * dh, past * dh * sizeof(float));
-                memcpy(pk + past * dh, qkv + d + hd * dh, dh * sizeof(float));
-                memcpy(pv + past * dh, qkv + 2 * d + hd * dh, dh * sizeof(float));
-                attend(qkv + hd * dh, pk, pv, self_allowed + r * (past + 1), (int)past + 1, dh, att + r * d + hd * dh,
-                       scores);
-            }
-        }
-        ip_product(&P->self_out, att, d, d, h, d, (int)rows, xq);
-        for (int64_t i = 0; i < rows * d; i++) x[i] += h[i];
-        for (int64_t r = 0; r < rows; r++) layer_norm(x + r * d, P->n2g, P->n2b, h + r * d, d, K->eps);
-        ip_product(&P->cross_q, h, d, d, t, W, (int)rows, xq);
-        for (int64_t r = 0; r < rows; r++) {
-            const int64_t s = ((const int64_t *)row_slots.data)[r] / group;
-            for (int64_t hd = 0; hd < H; hd++) {
-                const size_t at = (size_t)((s * H + hd) * src * dh);
-                attend(t + r * W + hd * dh, cross_k[l] + at, cross_v[l] + at, src_allowed + s * src, (int)src, dh,
-                       att + r * d + hd * dh, scores);
-            }
-        }
-        ip_product(&P->cross_out, att, d, d, h, d, (int)rows, xq);
-        for (int64_t i = 0; i < rows * d; i++) x[i] += h[i];
-        for (int64_t r = 0; r < rows; r++) layer_norm(x + r * d, P->n3g, P->n3b, h + r * d, d, K->eps);
-        ip_product(&P->ff1, h, d, d, t, W, (int)rows, xq);
-        for (int64_t r = 0; r < rows; r++)
-            for (int i = 0; i < K->ff; i++) t[r * W + i] = t[r * W + i] > 0.0f ? t[r * W + i] : 0.0f;
-        ip_product(&P->ff2, t, W, K->ff, h, d, (int)rows, xq);
-        for (int64_t i = 0; i < rows * d; i++) x[i] += h[i];
-    }
-    for (int64_t r = 0; r < rows; r++) layer_norm(x + r * d, K->nfg, K->nfb, h + r * d, d, K->eps);
-    ip_product(out_q, h, d, d, logits, out_q->n, (int)rows, xq);
-    for (int64_t r = 0; r < rows; r++) { /* LogSoftmax: x - max - log(sum(exp(x - max))) */
-        const float *z = logits + r * out_q->n;
-        float *lp = log_probs + r * width;
-        const float top = vm_max(z, (int)width);
-        vm_shift(z, (int)width, top, logf(vm_exp_sum(z, (int)width, top)), lp);
-        if (k > 0) {
-            vm_top_k(lp, (int)width, (int)k, top_values + r * k, top_ids + r * k);
-            if (sub)
-                for (int64_t j = 0; j < k; j++) top_ids[r * k + j] = ids[top_ids[r * k + j]];
+        tensor pk, pv;
+        TRY(input(ctx, HEAD_INPUTS + 2 * L + 2 * l, &pk));
+        TRY(input(ctx, HEAD_INPUTS + 2 * L + 2 * l + 1, &pv));
+        if (pk.rank != 4 || pk.dims[0] != rows || pk.dims[1] != H || pk.dims[2] != past || pk.dims[3] != dh ||
+            pv.count != pk.count)
+            STOP(ORT_INVALID_ARGUMENT, "FusedDecoderStep: a layer's past keys/values have other shapes");
+        const int64_t dims[4] = {rows, H, past + 1, dh};
+        TRY(output(ctx, 3 + 2 * l, dims, 4, (void **)&present_k[l]));
+        TRY(output(ctx, 4 + 2 * l, dims, 4, (void **)&present_v[l]));
+        for (int64_t rh = 0; rh < rows * H; rh++) { /* the past, then the step writes the new column */
+            memcpy(present_k[l] + rh * (past + 1) * dh, (float *)pk.data + rh * past * dh, past * dh * sizeof(float));
+            memcpy(present_v[l] + rh * (past + 1) * dh, (float *)pv.data + rh * past * dh, past * dh * sizeof(float));
         }
     }
+    const int64_t lp_dims[2] = {rows, a.width}, top_dims[2] = {rows, a.k};
+    TRY(output(ctx, 0, lp_dims, 2, (void **)&a.log_probs));
+    TRY(output(ctx, 1, top_dims, 2, (void **)&a.top_values));
+    TRY(output(ctx, 2, top_dims, 2, (void **)&a.top_ids));
+    src_allowed = malloc(a.sources * a.src + 1);
+    self_allowed = malloc(rows * (past + 1) + 1);
+    if (!src_allowed || !self_allowed || !scratch_alloc(&s, K, rows, a.out_q->n, past + 1 > a.src ? past + 1 : a.src))
+        STOP(ORT_FAIL, "FusedDecoderStep: out of memory");
+    for (int64_t i = 0; i < a.sources * a.src; i++) src_allowed[i] = ((const uint8_t *)src_mask.data)[i] != 0;
+    for (int64_t i = 0; i < rows * (past + 1); i++) self_allowed[i] = ((const uint8_t *)self_mask.data)[i] != 0;
+    a.src_allowed = src_allowed; a.self_allowed = self_allowed; a.self_stride = past + 1;
+    a.cross_k = cross_k; a.cross_v = cross_v; a.cache_k = present_k; a.cache_v = present_v;
+    step(K, &a, &s);
 done:
     release_subset(K, sub);
-    free(x); free(h); free(t); free(att); free(logits); free(scores); free(xq); free(src_allowed); free(self_allowed);
+    scratch_free(&s); free(src_allowed); free(self_allowed);
     return status;
 }
 
+/* --- mtserve.fused.FusedSearch: the search loop graph's Loop (core/graphs.py SEARCH_LOOP) in one call ---------- */
+
+/* Inputs: max_steps () i64, tokens (k, 1) i64, scores (k, 1) f64, src_mask (1, src) bool, cross_keys_i /
+   cross_values_i (1, heads, src, d_head) per layer, past_keys_i / past_values_i (k, heads, 0, d_head) per layer
+   (empty: read for their shapes only), vocab_ids, then the step operator's weights. Outputs (steps, k) each: ended
+   (bool), ended_beams, ended_scores (f64), going_beams, going_ids, going_scores (f64): export/search_loop.py's
+   scan outputs, computed as its Loop body computes them (the k x 2k candidates' float32 log-probabilities added to
+   their beams' float64 scores, ranked largest first, the lower flat index first among equal totals; EOS among the
+   first k ends a hypothesis; the first k others go on), over a key/value cache written in place: each step writes
+   its column, and the k rows are reordered only when the continuing beams are not 0..k-1. Attribute eos (the end
+   token) besides layers, heads, epsilon. */
+#define SEARCH_HEAD 4
+
+static OrtStatus *search(void *handle, OrtKernelContext *ctx) {
+    kernel *K = handle;
+    size_t count = 0;
+    CHECK(g_api->KernelContext_GetInputCount(ctx, &count));
+    const int64_t L = K->layers, H = K->heads;
+    if (count != weights_start(K) + 3 + WEIGHTS_PER_LAYER * (size_t)L + 6)
+        FAIL(ORT_INVALID_ARGUMENT, "FusedSearch: %zu inputs for %d layers", count, (int)L);
+    tensor max_steps, tokens, start_scores, src_mask, vocab_ids, past0;
+    CHECK(input(ctx, 0, &max_steps));
+    CHECK(input(ctx, 1, &tokens));
+    CHECK(input(ctx, 2, &start_scores));
+    CHECK(input(ctx, 3, &src_mask));
+    CHECK(input(ctx, SEARCH_HEAD + 2 * L, &past0));
+    CHECK(input(ctx, SEARCH_HEAD + 4 * L, &vocab_ids));
+    const int64_t k = tokens.count, limit = max_steps.count == 1 ? *(int64_t *)max_steps.data : -1;
+    if (k < 1 || start_scores.count != k || src_mask.rank != 2 || src_mask.dims[0] < 1 || limit < 0 ||
+        past0.rank != 4 || past0.dims[0] != k || past0.dims[2] != 0)
+        FAIL(ORT_INVALID_ARGUMENT, "FusedSearch: tokens, scores, src_mask, max_steps or the empty past disagree");
+    subset *sub = NULL;
+    CHECK(prepare(K, ctx, &vocab_ids, &sub));
+    const int d = K->d, dh = d / (int)H;
+    if (2 * k > (vocab_ids.count ? vocab_ids.count : K->vocab)) {
+        release_subset(K, sub);
+        FAIL(ORT_INVALID_ARGUMENT, "FusedSearch: %d beams rank more candidates than the vocabulary has", (int)k);
+    }
+    const int64_t width = vocab_ids.count ? vocab_ids.count : K->vocab, top = 2 * k, n_cand = k * top;
+    const int64_t cap = limit < K->max_positions ? limit : K->max_positions, src = src_mask.dims[1];
+    step_args a = {0};
+    a.rows = k; a.cap = cap > 0 ? cap : 1; a.sources = 1; a.src = src; a.group = 1; a.self_stride = 0;
+    a.ids = sub ? vocab_ids.data : NULL;
+    a.out_q = sub ? &sub->q : &K->out;
+    a.width = width; a.k = top;
+    float *cross_k[64], *cross_v[64], *cache_k[2][64] = {{0}}, *cache_v[2][64] = {{0}};
+    int64_t *tok = malloc(k * sizeof(int64_t)), *pos = malloc(k * sizeof(int64_t));
+    int64_t *slots = calloc(k, sizeof(int64_t)), *top_ids = malloc(k * top * sizeof(int64_t));
+    int64_t *best_at = malloc(top * sizeof(int64_t));
+    /* at most cap steps: the search ends at max_steps or fails at the end of the position table */
+    int64_t *out_ended_beams = malloc(a.cap * k * sizeof(int64_t)), *out_going_beams = malloc(a.cap * k * sizeof(int64_t));
+    int64_t *out_going_ids = malloc(a.cap * k * sizeof(int64_t));
+    double *scores = malloc(k * sizeof(double));
+    double *best = malloc(top * sizeof(double)), *out_ended_scores = malloc(a.cap * k * sizeof(double));
+    double *out_going_scores = malloc(a.cap * k * sizeof(double));
+    float *log_probs = malloc(k * width * sizeof(float)), *top_values = malloc(k * top * sizeof(float));
+    uint8_t *ones = malloc(a.cap + 1), *src_allowed = malloc(src + 1), *out_ended = malloc(a.cap * k);
+    scratch s = {0};
+    OrtStatus *status = NULL;
+    int ok = tok && pos && slots && top_ids && best_at && out_ended_beams && out_going_beams && out_going_ids &&
+             scores && best && out_ended_scores && out_going_scores && log_probs && top_values && ones &&
+             src_allowed && out_ended && scratch_alloc(&s, K, k, a.out_q->n, a.cap > src ? a.cap : src);
+    const size_t layer_cache = (size_t)k * H * a.cap * dh;
+    for (int64_t l = 0; ok && l < L; l++)
+        for (int b = 0; b < 2; b++) {
+            cache_k[b][l] = malloc(layer_cache * sizeof(float));
+            cache_v[b][l] = malloc(layer_cache * sizeof(float));
+            ok = ok && cache_k[b][l] && cache_v[b][l];
+        }
+    if (!ok) STOP(ORT_FAIL, "FusedSearch: out of memory");
+    TRY(cross_inputs(K, ctx, SEARCH_HEAD, 1, src, cross_k, cross_v));
+    memcpy(tok, tokens.data, k * sizeof(int64_t));
+    memcpy(scores, start_scores.data, k * sizeof(double));
+    for (int64_t r = 0; r < k; r++)
+        if (tok[r] < 0 || tok[r] >= K->vocab) STOP(ORT_INVALID_ARGUMENT, "FusedSearch: a start token is out of range");
+    memset(ones, 1, a.cap);
+    for (int64_t i = 0; i < src; i++) src_allowed[i] = ((const uint8_t *)src_mask.data)[i] != 0;
+    a.tokens = tok; a.positions = pos; a.slots = slots;
+    a.self_allowed = ones; a.src_allowed = src_allowed;
+    a.cross_k = cross_k; a.cross_v = cross_v;
+    a.log_probs = log_probs; a.top_values = top_values; a.top_ids = top_ids;
+    int cur = 0;
+    int64_t steps = 0, finished = 0;
+    for (int64_t t = 0; t < limit; t++) {
+        if (t >= K->max_positions) STOP(ORT_INVALID_ARGUMENT, "FusedSearch: max_steps is past the position table");
+        for (int64_t r = 0; r < k; r++) pos[r] = t;
+        a.past = t; a.cache_k = cache_k[cur]; a.cache_v = cache_v[cur];
+        step(K, &a, &s);
+        /* the k x 2k candidates' totals, the best 2k in order: larger total first, then lower flat index */
+        int64_t have = 0;
+        for (int64_t j = 0; j < n_cand; j++) {
+            const double v = (double)top_values[j] + scores[j / top];
+            if (have == top && !(v > best[top - 1])) continue;
+            int64_t at = have < top ? have++ : top - 1;
+            while (at > 0 && v > best[at - 1]) { best[at] = best[at - 1]; best_at[at] = best_at[at - 1]; at--; }
+            best[at] = v; best_at[at] = j;
+        }
+        const size_t row = (size_t)steps * k;
+        for (int64_t i = 0; i < k; i++) { /* the first k: EOS among them ends a hypothesis */
+            const int64_t j = best_at[i];
+            out_ended[row + i] = top_ids[j] == K->eos;
+            out_ended_beams[row + i] = j / top;
+            out_ended_scores[row + i] = best[i];
+            finished += top_ids[j] == K->eos;
+        }
+        for (int64_t i = 0, going = 0; i < top && going < k; i++) { /* the first k others go on */
+            const int64_t j = best_at[i];
+            if (top_ids[j] == K->eos) continue;
+            out_going_beams[row + going] = j / top;
+            out_going_ids[row + going] = top_ids[j];
+            out_going_scores[row + going] = best[i];
+            going++;
+        }
+        steps++;
+        if (finished >= k || t + 1 >= limit) break;
+        int same = 1;
+        for (int64_t i = 0; i < k; i++) {
+            tok[i] = out_going_ids[row + i];
+            scores[i] = out_going_scores[row + i];
+            same = same && out_going_beams[row + i] == i;
+        }
+        if (!same) { /* the continuing beams' cache rows, columns 0..t, into the other buffer */
+            const size_t columns = (size_t)(t + 1) * dh * sizeof(float), per_row = (size_t)H * a.cap * dh;
+            for (int64_t l = 0; l < L; l++)
+                for (int64_t i = 0; i < k; i++) {
+                    const int64_t from = out_going_beams[row + i];
+                    for (int64_t hd = 0; hd < H; hd++) {
+                        const size_t to_at = i * per_row + hd * a.cap * dh, from_at = from * per_row + hd * a.cap * dh;
+                        memcpy(cache_k[1 - cur][l] + to_at, cache_k[cur][l] + from_at, columns);
+                        memcpy(cache_v[1 - cur][l] + to_at, cache_v[cur][l] + from_at, columns);
+                    }
+                }
+            cur = 1 - cur;
+        }
+    }
+    {
+        const int64_t dims[2] = {steps, k};
+        void *data[6];
+        for (int i = 0; i < 6; i++) TRY(output(ctx, i, dims, 2, &data[i]));
+        const size_t n = (size_t)steps * k;
+        memcpy(data[0], out_ended, n);
+        memcpy(data[1], out_ended_beams, n * sizeof(int64_t));
+        memcpy(data[2], out_ended_scores, n * sizeof(double));
+        memcpy(data[3], out_going_beams, n * sizeof(int64_t));
+        memcpy(data[4], out_going_ids, n * sizeof(int64_t));
+        memcpy(data[5], out_going_scores, n * sizeof(double));
+    }
+done:
+    release_subset(K, sub);
+    scratch_free(&s);
+    for (int64_t l = 0; l < L; l++)
+        for (int b = 0; b < 2; b++) { free(cache_k[b][l]); free(cache_v[b][l]); }
+    free(tok); free(pos); free(slots); free(top_ids); free(best_at); free(out_ended_beams); free(out_going_beams);
+    free(out_going_ids); free(scores); free(best); free(out_ended_scores); free(out_going_scores);
+    free(log_probs); free(top_values); free(ones); free(src_allowed); free(out_ended);
+    return status;
+}
+#undef STOP
+#undef TRY
+
 /* --- the operator's schema and kernel life --------------------------------------------------------------------- */
 
-static OrtStatus *create_kernel(const OrtCustomOp *op, const OrtApi *api, const OrtKernelInfo *info, void **out) {
-    (void)op;
+static OrtStatus *create_kernel(const OrtApi *api, const OrtKernelInfo *info, const char *name,
+                                int64_t head_inputs, int with_eos, void **out) {
     kernel *k = calloc(1, sizeof(kernel));
-    if (!k) return api->CreateStatus(ORT_FAIL, "FusedDecoderStep: out of memory");
+    if (!k) return api->CreateStatus(ORT_FAIL, "out of memory");
+    k->name = name; k->head_inputs = head_inputs; k->eos = -1;
     OrtStatus *status = api->KernelInfoGetAttribute_int64(info, "layers", &k->layers);
     if (!status) status = api->KernelInfoGetAttribute_int64(info, "heads", &k->heads);
     if (!status) status = api->KernelInfoGetAttribute_float(info, "epsilon", &k->eps);
+    if (!status && with_eos) status = api->KernelInfoGetAttribute_int64(info, "eos", &k->eos);
     if (!status && (k->layers < 1 || k->layers > 64 || k->heads < 1))
-        status = api->CreateStatus(ORT_INVALID_ARGUMENT, "FusedDecoderStep: layers must be 1-64 and heads >= 1");
+        status = api->CreateStatus(ORT_INVALID_ARGUMENT, "layers must be 1-64 and heads >= 1");
     if (status) { free(k); return status; }
     pthread_mutex_init(&k->lock, NULL);
     ip_init();
     *out = k;
     return NULL;
+}
+
+static OrtStatus *create_step(const OrtCustomOp *op, const OrtApi *api, const OrtKernelInfo *info, void **out) {
+    (void)op;
+    return create_kernel(api, info, "FusedDecoderStep", HEAD_INPUTS, 0, out);
+}
+
+static OrtStatus *create_search(const OrtCustomOp *op, const OrtApi *api, const OrtKernelInfo *info, void **out) {
+    (void)op;
+    return create_kernel(api, info, "FusedSearch", SEARCH_HEAD, 1, out);
 }
 
 static void destroy_kernel(void *handle) {
@@ -418,7 +660,8 @@ static void destroy_kernel(void *handle) {
     free(k);
 }
 
-static const char *op_name(const OrtCustomOp *op) { (void)op; return "FusedDecoderStep"; }
+static const char *step_name(const OrtCustomOp *op) { (void)op; return "FusedDecoderStep"; }
+static const char *search_name(const OrtCustomOp *op) { (void)op; return "FusedSearch"; }
 static const char *op_provider(const OrtCustomOp *op) { (void)op; return "CPUExecutionProvider"; }
 static ONNXTensorElementDataType any_type(const OrtCustomOp *op, size_t i) {
     (void)op; (void)i;
@@ -431,48 +674,73 @@ static OrtCustomOpInputOutputCharacteristic variadic(const OrtCustomOp *op, size
 }
 /* outputs typed, so that onnxruntime infers them inside a Loop body: log_probs, top_log_probs, top_ids, then the
    presents (float, variadic) */
-static ONNXTensorElementDataType output_type(const OrtCustomOp *op, size_t i) {
+static ONNXTensorElementDataType step_output_type(const OrtCustomOp *op, size_t i) {
     (void)op;
     return i == 2 ? ONNX_TENSOR_ELEMENT_DATA_TYPE_INT64 : ONNX_TENSOR_ELEMENT_DATA_TYPE_FLOAT;
 }
 static size_t four(const OrtCustomOp *op) { (void)op; return 4; }
-static OrtCustomOpInputOutputCharacteristic output_kind(const OrtCustomOp *op, size_t i) {
+static OrtCustomOpInputOutputCharacteristic step_output_kind(const OrtCustomOp *op, size_t i) {
     (void)op;
     return i < 3 ? INPUT_OUTPUT_REQUIRED : INPUT_OUTPUT_VARIADIC;
+}
+/* ended, ended_beams, ended_scores, going_beams, going_ids, going_scores */
+static ONNXTensorElementDataType search_output_type(const OrtCustomOp *op, size_t i) {
+    (void)op;
+    static const ONNXTensorElementDataType types[6] = {
+        ONNX_TENSOR_ELEMENT_DATA_TYPE_BOOL, ONNX_TENSOR_ELEMENT_DATA_TYPE_INT64, ONNX_TENSOR_ELEMENT_DATA_TYPE_DOUBLE,
+        ONNX_TENSOR_ELEMENT_DATA_TYPE_INT64, ONNX_TENSOR_ELEMENT_DATA_TYPE_INT64, ONNX_TENSOR_ELEMENT_DATA_TYPE_DOUBLE};
+    return i < 6 ? types[i] : ONNX_TENSOR_ELEMENT_DATA_TYPE_UNDEFINED;
+}
+static size_t six(const OrtCustomOp *op) { (void)op; return 6; }
+static OrtCustomOpInputOutputCharacteristic required(const OrtCustomOp *op, size_t i) {
+    (void)op; (void)i;
+    return INPUT_OUTPUT_REQUIRED;
 }
 static OrtMemType default_memory(const OrtCustomOp *op, size_t i) { (void)op; (void)i; return OrtMemTypeDefault; }
 static int min_arity(const OrtCustomOp *op) { (void)op; return 1; }
 static int heterogeneous(const OrtCustomOp *op) { (void)op; return 0; }
 static int homogeneous(const OrtCustomOp *op) { (void)op; return 1; }
 
-static OrtCustomOp fused_op;
+static OrtCustomOp step_op, search_op;
+
+static void describe(OrtCustomOp *op) {
+    memset(op, 0, sizeof *op);
+    op->version = API_VERSION;
+    op->GetExecutionProviderType = op_provider;
+    op->GetInputType = any_type;
+    op->GetInputTypeCount = one;
+    op->KernelDestroy = destroy_kernel;
+    op->GetInputCharacteristic = variadic;
+    op->GetInputMemoryType = default_memory;
+    op->GetVariadicInputMinArity = min_arity;
+    op->GetVariadicInputHomogeneity = heterogeneous;
+    op->GetVariadicOutputMinArity = min_arity;
+    op->GetVariadicOutputHomogeneity = homogeneous;
+}
 
 /* onnxruntime calls this when a session's options register the library (register_custom_ops_library) */
 OrtStatus *ORT_API_CALL RegisterCustomOps(OrtSessionOptions *options, const OrtApiBase *base) {
     const OrtApi *api = base->GetApi(API_VERSION);
-    if (!api) return NULL; /* an onnxruntime older than 1.16 cannot run the operator; it then fails to load graphs */
+    if (!api) return NULL; /* an onnxruntime older than 1.16 cannot run the operators; it then fails to load graphs */
     g_api = api;
-    memset(&fused_op, 0, sizeof fused_op);
-    fused_op.version = API_VERSION;
-    fused_op.GetName = op_name;
-    fused_op.GetExecutionProviderType = op_provider;
-    fused_op.GetInputType = any_type;
-    fused_op.GetInputTypeCount = one;
-    fused_op.GetOutputType = output_type;
-    fused_op.GetOutputTypeCount = four;
-    fused_op.KernelDestroy = destroy_kernel;
-    fused_op.GetInputCharacteristic = variadic;
-    fused_op.GetOutputCharacteristic = output_kind;
-    fused_op.GetInputMemoryType = default_memory;
-    fused_op.GetVariadicInputMinArity = min_arity;
-    fused_op.GetVariadicInputHomogeneity = heterogeneous;
-    fused_op.GetVariadicOutputMinArity = min_arity;
-    fused_op.GetVariadicOutputHomogeneity = homogeneous;
-    fused_op.CreateKernelV2 = create_kernel;
-    fused_op.KernelComputeV2 = compute;
+    describe(&step_op);
+    step_op.GetName = step_name;
+    step_op.GetOutputType = step_output_type;
+    step_op.GetOutputTypeCount = four;
+    step_op.GetOutputCharacteristic = step_output_kind;
+    step_op.CreateKernelV2 = create_step;
+    step_op.KernelComputeV2 = compute;
+    describe(&search_op);
+    search_op.GetName = search_name;
+    search_op.GetOutputType = search_output_type;
+    search_op.GetOutputTypeCount = six;
+    search_op.GetOutputCharacteristic = required;
+    search_op.CreateKernelV2 = create_search;
+    search_op.KernelComputeV2 = search;
     OrtCustomOpDomain *domain = NULL;
     OrtStatus *status = api->CreateCustomOpDomain("mtserve.fused", &domain);
-    if (!status) status = api->CustomOpDomain_Add(domain, &fused_op);
+    if (!status) status = api->CustomOpDomain_Add(domain, &step_op);
+    if (!status) status = api->CustomOpDomain_Add(domain, &search_op);
     if (!status) status = api->AddCustomOpDomain(options, domain);
     return status;
 }

@@ -38,7 +38,7 @@ from service.engine.constrained import Constraint, constrained_beam_search, cons
 from service.engine.constrained_greedy import GREEDY_TERM_TOP_K, constrained_greedy_search
 from service.engine.decoder_cache import decoder_feeds, empty_cache
 from service.engine.device_state import GATHER_GRAPH, DeviceRunner, device_search, wants_device_search
-from service.engine.fused_step import fused_loop_session, fused_step_session
+from service.engine.fused_step import fused_loop_session, fused_search_session, fused_step_session
 from service.engine.no_repeat import NoRepeatNgram
 from service.engine.reorder import ReorderBuffers
 from service.engine.runtime import create_session
@@ -431,8 +431,11 @@ class Engine:
                     providers, settings = self._session_args
                     path = self.bundle.graph(self.variant, self._search_loop_key)
                     session = None
-                    if self.fused_step == "fused":  # the loop's body with the same fused step
-                        session, why = fused_loop_session(path, providers, settings)
+                    if self.fused_step == "fused":  # the whole loop as one fused search, else its body fused
+                        session, why = fused_search_session(path, providers, settings)
+                        if session is None:
+                            log.warning("%s: the search loop is not fused whole: %s", self.bundle.name, why)
+                            session, why = fused_loop_session(path, providers, settings)
                         if session is None:
                             log.warning("%s: the search loop keeps its step graph: %s", self.bundle.name, why)
                     self._search_loop = SearchLoop(session or create_session(path, providers, **settings))

@@ -2,10 +2,11 @@
 
 ``native/fused_step/fused_step_op.c`` computes the step graph's ~150 nodes in one call (u8 x s8 products on AVX-512
 VNNI or AMX tiles, attention over the cache, norms, log-softmax, top-k); ``core/fused_step_graph.py`` rewrites a
-bundle's ``int8.decoder_step_batch.onnx`` into a model of that one node over the same weights, and the search loop
-graph's body likewise. ``fused_step_session`` / ``fused_loop_session`` open them when the library is built (``make
-native``; MT_FUSED_STEP_LIBRARY names another file) and say why not otherwise: the engine then keeps the graphs the
-bundle ships (a fallback, never an error).
+bundle's ``int8.decoder_step_batch.onnx`` into a model of that one node over the same weights, the search loop
+graph's body likewise, and the search loop graph's whole Loop into one search operator (the same step, the Loop
+body's ranking, a cache written in place). ``fused_step_session`` / ``fused_loop_session`` / ``fused_search_session``
+open them when the library is built (``make native``; MT_FUSED_STEP_LIBRARY names another file) and say why not
+otherwise: the engine then keeps the graphs the bundle ships (a fallback, never an error).
 
 It is off by default (MT_FUSED_STEP=true turns it on): its float parts (softmax exponentials, dot-product order) are
 not onnxruntime's bit for bit, so a quantized activation on a rounding edge can round the other way and a hypothesis'
@@ -20,7 +21,7 @@ from pathlib import Path
 
 import onnxruntime as ort
 
-from core.fused_step_graph import NotFused, fused_loop_graph, fused_step_graph
+from core.fused_step_graph import NotFused, fused_loop_graph, fused_search_graph, fused_step_graph
 from service.engine.runtime import create_session
 
 log = logging.getLogger(__name__)
@@ -59,3 +60,9 @@ def fused_step_session(path: Path, providers: str, settings: dict) -> tuple[ort.
 def fused_loop_session(path: Path, providers: str, settings: dict) -> tuple[ort.InferenceSession | None, str]:
     """A session of the search loop graph file ``path`` with its body's step fused, or (None, why not)."""
     return _fused_session(path, fused_loop_graph, providers, settings)
+
+
+def fused_search_session(path: Path, providers: str, settings: dict) -> tuple[ort.InferenceSession | None, str]:
+    """A session of the search loop graph file ``path`` with its whole Loop one fused search operator (the step and
+    the ranking in C over a cache written in place), or (None, why not)."""
+    return _fused_session(path, fused_search_graph, providers, settings)

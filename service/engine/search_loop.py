@@ -40,19 +40,10 @@ class SearchLoop:
         most = len(vocab_ids) if vocab_ids is not None and len(vocab_ids) else self.max_top_k
         return 2 * beam_size <= most
 
-    def search(
-        self,
-        enc: dict[str, np.ndarray],
-        limit: int,
-        beam_size: int = 1,
-        alpha: float = 0.6,
-        n_best: int = 1,
-        vocab_ids: np.ndarray | None = None,
-        no_repeat_ngram_size: int = 0,
-    ) -> list[Hypothesis] | None:
-        """The ``n_best`` best hypotheses of the one source of ``enc`` (run_encoder's outputs), at most ``limit``
-        tokens, ``beam_size`` beams (1: greedy) ranked with length penalty ``alpha``; None when
-        ``no_repeat_ngram_size`` (> 0) would have banned a token this search took (see the module's text)."""
+    def run(
+        self, enc: dict[str, np.ndarray], limit: int, beam_size: int, vocab_ids: np.ndarray | None
+    ) -> list[np.ndarray]:
+        """The graph's back-pointers (SEARCH_LOOP_OUTPUTS, (steps, k) each) for the one source of ``enc``."""
         if not self.serves(beam_size, vocab_ids):
             raise ValueError(f"beam {beam_size} over this vocabulary needs the step-by-step search")
         k = beam_size
@@ -71,8 +62,24 @@ class SearchLoop:
             feeds[f"cross_keys_{i}"], feeds[f"cross_values_{i}"] = keys[i], values[i]
         if self.takes_vocab_ids:  # empty: the whole vocabulary
             feeds[VOCAB_IDS] = vocab_ids if vocab_ids is not None else np.zeros(0, dtype=np.int64)
+        return self.session.run(SEARCH_LOOP_OUTPUTS, feeds)
+
+    def search(
+        self,
+        enc: dict[str, np.ndarray],
+        limit: int,
+        beam_size: int = 1,
+        alpha: float = 0.6,
+        n_best: int = 1,
+        vocab_ids: np.ndarray | None = None,
+        no_repeat_ngram_size: int = 0,
+    ) -> list[Hypothesis] | None:
+        """The ``n_best`` best hypotheses of the one source of ``enc`` (run_encoder's outputs), at most ``limit``
+        tokens, ``beam_size`` beams (1: greedy) ranked with length penalty ``alpha``; None when
+        ``no_repeat_ngram_size`` (> 0) would have banned a token this search took (see the module's text)."""
+        k = beam_size
         ended, ended_beams, ended_scores, beams, ids, going_scores = (
-            a.tolist() for a in self.session.run(SEARCH_LOOP_OUTPUTS, feeds)
+            a.tolist() for a in self.run(enc, limit, beam_size, vocab_ids)
         )
         finished: list[Hypothesis] = []
         history: list[list[int]] = [[] for _ in range(k)]

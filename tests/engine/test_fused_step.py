@@ -20,11 +20,12 @@ import pytest
 from tiny_bundle import cached_tiny_bundle, write_corpus
 
 from core.bundle import load_bundle
-from core.fused_step_graph import NotFused, fused_loop_graph, fused_step_graph
-from core.graphs import step_input_names
+from core.fused_step_graph import NotFused, fused_loop_graph, fused_search_graph, fused_step_graph
+from core.graphs import SEARCH_LOOP_OUTPUTS, step_input_names
 from service.engine import Engine, TranslateOptions
 from service.engine.fused_step import LIBRARY_ENV, fused_step_session
 from service.engine.runtime import create_session
+from service.engine.search_loop import SearchLoop
 
 ROOT = Path(__file__).resolve().parents[2]
 SENTENCES = [
@@ -302,3 +303,30 @@ def test_the_rewritten_graph_keeps_the_interface_and_reads_the_same_weight_file(
     assert [i.name for i in graph.get_inputs()] == step_input_names(bundle.model_config["n_decoder_layers"], 3) + [
         "vocab_ids"
     ]
+
+
+def test_the_fused_search_gives_the_fused_loops_back_pointers(pre_norm_bundle, library):
+    """The whole Loop as one operator (its ranking in C, the cache written in place) = the Loop with its body fused:
+    the same back-pointers, the same float64 scores, with and without the shortlist, greedy and beams."""
+    bundle = load_bundle(pre_norm_bundle)
+    engine = Engine(bundle, "int8", "cpu", search_loop=False)
+    path = bundle.graph("int8", "decoder_loop")
+    loop = SearchLoop(create_session(path, "cpu", model=fused_loop_graph(path), custom_ops=library))
+    search = SearchLoop(create_session(path, "cpu", model=fused_search_graph(path), custom_ops=library))
+    assert [i.name for i in search.session.get_inputs()] == [i.name for i in loop.session.get_inputs()]
+    reordered = 0
+    for sentence in SENTENCES:
+        source = engine.source_ids([sentence])
+        enc = engine.run_encoder(source)
+        for vocab_ids in (engine.shortlist.vocab_ids(source), None):
+            for beam, limit in ((1, 20), (3, 20), (4, 2), (2, 0)):
+                want = loop.run(enc, limit, beam, vocab_ids)
+                got = search.run(enc, limit, beam, vocab_ids)
+                for name, a, b in zip(SEARCH_LOOP_OUTPUTS, want, got, strict=True):
+                    if limit == 0:  # no step: the Loop's scan outputs are (0, 0), the operator's (0, k)
+                        assert a.size == b.size == 0 and a.dtype == b.dtype
+                        continue
+                    assert a.dtype == b.dtype and a.shape == b.shape, (name, a.shape, b.shape)
+                    np.testing.assert_array_equal(a, b, err_msg=f"{name}, beam {beam}, limit {limit}")
+                reordered += int((want[3][:-1] != np.arange(beam)).any()) if len(want[3]) > 1 else 0
+    assert reordered  # some searches moved cache rows between beams
