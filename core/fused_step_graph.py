@@ -20,6 +20,8 @@ from core.graphs import (
     BATCH_STEP_INTERFACE,
     FUSED_STEP_KEY,
     SEARCH_LOOP_OUTPUTS,
+    SOURCE_LIMITS,
+    SOURCE_STEPS,
     VOCAB_IDS,
     step_input_names,
     step_interface,
@@ -210,6 +212,14 @@ def _empty_ids(name: str) -> bytes:
     return _length_delimited(
         5, _key(1, 0) + _encode_varint(0) + _key(2, 0) + _encode_varint(7) + _length_delimited(8, name.encode())
     )
+
+
+def _int64_vector(name: str) -> bytes:
+    """A ValueInfoProto: ``name``, an int64 tensor of shape (sources,) (type 2: tensor_type 1: elem_type 1 = 7,
+    shape 2: dim 1: dim_param 2)."""
+    shape = _length_delimited(1, _length_delimited(2, b"sources"))
+    tensor_type = _key(1, 0) + _encode_varint(7) + _length_delimited(2, shape)
+    return _length_delimited(1, name.encode()) + _length_delimited(2, _length_delimited(1, tensor_type))
 
 
 def _product_inputs(products: dict[str, _Node], weight: str, with_bias: bool) -> list[str]:
@@ -426,10 +436,11 @@ def fused_loop_graph(path: Path) -> bytes:
 
 def fused_search_graph(path: Path) -> bytes:
     """The model's bytes for a search loop graph file ``path`` whose body is an int8 interface-3 step graph, with
-    its Loop replaced by one ``mtserve.fused.FusedSearch`` node: the same inputs and outputs (SEARCH_LOOP_OUTPUTS),
-    the body's step fused and its ranking done in the operator over a key/value cache written in place. Its nodes
-    are that node and the weight-deriving Concats the fused body keeps; its initializers the body's weights they
-    read (the same external regions). Raises NotFused."""
+    its Loop replaced by one ``mtserve.fused.FusedSearch`` node that searches a batch of sources: the loop graph's
+    inputs and outputs (SEARCH_LOOP_OUTPUTS) for sources * k rows, plus SOURCE_LIMITS and SOURCE_STEPS
+    (core/graphs.py); the body's step fused and its ranking done in the operator over a key/value cache written in
+    place. Its nodes are that node and the weight-deriving Concats the fused body keeps; its initializers the body's
+    weights they read (the same external regions). Raises NotFused."""
     model, graph, inputs, _ = _model_parts(path)
     layers = sum(name.startswith("cross_keys_") for name in inputs)
     raw_nodes = _raw_nodes(graph)
@@ -467,11 +478,13 @@ def fused_search_graph(path: Path) -> bytes:
     ]
     cache = [f"{kind}_{i}" for i in range(layers) for kind in ("cross_keys", "cross_values")]
     cache += [f"{kind}_{i}" for i in range(layers) for kind in ("past_keys", "past_values")]
-    search_inputs = ["max_steps", "tokens", "scores", "src_mask", *cache, VOCAB_IDS if has_vocab_ids else NO_VOCAB_IDS]
+    search_inputs = ["max_steps", "tokens", "scores", "src_mask", SOURCE_LIMITS, *cache]
+    search_inputs.append(VOCAB_IDS if has_vocab_ids else NO_VOCAB_IDS)
+    outputs = [*SEARCH_LOOP_OUTPUTS, SOURCE_STEPS]
     search = _node_bytes(
         SEARCH_OP_TYPE,
         search_inputs + weights,
-        SEARCH_LOOP_OUTPUTS,
+        outputs,
         DOMAIN,
         layers=layers,
         heads=int(step.attributes["heads"]),
@@ -479,8 +492,9 @@ def fused_search_graph(path: Path) -> bytes:
         eos=EOS_ID,
     )
     order = [(sorted(_needs(node)), node.outputs, raw) for node, raw in kept]
-    order.append((search_inputs + weights, SEARCH_LOOP_OUTPUTS, search))
+    order.append((search_inputs + weights, outputs, search))
     rest = b"".join(f for number, f in _raw_fields(graph) if number in (2, 11, 12))
+    rest += _length_delimited(11, _int64_vector(SOURCE_LIMITS)) + _length_delimited(12, _int64_vector(SOURCE_STEPS))
     empty = b"" if has_vocab_ids else _empty_ids(NO_VOCAB_IDS)
     return _with_graph(model, _topological(order) + rest + b"".join(initializers) + empty)
 

@@ -137,6 +137,12 @@ def step_graph_keys(graphs: Mapping[str, object]) -> tuple[str, str] | None:
 # carry it beside the step graphs (same weights file regions); older ones search in Python.
 SEARCH_LOOP = "decoder_loop"
 SEARCH_LOOP_OUTPUTS = ["ended", "ended_beams", "ended_scores", "going_beams", "going_ids", "going_scores"]
+# The fused search graph (core/fused_step_graph.py ``fused_search_graph``) searches a batch of sources in one call:
+# besides the loop graph's inputs (tokens, scores and past of sources * k rows, src_mask and cross keys/values of
+# the sources) it takes ``source_limits`` (sources,) int64, each source's max_steps, and besides its outputs (steps,
+# sources * k) it gives ``source_steps`` (sources,) int64: how many of those rows are each source's own.
+SOURCE_LIMITS = "source_limits"
+SOURCE_STEPS = "source_steps"
 
 
 # A step graph rewritten for the lexical shortlist (export/vocab_subset.py, issue 33) takes one more input,

@@ -26,7 +26,9 @@
    graph. Weights are packed on the first run (a mutex guards it); a vocabulary subset's columns are packed once and
    kept while the next runs ask for the same ids (a search asks for one subset at every step). */
 #include <pthread.h>
+#include <stddef.h>
 #include <stdio.h>
+#include <sys/mman.h>
 
 #include "int8_products.h"
 #include "vector_math.h"
@@ -217,14 +219,17 @@ static void layer_norm(const float *x, const float *g, const float *b, float *y,
     for (int i = 0; i < d; i++) y[i] = (x[i] - mean) / denominator * g[i] + b[i];
 }
 
-/* softmax(q . k_t * scale over the allowed t) . v for one head; keys/values (len, dh) */
-static void attend(const float *q, const float *k, const float *v, const uint8_t *allowed, int len, int dh,
-                   float *out, float *scores) {
+/* softmax(q . k_t * scale over the allowed t) . v for one head; keys/values (len, dh) at k, v, except that with
+   `from` (not NULL) column t is row from[t]'s: at k + (from[t] - row) * row_stride + t * dh (the search's cache
+   written in place, service/engine: a beam's past columns stay in the rows of the beams that computed them) */
+static void attend(const float *q, const float *k, const float *v, const int32_t *from, int row, size_t row_stride,
+                   const uint8_t *allowed, int len, int dh, float *out, float *scores) {
     const float scale = 1.0f / sqrtf((float)dh);
     float top = -INFINITY, sum = 0.0f;
+#define AT(t) ((from ? (ptrdiff_t)(from[t] - row) * (ptrdiff_t)row_stride : 0) + (ptrdiff_t)(t) * dh)
     for (int t = 0; t < len; t++) {
         if (!allowed[t]) continue;
-        scores[t] = vm_dot(q, k + (size_t)t * dh, dh) * scale;
+        scores[t] = vm_dot(q, k + AT(t), dh) * scale;
         if (scores[t] > top) top = scores[t];
     }
     for (int t = 0; t < len; t++)
@@ -233,8 +238,10 @@ static void attend(const float *q, const float *k, const float *v, const uint8_t
     for (int t = 0; t < len; t++) {
         if (!allowed[t]) continue;
         const float p = scores[t] / sum;
-        for (int i = 0; i < dh; i++) out[i] += p * v[(size_t)t * dh + i];
+        const float *vt = v + AT(t);
+        for (int i = 0; i < dh; i++) out[i] += p * vt[i];
     }
+#undef AT
 }
 
 /* one step's working memory, for at most `rows` rows, `width` output columns and `len` attended positions */
@@ -261,10 +268,13 @@ static int scratch_alloc(scratch *s, const kernel *K, int64_t rows, int64_t widt
 /* what one step reads and writes. The cache of layer l holds `cap` columns per (row, head): columns 0..past-1 are
    the past, this step writes the new key/value at column `past` and attends over past + 1 columns. Row r attends
    to source slots[r] / group where src_allowed allows, and to its own columns where self_allowed[r * self_stride
-   + c] does. */
+   + c] does. With `rows_at`, computed row r is the cache's row rows_at[r] (else row r), and with `from`, that row
+   reads column c from the cache's row from[rows_at[r] * cap + c] (else its own). */
 typedef struct {
     int64_t rows, past, cap, sources, src, group, self_stride, width, k;
     const int64_t *tokens, *positions, *slots, *ids; /* ids: the subset's vocabulary ids, NULL: the whole one */
+    const int64_t *rows_at;
+    const int32_t *from;
     const uint8_t *self_allowed, *src_allowed;
     float **cross_k, **cross_v, **cache_k, **cache_v;
     const qlinear *out_q;
@@ -288,12 +298,14 @@ static void step(const kernel *K, const step_args *a, scratch *s) {
         for (int64_t r = 0; r < rows; r++) {
             float *qkv = t + r * W;
             for (int i = 0; i < 3 * d; i++) qkv[i] += P->qkv_bias[i];
+            const int64_t row = a->rows_at ? a->rows_at[r] : r;
+            const int32_t *from = a->from ? a->from + row * a->cap : NULL;
             for (int64_t hd = 0; hd < H; hd++) {
-                float *ck = a->cache_k[l] + (r * H + hd) * stride, *cv = a->cache_v[l] + (r * H + hd) * stride;
+                float *ck = a->cache_k[l] + (row * H + hd) * stride, *cv = a->cache_v[l] + (row * H + hd) * stride;
                 memcpy(ck + past * dh, qkv + d + hd * dh, dh * sizeof(float));
                 memcpy(cv + past * dh, qkv + 2 * d + hd * dh, dh * sizeof(float));
-                attend(qkv + hd * dh, ck, cv, a->self_allowed + r * a->self_stride, (int)past + 1, dh,
-                       att + r * d + hd * dh, s->scores);
+                attend(qkv + hd * dh, ck, cv, from, (int)row, H * stride, a->self_allowed + r * a->self_stride,
+                       (int)past + 1, dh, att + r * d + hd * dh, s->scores);
             }
         }
         ip_product(&P->self_out, att, d, d, h, d, (int)rows, s->xq);
@@ -304,8 +316,8 @@ static void step(const kernel *K, const step_args *a, scratch *s) {
             const int64_t src = a->src, source = a->slots[r] / a->group;
             for (int64_t hd = 0; hd < H; hd++) {
                 const size_t at = (size_t)((source * H + hd) * src * dh);
-                attend(t + r * W + hd * dh, a->cross_k[l] + at, a->cross_v[l] + at, a->src_allowed + source * src,
-                       (int)src, dh, att + r * d + hd * dh, s->scores);
+                attend(t + r * W + hd * dh, a->cross_k[l] + at, a->cross_v[l] + at, NULL, 0, 0,
+                       a->src_allowed + source * src, (int)src, dh, att + r * d + hd * dh, s->scores);
             }
         }
         ip_product(&P->cross_out, att, d, d, h, d, (int)rows, s->xq);
@@ -454,18 +466,25 @@ done:
     return status;
 }
 
-/* --- mtserve.fused.FusedSearch: the search loop graph's Loop (core/graphs.py SEARCH_LOOP) in one call ---------- */
+/* --- mtserve.fused.FusedSearch: the search loop graph's Loop (core/graphs.py SEARCH_LOOP), for a batch ------- */
 
-/* Inputs: max_steps () i64, tokens (k, 1) i64, scores (k, 1) f64, src_mask (1, src) bool, cross_keys_i /
-   cross_values_i (1, heads, src, d_head) per layer, past_keys_i / past_values_i (k, heads, 0, d_head) per layer
-   (empty: read for their shapes only), vocab_ids, then the step operator's weights. Outputs (steps, k) each: ended
-   (bool), ended_beams, ended_scores (f64), going_beams, going_ids, going_scores (f64): export/search_loop.py's
-   scan outputs, computed as its Loop body computes them (the k x 2k candidates' float32 log-probabilities added to
-   their beams' float64 scores, ranked largest first, the lower flat index first among equal totals; EOS among the
-   first k ends a hypothesis; the first k others go on), over a key/value cache written in place: each step writes
-   its column, and the k rows are reordered only when the continuing beams are not 0..k-1. Attribute eos (the end
-   token) besides layers, heads, epsilon. */
-#define SEARCH_HEAD 4
+/* Inputs: max_steps () i64, tokens (sources * k, 1) i64 (BOS), scores (sources * k, 1) f64, src_mask (sources, src)
+   bool, source_limits (sources) i64, cross_keys_i / cross_values_i (sources, heads, src, d_head) per layer,
+   past_keys_i / past_values_i (sources * k, heads, 0, d_head) per layer (empty: read for their shapes only),
+   vocab_ids, then the step operator's weights. Rows s * k .. s * k + k - 1 are source s's k beams.
+   Outputs (steps, sources * k) each: ended (bool), ended_beams, ended_scores (f64), going_beams, going_ids,
+   going_scores (f64), and source_steps (sources) i64. Source s runs source_steps[s] steps; its columns of the
+   first source_steps[s] rows are export/search_loop.py's scan outputs for it alone, computed as its Loop body
+   computes them (the k x 2k candidates' float32 log-probabilities added to their beams' float64 scores, ranked
+   largest first, the lower flat index first among equal totals; EOS among the first k ends a hypothesis; the first
+   k others go on; beams numbered 0..k-1 within the source), until k hypotheses have ended or min(max_steps,
+   source_limits[s]) steps; the rows after that are filler. Each row's arithmetic is its own, so a source's
+   answer does not depend on the others in the batch.
+   The key/value cache is written in place: at step t row i writes its column t in its own cache row and never
+   moves it; a beam that goes on from row j inherits row j's list of where its columns are (`from`), so no cache is
+   copied between steps. The cache is one anonymous mapping of the longest limit, touched only as far as the steps
+   go. Attribute eos (the end token) besides layers, heads, epsilon. */
+#define SEARCH_HEAD 5
 
 static OrtStatus *search(void *handle, OrtKernelContext *ctx) {
     kernel *K = handle;
@@ -474,17 +493,26 @@ static OrtStatus *search(void *handle, OrtKernelContext *ctx) {
     const int64_t L = K->layers, H = K->heads;
     if (count != weights_start(K) + 3 + WEIGHTS_PER_LAYER * (size_t)L + 6)
         FAIL(ORT_INVALID_ARGUMENT, "FusedSearch: %zu inputs for %d layers", count, (int)L);
-    tensor max_steps, tokens, start_scores, src_mask, vocab_ids, past0;
+    tensor max_steps, tokens, start_scores, src_mask, source_limits, vocab_ids, past0;
     CHECK(input(ctx, 0, &max_steps));
     CHECK(input(ctx, 1, &tokens));
     CHECK(input(ctx, 2, &start_scores));
     CHECK(input(ctx, 3, &src_mask));
+    CHECK(input(ctx, 4, &source_limits));
     CHECK(input(ctx, SEARCH_HEAD + 2 * L, &past0));
     CHECK(input(ctx, SEARCH_HEAD + 4 * L, &vocab_ids));
-    const int64_t k = tokens.count, limit = max_steps.count == 1 ? *(int64_t *)max_steps.data : -1;
-    if (k < 1 || start_scores.count != k || src_mask.rank != 2 || src_mask.dims[0] < 1 || limit < 0 ||
-        past0.rank != 4 || past0.dims[0] != k || past0.dims[2] != 0)
-        FAIL(ORT_INVALID_ARGUMENT, "FusedSearch: tokens, scores, src_mask, max_steps or the empty past disagree");
+    const int64_t B = src_mask.rank == 2 ? src_mask.dims[0] : 0, rows = tokens.count, k = B ? rows / B : 0;
+    const int64_t most = max_steps.count == 1 ? *(int64_t *)max_steps.data : -1;
+    if (B < 1 || k < 1 || k * B != rows || start_scores.count != rows || source_limits.count != B || most < 0 ||
+        past0.rank != 4 || past0.dims[0] != rows || past0.dims[2] != 0)
+        FAIL(ORT_INVALID_ARGUMENT, "FusedSearch: tokens, scores, src_mask, limits, max_steps or the past disagree");
+    const int64_t *limits = source_limits.data;
+    int64_t longest = 0;
+    for (int64_t b = 0; b < B; b++) {
+        const int64_t limit = limits[b] < most ? limits[b] : most;
+        if (limit < 0) FAIL(ORT_INVALID_ARGUMENT, "FusedSearch: a negative source limit");
+        longest = limit > longest ? limit : longest;
+    }
     subset *sub = NULL;
     CHECK(prepare(K, ctx, &vocab_ids, &sub));
     const int d = K->d, dh = d / (int)H;
@@ -492,123 +520,131 @@ static OrtStatus *search(void *handle, OrtKernelContext *ctx) {
         release_subset(K, sub);
         FAIL(ORT_INVALID_ARGUMENT, "FusedSearch: %d beams rank more candidates than the vocabulary has", (int)k);
     }
-    const int64_t width = vocab_ids.count ? vocab_ids.count : K->vocab, top = 2 * k, n_cand = k * top;
-    const int64_t cap = limit < K->max_positions ? limit : K->max_positions, src = src_mask.dims[1];
+    const int64_t width = vocab_ids.count ? vocab_ids.count : K->vocab, top = 2 * k, src = src_mask.dims[1];
+    /* at most cap steps: a search ends at its limit or fails at the end of the position table */
+    const int64_t cap = (longest < K->max_positions ? longest : K->max_positions) + 1;
     step_args a = {0};
-    a.rows = k; a.cap = cap > 0 ? cap : 1; a.sources = 1; a.src = src; a.group = 1; a.self_stride = 0;
+    a.cap = cap; a.sources = B; a.src = src; a.group = 1; a.self_stride = 0;
     a.ids = sub ? vocab_ids.data : NULL;
     a.out_q = sub ? &sub->q : &K->out;
     a.width = width; a.k = top;
-    float *cross_k[64], *cross_v[64], *cache_k[2][64] = {{0}}, *cache_v[2][64] = {{0}};
-    int64_t *tok = malloc(k * sizeof(int64_t)), *pos = malloc(k * sizeof(int64_t));
-    int64_t *slots = calloc(k, sizeof(int64_t)), *top_ids = malloc(k * top * sizeof(int64_t));
-    int64_t *best_at = malloc(top * sizeof(int64_t));
-    /* at most cap steps: the search ends at max_steps or fails at the end of the position table */
-    int64_t *out_ended_beams = malloc(a.cap * k * sizeof(int64_t)), *out_going_beams = malloc(a.cap * k * sizeof(int64_t));
-    int64_t *out_going_ids = malloc(a.cap * k * sizeof(int64_t));
-    double *scores = malloc(k * sizeof(double));
-    double *best = malloc(top * sizeof(double)), *out_ended_scores = malloc(a.cap * k * sizeof(double));
-    double *out_going_scores = malloc(a.cap * k * sizeof(double));
-    float *log_probs = malloc(k * width * sizeof(float)), *top_values = malloc(k * top * sizeof(float));
-    uint8_t *ones = malloc(a.cap + 1), *src_allowed = malloc(src + 1), *out_ended = malloc(a.cap * k);
+    float *cross_k[64], *cross_v[64], *cache_k[64], *cache_v[64];
+    const size_t layer_floats = (size_t)rows * H * cap * dh, cache_bytes = 2 * L * layer_floats * sizeof(float);
+    float *cache = mmap(NULL, cache_bytes, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+    int64_t *tok = malloc(rows * sizeof(int64_t)), *pos = malloc(rows * sizeof(int64_t));
+    int64_t *slots = malloc(rows * sizeof(int64_t)), *active = malloc(rows * sizeof(int64_t));
+    int64_t *top_ids = malloc(rows * top * sizeof(int64_t)), *best_at = malloc(top * sizeof(int64_t));
+    int64_t *steps_of = calloc(B, sizeof(int64_t)), *finished = calloc(B, sizeof(int64_t));
+    const size_t out_n = (size_t)cap * rows;
+    int64_t *o_ended_beams = calloc(out_n, sizeof(int64_t)), *o_going_beams = calloc(out_n, sizeof(int64_t));
+    int64_t *o_going_ids = calloc(out_n, sizeof(int64_t));
+    double *o_ended_scores = calloc(out_n, sizeof(double)), *o_going_scores = calloc(out_n, sizeof(double));
+    uint8_t *o_ended = calloc(out_n, 1);
+    double *scores = malloc(rows * sizeof(double)), *best = malloc(top * sizeof(double));
+    float *log_probs = malloc(rows * width * sizeof(float)), *top_values = malloc(rows * top * sizeof(float));
+    int32_t *from[2] = {malloc(rows * cap * sizeof(int32_t)), malloc(rows * cap * sizeof(int32_t))};
+    uint8_t *ones = malloc(cap), *src_allowed = malloc(B * src + 1), *going = malloc(B);
     scratch s = {0};
     OrtStatus *status = NULL;
-    int ok = tok && pos && slots && top_ids && best_at && out_ended_beams && out_going_beams && out_going_ids &&
-             scores && best && out_ended_scores && out_going_scores && log_probs && top_values && ones &&
-             src_allowed && out_ended && scratch_alloc(&s, K, k, a.out_q->n, a.cap > src ? a.cap : src);
-    const size_t layer_cache = (size_t)k * H * a.cap * dh;
-    for (int64_t l = 0; ok && l < L; l++)
-        for (int b = 0; b < 2; b++) {
-            cache_k[b][l] = malloc(layer_cache * sizeof(float));
-            cache_v[b][l] = malloc(layer_cache * sizeof(float));
-            ok = ok && cache_k[b][l] && cache_v[b][l];
-        }
-    if (!ok) STOP(ORT_FAIL, "FusedSearch: out of memory");
-    TRY(cross_inputs(K, ctx, SEARCH_HEAD, 1, src, cross_k, cross_v));
-    memcpy(tok, tokens.data, k * sizeof(int64_t));
-    memcpy(scores, start_scores.data, k * sizeof(double));
-    for (int64_t r = 0; r < k; r++)
+    const int ok = cache != MAP_FAILED && tok && pos && slots && active && top_ids && best_at && steps_of &&
+                   finished && o_ended_beams && o_going_beams && o_going_ids && o_ended_scores && o_going_scores &&
+                   o_ended && scores && best && log_probs && top_values && from[0] && from[1] && ones &&
+                   src_allowed && going && scratch_alloc(&s, K, rows, a.out_q->n, cap > src ? cap : src);
+    if (!ok) {
+        if (cache == MAP_FAILED) cache = NULL;
+        STOP(ORT_FAIL, "FusedSearch: out of memory");
+    }
+    for (int64_t l = 0; l < L; l++) {
+        cache_k[l] = cache + 2 * l * layer_floats;
+        cache_v[l] = cache + (2 * l + 1) * layer_floats;
+    }
+    TRY(cross_inputs(K, ctx, SEARCH_HEAD, B, src, cross_k, cross_v));
+    memcpy(tok, tokens.data, rows * sizeof(int64_t));
+    memcpy(scores, start_scores.data, rows * sizeof(double));
+    for (int64_t r = 0; r < rows; r++)
         if (tok[r] < 0 || tok[r] >= K->vocab) STOP(ORT_INVALID_ARGUMENT, "FusedSearch: a start token is out of range");
-    memset(ones, 1, a.cap);
-    for (int64_t i = 0; i < src; i++) src_allowed[i] = ((const uint8_t *)src_mask.data)[i] != 0;
-    a.tokens = tok; a.positions = pos; a.slots = slots;
+    memset(ones, 1, cap);
+    for (int64_t i = 0; i < B * src; i++) src_allowed[i] = ((const uint8_t *)src_mask.data)[i] != 0;
+    for (int64_t b = 0; b < B; b++) going[b] = (limits[b] < most ? limits[b] : most) > 0;
+    a.positions = pos; a.slots = slots; a.rows_at = active;
     a.self_allowed = ones; a.src_allowed = src_allowed;
-    a.cross_k = cross_k; a.cross_v = cross_v;
+    a.cross_k = cross_k; a.cross_v = cross_v; a.cache_k = cache_k; a.cache_v = cache_v;
     a.log_probs = log_probs; a.top_values = top_values; a.top_ids = top_ids;
     int cur = 0;
-    int64_t steps = 0, finished = 0;
-    for (int64_t t = 0; t < limit; t++) {
-        if (t >= K->max_positions) STOP(ORT_INVALID_ARGUMENT, "FusedSearch: max_steps is past the position table");
-        for (int64_t r = 0; r < k; r++) pos[r] = t;
-        a.past = t; a.cache_k = cache_k[cur]; a.cache_v = cache_v[cur];
+    int64_t steps = 0;
+    for (int64_t t = 0;; t++) {
+        int64_t n = 0; /* the rows of the sources still searching, in order */
+        for (int64_t r = 0; r < rows; r++)
+            if (going[r / k]) { active[n] = r; tok[n] = tok[r]; pos[n] = t; slots[n] = r / k; n++; }
+        if (n == 0) break;
+        if (t >= K->max_positions) STOP(ORT_INVALID_ARGUMENT, "FusedSearch: a limit is past the position table");
+        for (int64_t i = 0; i < n; i++) from[cur][active[i] * cap + t] = (int32_t)active[i];
+        a.rows = n; a.past = t; a.tokens = tok; a.from = from[cur];
         step(K, &a, &s);
-        /* the k x 2k candidates' totals, the best 2k in order: larger total first, then lower flat index */
-        int64_t have = 0;
-        for (int64_t j = 0; j < n_cand; j++) {
-            const double v = (double)top_values[j] + scores[j / top];
-            if (have == top && !(v > best[top - 1])) continue;
-            int64_t at = have < top ? have++ : top - 1;
-            while (at > 0 && v > best[at - 1]) { best[at] = best[at - 1]; best_at[at] = best_at[at - 1]; at--; }
-            best[at] = v; best_at[at] = j;
+        steps = t + 1;
+        for (int64_t at = 0; at < n; at += k) { /* one source's k rows */
+            const int64_t b = active[at] / k, first = b * k;
+            const float *values = top_values + at * top;
+            const int64_t *ids = top_ids + at * top;
+            /* the k x 2k candidates' totals, the best 2k in order: larger total first, then lower flat index */
+            int64_t have = 0;
+            for (int64_t j = 0; j < k * top; j++) {
+                const double v = (double)values[j] + scores[first + j / top];
+                if (have == top && !(v > best[top - 1])) continue;
+                int64_t c = have < top ? have++ : top - 1;
+                while (c > 0 && v > best[c - 1]) { best[c] = best[c - 1]; best_at[c] = best_at[c - 1]; c--; }
+                best[c] = v; best_at[c] = j;
+            }
+            const size_t row = (size_t)t * rows + first;
+            for (int64_t i = 0; i < k; i++) { /* the first k: EOS among them ends a hypothesis */
+                const int64_t j = best_at[i];
+                o_ended[row + i] = ids[j] == K->eos;
+                o_ended_beams[row + i] = j / top;
+                o_ended_scores[row + i] = best[i];
+                finished[b] += ids[j] == K->eos;
+            }
+            for (int64_t i = 0, g = 0; i < top && g < k; i++) { /* the first k others go on */
+                const int64_t j = best_at[i];
+                if (ids[j] == K->eos) continue;
+                o_going_beams[row + g] = j / top;
+                o_going_ids[row + g] = ids[j];
+                o_going_scores[row + g] = best[i];
+                g++;
+            }
+            steps_of[b] = t + 1;
+            const int64_t limit = limits[b] < most ? limits[b] : most;
+            if (finished[b] >= k || t + 1 >= limit) { going[b] = 0; continue; }
+            for (int64_t i = 0; i < k; i++) { /* the beams that go on: their tokens, scores, and where their columns are */
+                const int64_t beam = first + o_going_beams[row + i];
+                tok[first + i] = o_going_ids[row + i];
+                scores[first + i] = o_going_scores[row + i];
+                memcpy(from[1 - cur] + (first + i) * cap, from[cur] + beam * cap, (t + 1) * sizeof(int32_t));
+            }
         }
-        const size_t row = (size_t)steps * k;
-        for (int64_t i = 0; i < k; i++) { /* the first k: EOS among them ends a hypothesis */
-            const int64_t j = best_at[i];
-            out_ended[row + i] = top_ids[j] == K->eos;
-            out_ended_beams[row + i] = j / top;
-            out_ended_scores[row + i] = best[i];
-            finished += top_ids[j] == K->eos;
-        }
-        for (int64_t i = 0, going = 0; i < top && going < k; i++) { /* the first k others go on */
-            const int64_t j = best_at[i];
-            if (top_ids[j] == K->eos) continue;
-            out_going_beams[row + going] = j / top;
-            out_going_ids[row + going] = top_ids[j];
-            out_going_scores[row + going] = best[i];
-            going++;
-        }
-        steps++;
-        if (finished >= k || t + 1 >= limit) break;
-        int same = 1;
-        for (int64_t i = 0; i < k; i++) {
-            tok[i] = out_going_ids[row + i];
-            scores[i] = out_going_scores[row + i];
-            same = same && out_going_beams[row + i] == i;
-        }
-        if (!same) { /* the continuing beams' cache rows, columns 0..t, into the other buffer */
-            const size_t columns = (size_t)(t + 1) * dh * sizeof(float), per_row = (size_t)H * a.cap * dh;
-            for (int64_t l = 0; l < L; l++)
-                for (int64_t i = 0; i < k; i++) {
-                    const int64_t from = out_going_beams[row + i];
-                    for (int64_t hd = 0; hd < H; hd++) {
-                        const size_t to_at = i * per_row + hd * a.cap * dh, from_at = from * per_row + hd * a.cap * dh;
-                        memcpy(cache_k[1 - cur][l] + to_at, cache_k[cur][l] + from_at, columns);
-                        memcpy(cache_v[1 - cur][l] + to_at, cache_v[cur][l] + from_at, columns);
-                    }
-                }
-            cur = 1 - cur;
-        }
+        cur = 1 - cur; /* tok and scores are back in row order (going sources' rows), `from` in the other buffer */
     }
     {
-        const int64_t dims[2] = {steps, k};
-        void *data[6];
+        const int64_t dims[2] = {steps, rows}, source_dims[1] = {B};
+        void *data[7];
         for (int i = 0; i < 6; i++) TRY(output(ctx, i, dims, 2, &data[i]));
-        const size_t n = (size_t)steps * k;
-        memcpy(data[0], out_ended, n);
-        memcpy(data[1], out_ended_beams, n * sizeof(int64_t));
-        memcpy(data[2], out_ended_scores, n * sizeof(double));
-        memcpy(data[3], out_going_beams, n * sizeof(int64_t));
-        memcpy(data[4], out_going_ids, n * sizeof(int64_t));
-        memcpy(data[5], out_going_scores, n * sizeof(double));
+        TRY(output(ctx, 6, source_dims, 1, &data[6]));
+        const size_t n = (size_t)steps * rows;
+        memcpy(data[0], o_ended, n);
+        memcpy(data[1], o_ended_beams, n * sizeof(int64_t));
+        memcpy(data[2], o_ended_scores, n * sizeof(double));
+        memcpy(data[3], o_going_beams, n * sizeof(int64_t));
+        memcpy(data[4], o_going_ids, n * sizeof(int64_t));
+        memcpy(data[5], o_going_scores, n * sizeof(double));
+        memcpy(data[6], steps_of, B * sizeof(int64_t));
     }
 done:
     release_subset(K, sub);
     scratch_free(&s);
-    for (int64_t l = 0; l < L; l++)
-        for (int b = 0; b < 2; b++) { free(cache_k[b][l]); free(cache_v[b][l]); }
-    free(tok); free(pos); free(slots); free(top_ids); free(best_at); free(out_ended_beams); free(out_going_beams);
-    free(out_going_ids); free(scores); free(best); free(out_ended_scores); free(out_going_scores);
-    free(log_probs); free(top_values); free(ones); free(src_allowed); free(out_ended);
+    if (cache && cache != MAP_FAILED) munmap(cache, cache_bytes);
+    free(tok); free(pos); free(slots); free(active); free(top_ids); free(best_at); free(steps_of); free(finished);
+    free(o_ended_beams); free(o_going_beams); free(o_going_ids); free(o_ended_scores); free(o_going_scores);
+    free(o_ended); free(scores); free(best); free(log_probs); free(top_values); free(from[0]); free(from[1]);
+    free(ones); free(src_allowed); free(going);
     return status;
 }
 #undef STOP
@@ -683,15 +719,16 @@ static OrtCustomOpInputOutputCharacteristic step_output_kind(const OrtCustomOp *
     (void)op;
     return i < 3 ? INPUT_OUTPUT_REQUIRED : INPUT_OUTPUT_VARIADIC;
 }
-/* ended, ended_beams, ended_scores, going_beams, going_ids, going_scores */
+/* ended, ended_beams, ended_scores, going_beams, going_ids, going_scores, source_steps */
 static ONNXTensorElementDataType search_output_type(const OrtCustomOp *op, size_t i) {
     (void)op;
-    static const ONNXTensorElementDataType types[6] = {
+    static const ONNXTensorElementDataType types[7] = {
         ONNX_TENSOR_ELEMENT_DATA_TYPE_BOOL, ONNX_TENSOR_ELEMENT_DATA_TYPE_INT64, ONNX_TENSOR_ELEMENT_DATA_TYPE_DOUBLE,
-        ONNX_TENSOR_ELEMENT_DATA_TYPE_INT64, ONNX_TENSOR_ELEMENT_DATA_TYPE_INT64, ONNX_TENSOR_ELEMENT_DATA_TYPE_DOUBLE};
-    return i < 6 ? types[i] : ONNX_TENSOR_ELEMENT_DATA_TYPE_UNDEFINED;
+        ONNX_TENSOR_ELEMENT_DATA_TYPE_INT64, ONNX_TENSOR_ELEMENT_DATA_TYPE_INT64, ONNX_TENSOR_ELEMENT_DATA_TYPE_DOUBLE,
+        ONNX_TENSOR_ELEMENT_DATA_TYPE_INT64};
+    return i < 7 ? types[i] : ONNX_TENSOR_ELEMENT_DATA_TYPE_UNDEFINED;
 }
-static size_t six(const OrtCustomOp *op) { (void)op; return 6; }
+static size_t seven(const OrtCustomOp *op) { (void)op; return 7; }
 static OrtCustomOpInputOutputCharacteristic required(const OrtCustomOp *op, size_t i) {
     (void)op; (void)i;
     return INPUT_OUTPUT_REQUIRED;
@@ -733,7 +770,7 @@ OrtStatus *ORT_API_CALL RegisterCustomOps(OrtSessionOptions *options, const OrtA
     describe(&search_op);
     search_op.GetName = search_name;
     search_op.GetOutputType = search_output_type;
-    search_op.GetOutputTypeCount = six;
+    search_op.GetOutputTypeCount = seven;
     search_op.GetOutputCharacteristic = required;
     search_op.CreateKernelV2 = create_search;
     search_op.KernelComputeV2 = search;

@@ -680,22 +680,35 @@ class Engine:
         limits = length_limits([len(s) for s in sources], self.max_source_tokens, options.max_length)
         k = options.beam_size
         session, lean = (self.step_decoder, True) if self.step_decoder is not None else (self.decoder, False)
-        keys, values, mask = enc["cross_keys"], enc["cross_values"], enc["src_mask"]
         vocab = {"vocab_ids": self.vocab_subset(sources, options) if lean else None, "vocab_size": self.vocab_size}
         block = options.no_repeat_ngram_size
-        if len(sources) == 1 and lean:
-            loop = self.search_loop
-            if loop is not None and loop.serves(k, vocab["vocab_ids"]):
-                args = (limits[0], k, options.length_penalty, options.num_hypotheses, vocab["vocab_ids"], block or 0)
-                found = loop.search(enc, *args)
-                # with the block: None when the unblocked search took a token the block bans; searched again step
-                # by step with the block (search_loop.py says why the other answers are the blocked search's own)
-                if found is not None:
-                    return [found]
+        loop = self.search_loop if lean else None
+        if loop is not None and (len(sources) == 1 or loop.batched) and loop.serves(k, vocab["vocab_ids"]):
+            args = (k, options.length_penalty, options.num_hypotheses, vocab["vocab_ids"], block or 0)
+            # the fused search takes the whole batch in one call, each source as it would be alone
+            found = loop.search_batch(enc, limits, *args) if loop.batched else [loop.search(enc, limits[0], *args)]
+            # with the block: None when the unblocked search took a token the block bans; searched again step by
+            # step with the block (search_loop.py says why the other answers are the blocked search's own)
+            again = [i for i, hypotheses in enumerate(found) if hypotheses is None]
+            if again:
+                some = {name: enc[name][:, again] for name in ("cross_keys", "cross_values")}
+                some["src_mask"] = enc["src_mask"][again]
+                redone = self._step_search(some, [limits[i] for i in again], options, session, lean, vocab)
+                for i, hypotheses in zip(again, redone, strict=True):
+                    found[i] = hypotheses
+            return found
+        return self._step_search(enc, limits, options, session, lean, vocab)
+
+    def _step_search(
+        self, enc: dict[str, np.ndarray], limits: list[int], options: TranslateOptions, session, lean: bool, vocab
+    ) -> list[list[Hypothesis]]:
+        """The search step by step in Python (service/engine/search.py), one step session call per step."""
+        k = options.beam_size
+        keys, values, mask = enc["cross_keys"], enc["cross_values"], enc["src_mask"]
         if k == 1:
             state = _DecoderState(session, keys, values, mask, lean, **vocab)
             return [[h] for h in greedy_search(_guarded(state, options), limits, BOS_ID, EOS_ID)]
-        rows = np.repeat(np.arange(len(sources)), k)
+        rows = np.repeat(np.arange(len(limits)), k)
         state = _DecoderState(session, keys, values, mask, lean, row_sources=rows, top_k=2 * k, **vocab)
         step = _guarded(state, options)
         return beam_search(step, limits, BOS_ID, EOS_ID, k, options.length_penalty, options.num_hypotheses)

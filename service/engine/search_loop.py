@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from core.graphs import MAX_TOP_K_KEY, SEARCH_LOOP_OUTPUTS, VOCAB_IDS
+from core.graphs import MAX_TOP_K_KEY, SEARCH_LOOP_OUTPUTS, SOURCE_LIMITS, SOURCE_STEPS, VOCAB_IDS
 from core.search import Hypothesis
 from core.tokenizer import BOS_ID
 from service.engine.no_repeat import NgramHistory, follow
@@ -29,6 +29,7 @@ class SearchLoop:
         names = [i.name for i in session.get_inputs()]
         self.n_layers = sum(1 for n in names if n.startswith("past_keys_"))
         self.takes_vocab_ids = VOCAB_IDS in names
+        self.batched = SOURCE_LIMITS in names  # the fused search graph: a batch of sources in one call
         self.max_top_k = int(session.get_modelmeta().custom_metadata_map.get(MAX_TOP_K_KEY, 1 << 30))
 
     def serves(self, beam_size: int, vocab_ids: np.ndarray | None) -> bool:
@@ -44,25 +45,35 @@ class SearchLoop:
         self, enc: dict[str, np.ndarray], limit: int, beam_size: int, vocab_ids: np.ndarray | None
     ) -> list[np.ndarray]:
         """The graph's back-pointers (SEARCH_LOOP_OUTPUTS, (steps, k) each) for the one source of ``enc``."""
+        return self._run(enc, [limit], beam_size, vocab_ids)[: len(SEARCH_LOOP_OUTPUTS)]
+
+    def _run(
+        self, enc: dict[str, np.ndarray], limits: list[int], beam_size: int, vocab_ids: np.ndarray | None
+    ) -> list[np.ndarray]:
         if not self.serves(beam_size, vocab_ids):
             raise ValueError(f"beam {beam_size} over this vocabulary needs the step-by-step search")
-        k = beam_size
-        keys, values = enc["cross_keys"], enc["cross_values"]  # (layers, 1, heads, src, d_head)
-        empty = np.zeros((k, keys.shape[2], 0, keys.shape[4]), dtype=keys.dtype)
-        scores = np.full((k, 1), -np.inf, dtype=np.float64)
-        scores[0] = 0.0  # identical start beams: keep one alive
+        k, sources = beam_size, len(limits)
+        keys, values = enc["cross_keys"], enc["cross_values"]  # (layers, sources, heads, src, d_head)
+        if keys.shape[1] != sources or (sources > 1 and not self.batched):
+            raise ValueError(f"{sources} limits for {keys.shape[1]} sources (a loop graph searches one)")
+        empty = np.zeros((sources * k, keys.shape[2], 0, keys.shape[4]), dtype=keys.dtype)
+        scores = np.full((sources, k), -np.inf, dtype=np.float64)
+        scores[:, 0] = 0.0  # identical start beams: keep one alive
         feeds = {
-            "max_steps": np.array(limit, dtype=np.int64),
-            "tokens": np.full((k, 1), BOS_ID, dtype=np.int64),
-            "scores": scores,
+            "max_steps": np.array(max(limits), dtype=np.int64),
+            "tokens": np.full((sources * k, 1), BOS_ID, dtype=np.int64),
+            "scores": scores.reshape(-1, 1),
             "src_mask": enc["src_mask"],
         }
+        if self.batched:
+            feeds[SOURCE_LIMITS] = np.asarray(limits, dtype=np.int64)
         for i in range(self.n_layers):
             feeds[f"past_keys_{i}"] = feeds[f"past_values_{i}"] = empty
             feeds[f"cross_keys_{i}"], feeds[f"cross_values_{i}"] = keys[i], values[i]
         if self.takes_vocab_ids:  # empty: the whole vocabulary
             feeds[VOCAB_IDS] = vocab_ids if vocab_ids is not None else np.zeros(0, dtype=np.int64)
-        return self.session.run(SEARCH_LOOP_OUTPUTS, feeds)
+        outputs = SEARCH_LOOP_OUTPUTS + ([SOURCE_STEPS] if self.batched else [])
+        return self.session.run(outputs, feeds)
 
     def search(
         self,
@@ -77,34 +88,60 @@ class SearchLoop:
         """The ``n_best`` best hypotheses of the one source of ``enc`` (run_encoder's outputs), at most ``limit``
         tokens, ``beam_size`` beams (1: greedy) ranked with length penalty ``alpha``; None when
         ``no_repeat_ngram_size`` (> 0) would have banned a token this search took (see the module's text)."""
+        pointers = [a.tolist() for a in self.run(enc, limit, beam_size, vocab_ids)]
+        return _hypotheses(pointers, limit, beam_size, alpha, n_best, no_repeat_ngram_size)
+
+    def search_batch(
+        self,
+        enc: dict[str, np.ndarray],
+        limits: list[int],
+        beam_size: int = 1,
+        alpha: float = 0.6,
+        n_best: int = 1,
+        vocab_ids: np.ndarray | None = None,
+        no_repeat_ngram_size: int = 0,
+    ) -> list[list[Hypothesis] | None]:
+        """``search`` for each source of ``enc`` (limits[i]: source i's), all in one call of a batched graph
+        (``self.batched``); each source's answer is the one ``search`` gives it alone over the same ``vocab_ids``."""
         k = beam_size
-        ended, ended_beams, ended_scores, beams, ids, going_scores = (
-            a.tolist() for a in self.run(enc, limit, beam_size, vocab_ids)
-        )
-        finished: list[Hypothesis] = []
-        history: list[list[int]] = [[] for _ in range(k)]
-        grams = [NgramHistory(no_repeat_ngram_size) for _ in range(k)] if no_repeat_ngram_size else None
-        for t in range(len(ended)):  # as _beam_one, from the loop's back-pointers
-            # a beam that goes on completes an n-gram its hypothesis holds: refused
-            if grams is not None and any(token in grams[b].banned() for b, token in zip(beams[t], ids[t], strict=True)):
-                return None
-            for flag, beam, score in zip(ended[t], ended_beams[t], ended_scores[t], strict=True):
-                if flag:
-                    finished.append(Hypothesis.beam(history[beam][:], score, t + 1, alpha))
-            if len(finished) >= k:
-                break
-            if t + 1 >= limit:  # length limit: the live hypotheses end as they are
-                for beam, token, score in zip(beams[t], ids[t], going_scores[t], strict=True):
-                    seq = [*history[beam], token]
-                    finished.append(Hypothesis.beam(seq, score, len(seq), alpha))
-                break
-            if grams is None:
-                history = [[*history[beam], token] for beam, token in zip(beams[t], ids[t], strict=True)]
-            else:  # the block's rows hold the tokens too: one copy of each hypothesis
-                grams = follow(grams, beams[t])
-                for row, token in zip(grams, ids[t], strict=True):
-                    row.append(token)
-                history = [row.tokens for row in grams]
-        if k == 1:  # greedy: ranked by the score itself
-            return [Hypothesis(h.tokens, h.score, h.score) for h in finished[:1]]
-        return sorted(finished, key=lambda h: -h.normalized)[:n_best]
+        *arrays, steps = self._run(enc, limits, k, vocab_ids)
+        found = []
+        for i, (limit, n) in enumerate(zip(limits, steps.tolist(), strict=True)):
+            pointers = [a[:n, i * k : (i + 1) * k].tolist() for a in arrays]
+            found.append(_hypotheses(pointers, limit, k, alpha, n_best, no_repeat_ngram_size))
+        return found
+
+
+def _hypotheses(
+    pointers: list[list[list]], limit: int, k: int, alpha: float, n_best: int, no_repeat_ngram_size: int
+) -> list[Hypothesis] | None:
+    """One source's hypotheses from its back-pointers (SEARCH_LOOP_OUTPUTS as lists, steps x k), as ``_beam_one``
+    builds them; None when the n-gram block would have banned a token the search took."""
+    ended, ended_beams, ended_scores, beams, ids, going_scores = pointers
+    finished: list[Hypothesis] = []
+    history: list[list[int]] = [[] for _ in range(k)]
+    grams = [NgramHistory(no_repeat_ngram_size) for _ in range(k)] if no_repeat_ngram_size else None
+    for t in range(len(ended)):  # as _beam_one, from the loop's back-pointers
+        # a beam that goes on completes an n-gram its hypothesis holds: refused
+        if grams is not None and any(token in grams[b].banned() for b, token in zip(beams[t], ids[t], strict=True)):
+            return None
+        for flag, beam, score in zip(ended[t], ended_beams[t], ended_scores[t], strict=True):
+            if flag:
+                finished.append(Hypothesis.beam(history[beam][:], score, t + 1, alpha))
+        if len(finished) >= k:
+            break
+        if t + 1 >= limit:  # length limit: the live hypotheses end as they are
+            for beam, token, score in zip(beams[t], ids[t], going_scores[t], strict=True):
+                seq = [*history[beam], token]
+                finished.append(Hypothesis.beam(seq, score, len(seq), alpha))
+            break
+        if grams is None:
+            history = [[*history[beam], token] for beam, token in zip(beams[t], ids[t], strict=True)]
+        else:  # the block's rows hold the tokens too: one copy of each hypothesis
+            grams = follow(grams, beams[t])
+            for row, token in zip(grams, ids[t], strict=True):
+                row.append(token)
+            history = [row.tokens for row in grams]
+    if k == 1:  # greedy: ranked by the score itself
+        return [Hypothesis(h.tokens, h.score, h.score) for h in finished[:1]]
+    return sorted(finished, key=lambda h: -h.normalized)[:n_best]

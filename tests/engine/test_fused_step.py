@@ -306,14 +306,18 @@ def test_the_rewritten_graph_keeps_the_interface_and_reads_the_same_weight_file(
 
 
 def test_the_fused_search_gives_the_fused_loops_back_pointers(pre_norm_bundle, library):
-    """The whole Loop as one operator (its ranking in C, the cache written in place) = the Loop with its body fused:
-    the same back-pointers, the same float64 scores, with and without the shortlist, greedy and beams."""
+    """The whole Loop as one operator (its ranking in C, the cache written in place and never copied) = the Loop
+    with its body fused: the same back-pointers and float64 scores, with and without the shortlist, greedy and
+    beams; and a batch of sources in one call = each source in the loop alone."""
     bundle = load_bundle(pre_norm_bundle)
     engine = Engine(bundle, "int8", "cpu", search_loop=False)
     path = bundle.graph("int8", "decoder_loop")
     loop = SearchLoop(create_session(path, "cpu", model=fused_loop_graph(path), custom_ops=library))
     search = SearchLoop(create_session(path, "cpu", model=fused_search_graph(path), custom_ops=library))
-    assert [i.name for i in search.session.get_inputs()] == [i.name for i in loop.session.get_inputs()]
+    assert [i.name for i in search.session.get_inputs()] == [i.name for i in loop.session.get_inputs()] + [
+        "source_limits"
+    ]
+    assert search.batched and not loop.batched
     reordered = 0
     for sentence in SENTENCES:
         source = engine.source_ids([sentence])
@@ -329,4 +333,44 @@ def test_the_fused_search_gives_the_fused_loops_back_pointers(pre_norm_bundle, l
                     assert a.dtype == b.dtype and a.shape == b.shape, (name, a.shape, b.shape)
                     np.testing.assert_array_equal(a, b, err_msg=f"{name}, beam {beam}, limit {limit}")
                 reordered += int((want[3][:-1] != np.arange(beam)).any()) if len(want[3]) > 1 else 0
-    assert reordered  # some searches moved cache rows between beams
+    assert reordered  # some searches continued from other beams' rows
+
+    sources = engine.source_ids(SENTENCES)
+    enc = engine.run_encoder(sources)  # padded to the longest source
+    limits = [12, 3, 0, 20, 7, 1]
+    for vocab_ids in (engine.shortlist.vocab_ids(sources), None):
+        for beam in (1, 4):
+            *arrays, steps = search._run(enc, limits, beam, vocab_ids)
+            assert steps.shape == (len(SENTENCES),) and steps[2] == 0
+            for i, limit in enumerate(limits):
+                one = {"src_mask": enc["src_mask"][i : i + 1]}
+                one |= {name: enc[name][:, i : i + 1] for name in ("cross_keys", "cross_values")}
+                want = loop.run(one, limit, beam, vocab_ids)
+                assert steps[i] == len(want[0]) <= max(limit, 0)
+                for name, a, b in zip(SEARCH_LOOP_OUTPUTS, want, arrays, strict=True):
+                    if steps[i]:
+                        np.testing.assert_array_equal(a, b[: steps[i], i * beam : (i + 1) * beam], err_msg=name)
+
+
+def test_engine_batches_on_the_fused_search_as_each_sentence_alone(pre_norm_bundle, use_library):
+    """With the fused step on, a whole batch runs in the fused search: each sentence's tokens and score are what
+    the step-by-step search on the fused step gives it over the same vocabulary; with the n-gram block, sentences
+    whose search took a banned token are searched again step by step (the block's own answer)."""
+    bundle = load_bundle(pre_norm_bundle)
+    steps = Engine(bundle, "int8", "cpu", search_loop=False, fused_step=True)
+    batched = Engine(bundle, "int8", "cpu", fused_step=True)
+    assert batched.search_loop is not None and batched.search_loop.batched
+    repeated = [*SENTENCES, "ein hund ein hund ein hund ein hund ein hund ein hund ."]
+    again: list[int] = []  # how many sentences each step-by-step search after the batched one took
+    step_search = batched._step_search
+    batched._step_search = lambda enc, limits, *rest: again.append(len(limits)) or step_search(enc, limits, *rest)
+    for shortlist in (True, False):
+        steps.shortlist = batched.shortlist = steps.shortlist if shortlist else None
+        for beam, block in ((1, 0), (4, 0), (1, 2), (3, 2)):
+            options = TranslateOptions(beam_size=beam, no_repeat_ngram_size=block)
+            want = steps.translate(repeated, options)
+            got = batched.translate(repeated, options)
+            for a, b in zip(want, got, strict=True):
+                assert b.token_ids == a.token_ids, (beam, block, a.text, b.text)
+                assert b.score == pytest.approx(a.score, abs=1e-9)
+    assert again and all(n < len(repeated) for n in again)  # only the blocked ones, with the block
