@@ -219,14 +219,15 @@ static void layer_norm(const float *x, const float *g, const float *b, float *y,
     for (int i = 0; i < d; i++) y[i] = (x[i] - mean) / denominator * g[i] + b[i];
 }
 
-/* softmax(q . k_t * scale over the allowed t) . v for one head; keys/values (len, dh) at k, v, except that with
-   `from` (not NULL) column t is row from[t]'s: at k + (from[t] - row) * row_stride + t * dh (the search's cache
-   written in place, service/engine: a beam's past columns stay in the rows of the beams that computed them) */
-static void attend(const float *q, const float *k, const float *v, const int32_t *from, int row, size_t row_stride,
-                   const uint8_t *allowed, int len, int dh, float *out, float *scores) {
+/* softmax(q . k_t * scale over the allowed t) . v for one head: key/value t (dh floats) of row `row` at
+   k + row * row_stride + t * t_stride, or with `from` (not NULL) of row from[t] (the search's cache written in
+   place: a beam's past columns stay in the rows of the beams that computed them) */
+static void attend(const float *q, const float *k, const float *v, const int32_t *from, int64_t row,
+                   size_t row_stride, size_t t_stride, const uint8_t *allowed, int len, int dh, float *out,
+                   float *scores) {
     const float scale = 1.0f / sqrtf((float)dh);
     float top = -INFINITY, sum = 0.0f;
-#define AT(t) ((from ? (ptrdiff_t)(from[t] - row) * (ptrdiff_t)row_stride : 0) + (ptrdiff_t)(t) * dh)
+#define AT(t) ((size_t)(from ? from[t] : row) * row_stride + (size_t)(t) * t_stride)
     for (int t = 0; t < len; t++) {
         if (!allowed[t]) continue;
         scores[t] = vm_dot(q, k + AT(t), dh) * scale;
@@ -265,20 +266,23 @@ static int scratch_alloc(scratch *s, const kernel *K, int64_t rows, int64_t widt
     return 0;
 }
 
-/* what one step reads and writes. The cache of layer l holds `cap` columns per (row, head): columns 0..past-1 are
-   the past, this step writes the new key/value at column `past` and attends over past + 1 columns. Row r attends
-   to source slots[r] / group where src_allowed allows, and to its own columns where self_allowed[r * self_stride
-   + c] does. With `rows_at`, computed row r is the cache's row rows_at[r] (else row r), and with `from`, that row
-   reads column c from the cache's row from[rows_at[r] * cap + c] (else its own). */
+/* what one step reads and writes. The cache of layer l holds key/value column c (dh floats) of (row, head) at
+   c * t_stride + row * row_stride + head * head_stride: columns 0..past-1 are the past, this step writes the new
+   key/value at column `past` and attends over past + 1 columns. Row r attends to source slots[r] / group where
+   src_allowed allows, and to its columns where self_allowed[r * self_stride + c] does. With `rows_at`, computed
+   row r is the cache's row rows_at[r] (else row r), and with `from`, that row reads column c from the cache's row
+   from[rows_at[r] * cap + c] (else its own). */
 typedef struct {
     int64_t rows, past, cap, sources, src, group, self_stride, width, k;
+    size_t t_stride, row_stride, head_stride;
     const int64_t *tokens, *positions, *slots, *ids; /* ids: the subset's vocabulary ids, NULL: the whole one */
     const int64_t *rows_at;
     const int32_t *from;
     const uint8_t *self_allowed, *src_allowed;
     float **cross_k, **cross_v, **cache_k, **cache_v;
     const qlinear *out_q;
-    float *log_probs, *top_values; /* (rows, width), (rows, k) */
+    float *log_probs, *top_values; /* (rows, width) at row stride lp_stride (0: one row, reused), (rows, k) */
+    int64_t lp_stride;
     int64_t *top_ids;              /* (rows, k) */
 } step_args;
 
@@ -290,7 +294,6 @@ static void step(const kernel *K, const step_args *a, scratch *s) {
         const float *e = K->embedding + a->tokens[r] * d, *pe = K->positions + a->positions[r] * d;
         for (int i = 0; i < d; i++) x[r * d + i] = e[i] * K->emb_scale + pe[i];
     }
-    const size_t stride = (size_t)a->cap * dh;
     for (int64_t l = 0; l < L; l++) {
         const layer *P = &K->layer[l];
         for (int64_t r = 0; r < rows; r++) layer_norm(x + r * d, P->n1g, P->n1b, h + r * d, d, K->eps);
@@ -301,11 +304,12 @@ static void step(const kernel *K, const step_args *a, scratch *s) {
             const int64_t row = a->rows_at ? a->rows_at[r] : r;
             const int32_t *from = a->from ? a->from + row * a->cap : NULL;
             for (int64_t hd = 0; hd < H; hd++) {
-                float *ck = a->cache_k[l] + (row * H + hd) * stride, *cv = a->cache_v[l] + (row * H + hd) * stride;
-                memcpy(ck + past * dh, qkv + d + hd * dh, dh * sizeof(float));
-                memcpy(cv + past * dh, qkv + 2 * d + hd * dh, dh * sizeof(float));
-                attend(qkv + hd * dh, ck, cv, from, (int)row, H * stride, a->self_allowed + r * a->self_stride,
-                       (int)past + 1, dh, att + r * d + hd * dh, s->scores);
+                float *ck = a->cache_k[l] + hd * a->head_stride, *cv = a->cache_v[l] + hd * a->head_stride;
+                const size_t at = row * a->row_stride + past * a->t_stride;
+                memcpy(ck + at, qkv + d + hd * dh, dh * sizeof(float));
+                memcpy(cv + at, qkv + 2 * d + hd * dh, dh * sizeof(float));
+                attend(qkv + hd * dh, ck, cv, from, row, a->row_stride, a->t_stride,
+                       a->self_allowed + r * a->self_stride, (int)past + 1, dh, att + r * d + hd * dh, s->scores);
             }
         }
         ip_product(&P->self_out, att, d, d, h, d, (int)rows, s->xq);
@@ -316,7 +320,7 @@ static void step(const kernel *K, const step_args *a, scratch *s) {
             const int64_t src = a->src, source = a->slots[r] / a->group;
             for (int64_t hd = 0; hd < H; hd++) {
                 const size_t at = (size_t)((source * H + hd) * src * dh);
-                attend(t + r * W + hd * dh, a->cross_k[l] + at, a->cross_v[l] + at, NULL, 0, 0,
+                attend(t + r * W + hd * dh, a->cross_k[l] + at, a->cross_v[l] + at, NULL, 0, 0, dh,
                        a->src_allowed + source * src, (int)src, dh, att + r * d + hd * dh, s->scores);
             }
         }
@@ -335,7 +339,7 @@ static void step(const kernel *K, const step_args *a, scratch *s) {
     ip_product(out_q, h, d, d, s->logits, out_q->n, (int)rows, s->xq);
     for (int64_t r = 0; r < rows; r++) { /* LogSoftmax: x - max - log(sum(exp(x - max))) */
         const float *z = s->logits + r * out_q->n;
-        float *lp = a->log_probs + r * width;
+        float *lp = a->log_probs + r * a->lp_stride;
         const float top = vm_max(z, (int)width);
         vm_shift(z, (int)width, top, logf(vm_exp_sum(z, (int)width, top)), lp);
         if (k > 0) {
@@ -458,6 +462,8 @@ static OrtStatus *compute(void *handle, OrtKernelContext *ctx) {
     for (int64_t i = 0; i < a.sources * a.src; i++) src_allowed[i] = ((const uint8_t *)src_mask.data)[i] != 0;
     for (int64_t i = 0; i < rows * (past + 1); i++) self_allowed[i] = ((const uint8_t *)self_mask.data)[i] != 0;
     a.src_allowed = src_allowed; a.self_allowed = self_allowed; a.self_stride = past + 1;
+    a.lp_stride = a.width;
+    a.t_stride = dh; a.head_stride = (size_t)(past + 1) * dh; a.row_stride = H * a.head_stride; /* the presents' */
     a.cross_k = cross_k; a.cross_v = cross_v; a.cache_k = present_k; a.cache_v = present_v;
     step(K, &a, &s);
 done:
@@ -525,6 +531,9 @@ static OrtStatus *search(void *handle, OrtKernelContext *ctx) {
     const int64_t cap = (longest < K->max_positions ? longest : K->max_positions) + 1;
     step_args a = {0};
     a.cap = cap; a.sources = B; a.src = src; a.group = 1; a.self_stride = 0;
+    /* cache columns outermost: the steps so far touch whole pages, column after column (a row-major layout would
+       touch a partial page per row and head) */
+    a.head_stride = dh; a.row_stride = d; a.t_stride = (size_t)rows * d;
     a.ids = sub ? vocab_ids.data : NULL;
     a.out_q = sub ? &sub->q : &K->out;
     a.width = width; a.k = top;
@@ -541,7 +550,7 @@ static OrtStatus *search(void *handle, OrtKernelContext *ctx) {
     double *o_ended_scores = calloc(out_n, sizeof(double)), *o_going_scores = calloc(out_n, sizeof(double));
     uint8_t *o_ended = calloc(out_n, 1);
     double *scores = malloc(rows * sizeof(double)), *best = malloc(top * sizeof(double));
-    float *log_probs = malloc(rows * width * sizeof(float)), *top_values = malloc(rows * top * sizeof(float));
+    float *log_probs = malloc(width * sizeof(float)), *top_values = malloc(rows * top * sizeof(float));
     int32_t *from[2] = {malloc(rows * cap * sizeof(int32_t)), malloc(rows * cap * sizeof(int32_t))};
     uint8_t *ones = malloc(cap), *src_allowed = malloc(B * src + 1), *going = malloc(B);
     scratch s = {0};
@@ -569,7 +578,8 @@ static OrtStatus *search(void *handle, OrtKernelContext *ctx) {
     a.positions = pos; a.slots = slots; a.rows_at = active;
     a.self_allowed = ones; a.src_allowed = src_allowed;
     a.cross_k = cross_k; a.cross_v = cross_v; a.cache_k = cache_k; a.cache_v = cache_v;
-    a.log_probs = log_probs; a.top_values = top_values; a.top_ids = top_ids;
+    a.log_probs = log_probs; a.lp_stride = 0; /* only the top 2k of each row are kept */
+    a.top_values = top_values; a.top_ids = top_ids;
     int cur = 0;
     int64_t steps = 0;
     for (int64_t t = 0;; t++) {
