@@ -109,6 +109,19 @@ static OrtStatus *output(OrtKernelContext *ctx, size_t i, const int64_t *dims, s
 /* the inputs before the weights: the operator's own, each layer's cross and past keys/values, vocab_ids */
 static size_t weights_start(const kernel *k) { return (size_t)k->head_inputs + 4 * (size_t)k->layers + 1; }
 
+/* The operator reads a weight once, to pack it; where onnxruntime maps it from the weights file, its pages are then
+   handed back to the kernel (MADV_PAGEOUT, Linux 5.4+: file pages are read again if anything touches them; pages
+   another mapping shares, or anonymous ones without swap, stay). Only the whole pages inside the tensor. */
+static void release_pages(const void *data, size_t bytes) {
+#ifdef MADV_PAGEOUT
+    const uintptr_t page = 4096, start = ((uintptr_t)data + page - 1) & ~(page - 1);
+    const uintptr_t end = ((uintptr_t)data + bytes) & ~(page - 1);
+    if (end > start) madvise((void *)start, end - start, MADV_PAGEOUT);
+#else
+    (void)data; (void)bytes;
+#endif
+}
+
 /* one product's group of 6 inputs (weight, weight scales, activation scale, activation zero point, bias) -- the qkv
    product has no bias here (self-attention adds it), and takes 5 plus the bias input read separately */
 static OrtStatus *pack_product(OrtKernelContext *ctx, size_t at, int with_bias, qlinear *q) {
@@ -123,6 +136,7 @@ static OrtStatus *pack_product(OrtKernelContext *ctx, size_t at, int with_bias, 
     if (!ip_pack(q, w.data, (int)w.dims[0], (int)w.dims[1], ws.data, with_bias ? b.data : NULL, *(float *)xs.data,
                  *(uint8_t *)xz.data))
         FAIL(ORT_FAIL, "mtserve.fused: out of memory packing weights");
+    release_pages(w.data, (size_t)w.count);
     return NULL;
 }
 
@@ -171,6 +185,7 @@ static OrtStatus *pack_weights(kernel *k, OrtKernelContext *ctx) {
     k->nfg = nfg.data; k->nfb = nfb.data;
     if (!ip_pack(&k->out, ow.data, k->d, k->vocab, os.data, NULL, *(float *)oxs.data, *(uint8_t *)oxz.data))
         FAIL(ORT_FAIL, "mtserve.fused: out of memory packing weights");
+    release_pages(ow.data, (size_t)ow.count);
     return NULL;
 }
 
