@@ -13,12 +13,12 @@ weights. Anything else raises ``NotFused`` with the reason, and the engine keeps
 from __future__ import annotations
 
 import struct
-from dataclasses import dataclass, field
 from pathlib import Path
 
 from core.graphs import (
     BATCH_STEP_INTERFACE,
     FUSED_STEP_KEY,
+    NO_REPEAT_NGRAM,
     SEARCH_LOOP_OUTPUTS,
     SOURCE_LIMITS,
     SOURCE_STEPS,
@@ -27,7 +27,7 @@ from core.graphs import (
     step_interface,
     step_output_names,
 )
-from core.onnx_wire import fields, packed_varints, varint
+from core.onnx_wire import Node, Tensor, attribute, fields, initializers, nodes, raw_fields, string, varint
 from core.tokenizer import EOS_ID
 
 DOMAIN = "mtserve.fused"
@@ -49,91 +49,13 @@ class NotFused(ValueError):
     """The graph is not one the fused operator computes (the message says why)."""
 
 
-@dataclass
-class _Node:
-    op_type: str
-    inputs: list[str]
-    outputs: list[str]
-    attributes: dict[str, object] = field(default_factory=dict)
-    subgraphs: list[list[_Node]] = field(default_factory=list)
-
-
-@dataclass
-class _Tensor:
-    name: str
-    raw: bytes | None  # inline raw_data
-    external: dict[str, str] | None
-    ints: list[int] = field(default_factory=list)  # inline int32_data (int8 / uint8 / int32 tensors without raw_data)
-
-
-def _string(value: int | bytes) -> str:
-    return value.decode() if isinstance(value, bytes) else str(value)
-
-
-def _attribute(buf: bytes) -> tuple[str, object, list[bytes]]:
-    name, value, graphs = "", None, []
-    for number, v in fields(buf):
-        if number == 1:
-            name = _string(v)
-        elif number == 2:  # f (fixed32)
-            value = struct.unpack("<f", v)[0]
-        elif number == 3:  # i (varint, two's complement)
-            value = v - (1 << 64) if isinstance(v, int) and v >= 1 << 63 else v
-        elif number == 6 or number == 11:
-            graphs.append(v)
-    return name, value, graphs
-
-
-def _nodes(graph: bytes) -> list[_Node]:
-    nodes = []
-    for number, value in fields(graph):
-        if number != 1:
-            continue
-        node = _Node("", [], [])
-        for n, v in fields(value):
-            if n == 1:
-                node.inputs.append(_string(v))
-            elif n == 2:
-                node.outputs.append(_string(v))
-            elif n == 4:
-                node.op_type = _string(v)
-            elif n == 5:
-                name, attr, graphs = _attribute(v)
-                node.attributes[name] = attr
-                node.subgraphs += [_nodes(g) for g in graphs]
-        nodes.append(node)
-    return nodes
-
-
-def _tensors(graph: bytes) -> dict[str, _Tensor]:
-    tensors = {}
-    for number, value in fields(graph):
-        if number != 5:
-            continue
-        name, raw, external, location, ints = "", None, {}, 0, []
-        for n, v in fields(value):
-            if n == 5:
-                ints += packed_varints(v)
-            elif n == 8:
-                name = _string(v)
-            elif n == 9:
-                raw = v
-            elif n == 13:
-                entry = dict(fields(v))
-                external[_string(entry.get(1, b""))] = _string(entry.get(2, b""))
-            elif n == 14:
-                location = v
-        tensors[name] = _Tensor(name, raw, external if location == 1 else None, ints)
-    return tensors
-
-
-def _all_zero(tensor: _Tensor, folder: Path) -> bool:
+def _all_zero(tensor: Tensor, folder: Path) -> bool:
     if tensor.external is None and tensor.raw is None:
         return not any(tensor.ints)
     return not any(_tensor_bytes(tensor, folder))
 
 
-def _tensor_bytes(tensor: _Tensor, folder: Path) -> bytes:
+def _tensor_bytes(tensor: Tensor, folder: Path) -> bytes:
     if tensor.external is not None:
         offset, length = int(tensor.external.get("offset", 0)), int(tensor.external["length"])
         with open(folder / tensor.external["location"], "rb") as f:
@@ -168,26 +90,6 @@ def _length_delimited(number: int, payload: bytes) -> bytes:
     return _key(number, 2) + _encode_varint(len(payload)) + payload
 
 
-def _raw_fields(buf: bytes) -> list[tuple[int, bytes]]:
-    """(field number, the field's whole encoding) of one message, to copy fields unchanged."""
-    out, i = [], 0
-    while i < len(buf):
-        start = i
-        key, i = varint(buf, i)
-        wire = key & 7
-        if wire == 0:
-            _, i = varint(buf, i)
-        elif wire == 2:
-            size, i = varint(buf, i)
-            i += size
-        elif wire in (1, 5):
-            i += 8 if wire == 1 else 4
-        else:
-            raise NotFused(f"protobuf wire type {wire}")
-        out.append((key >> 3, buf[start:i]))
-    return out
-
-
 def _node_bytes(op_type: str, inputs: list[str], outputs: list[str], domain: str = "", **attributes) -> bytes:
     body = b"".join(_length_delimited(1, name.encode()) for name in inputs)
     body += b"".join(_length_delimited(2, name.encode()) for name in outputs)
@@ -214,15 +116,15 @@ def _empty_ids(name: str) -> bytes:
     )
 
 
-def _int64_vector(name: str) -> bytes:
-    """A ValueInfoProto: ``name``, an int64 tensor of shape (sources,) (type 2: tensor_type 1: elem_type 1 = 7,
-    shape 2: dim 1: dim_param 2)."""
-    shape = _length_delimited(1, _length_delimited(2, b"sources"))
+def _int64_value(name: str, dim: str | None) -> bytes:
+    """A ValueInfoProto: ``name``, an int64 tensor of shape (dim,), or a scalar for None (type 2: tensor_type 1:
+    elem_type 1 = 7, shape 2: dim 1: dim_param 2)."""
+    shape = _length_delimited(1, _length_delimited(2, dim.encode())) if dim else b""
     tensor_type = _key(1, 0) + _encode_varint(7) + _length_delimited(2, shape)
     return _length_delimited(1, name.encode()) + _length_delimited(2, _length_delimited(1, tensor_type))
 
 
-def _product_inputs(products: dict[str, _Node], weight: str, with_bias: bool) -> list[str]:
+def _product_inputs(products: dict[str, Node], weight: str, with_bias: bool) -> list[str]:
     node = products.get(weight)
     if node is None:
         raise NotFused(f"no MatMulIntegerToFloat reads {weight}")
@@ -233,19 +135,19 @@ def _product_inputs(products: dict[str, _Node], weight: str, with_bias: bool) ->
     return [b, b_scale, a_scale, a_zero] + ([bias] if with_bias else [])
 
 
-def _needs(node: _Node) -> set[str]:
+def _needs(node: Node) -> set[str]:
     """The names a node reads: its inputs and, for an If or Loop, what its subgraphs read from outside them."""
     names = {name for name in node.inputs if name}
-    for sub in node.subgraphs:
+    for sub in node.subgraph_nodes():
         made = {out for n in sub for out in n.outputs}
         names |= {name for n in sub for name in _needs(n)} - made
     return names
 
 
-def _raw_nodes(graph: bytes) -> list[tuple[_Node, bytes]]:
+def _raw_nodes(graph: bytes) -> list[tuple[Node, bytes]]:
     """Each node of a graph with its whole field encoding (to copy it unchanged)."""
-    raws = [field_bytes for number, field_bytes in _raw_fields(graph) if number == 1]
-    return list(zip(_nodes(graph), raws, strict=True))
+    raws = [field_bytes for number, field_bytes in raw_fields(graph) if number == 1]
+    return list(zip(nodes(graph), raws, strict=True))
 
 
 def _topological(nodes: list[tuple[list[str], list[str], bytes]]) -> bytes:
@@ -265,11 +167,11 @@ def _topological(nodes: list[tuple[list[str], list[str], bytes]]) -> bytes:
     return out
 
 
-def _fuse(graph: bytes, folder: Path, outer: dict[str, _Tensor], layers: int, has_vocab_ids: bool) -> bytes:
+def _fuse(graph: bytes, folder: Path, outer: dict[str, Tensor], layers: int, has_vocab_ids: bool) -> bytes:
     """A graph (a step graph, or the body of a search loop) with its step computation, from the step inputs to the
     step outputs, replaced by one fused node; the rest of its nodes unchanged."""
     raw_nodes = _raw_nodes(graph)
-    tensors = {**outer, **_tensors(graph)}
+    tensors = {**outer, **initializers(graph)}
     cache = [f"{kind}_{i}" for i in range(layers) for kind in ("cross_keys", "cross_values")]
     cache += [f"{kind}_{i}" for i in range(layers) for kind in ("past_keys", "past_values")]
     step_inputs = HEAD_INPUTS + cache + ([VOCAB_IDS] if has_vocab_ids else [])
@@ -287,23 +189,23 @@ def _fuse(graph: bytes, folder: Path, outer: dict[str, _Tensor], layers: int, ha
             continue
         closure.add(at)
         stack += sorted(_needs(raw_nodes[at][0]))
-    nodes = [raw_nodes[i][0] for i in sorted(closure)]
+    step_nodes = [raw_nodes[i][0] for i in sorted(closure)]
 
-    unexpected = {n.op_type for n in nodes} - EXPECTED_OPS
+    unexpected = {n.op_type for n in step_nodes} - EXPECTED_OPS
     if unexpected:
         raise NotFused(f"ops the fused step does not compute: {sorted(unexpected)}")
-    every = nodes + [n for node in nodes for sub in node.subgraphs for n in sub]
+    every = step_nodes + [n for node in step_nodes for sub in node.subgraph_nodes() for n in sub]
     if (
-        sum(n.op_type == "MultiHeadAttention" for n in nodes) != 2 * layers
-        or sum(n.op_type == "Relu" for n in nodes) != layers
+        sum(n.op_type == "MultiHeadAttention" for n in step_nodes) != 2 * layers
+        or sum(n.op_type == "Relu" for n in step_nodes) != layers
     ):
         raise NotFused("not two attentions and one ReLU FFN per layer")
-    heads = {n.attributes.get("num_heads") for n in nodes if n.op_type == "MultiHeadAttention"}
-    eps = {n.attributes.get("epsilon", 1e-5) for n in nodes if n.op_type == "LayerNormalization"}
+    heads = {n.attributes.get("num_heads") for n in step_nodes if n.op_type == "MultiHeadAttention"}
+    eps = {n.attributes.get("epsilon", 1e-5) for n in step_nodes if n.op_type == "LayerNormalization"}
     if len(heads) != 1 or len(eps) != 1 or None in heads:
         raise NotFused("attentions or norms differ between layers")
     products = {n.inputs[1]: n for n in every if n.op_type == "MatMulIntegerToFloat"}
-    first_norm = next(n for n in nodes if n.op_type == "LayerNormalization")
+    first_norm = next(n for n in step_nodes if n.op_type == "LayerNormalization")
     if first_norm.inputs[1] != "decoder.0.self.norm.gamma":
         raise NotFused("the first norm is not layer 0's self-attention norm (post-norm layers?)")
 
@@ -357,7 +259,7 @@ def _fuse(graph: bytes, folder: Path, outer: dict[str, _Tensor], layers: int, ha
         if i not in closure or i in kept
     ]
     order.append((step_inputs + weights, step_outputs, fused))
-    rest = b"".join(field_bytes for number, field_bytes in _raw_fields(graph) if number not in (1, 13))
+    rest = b"".join(field_bytes for number, field_bytes in raw_fields(graph) if number not in (1, 13))
     # graphs without vocab_ids (bundles without a shortlist) give the operator an empty one: the whole vocabulary
     return _topological(order) + rest + (b"" if has_vocab_ids else _empty_ids(NO_VOCAB_IDS))
 
@@ -367,19 +269,19 @@ def _model_parts(path: Path) -> tuple[bytes, bytes, list[str], dict[str, str]]:
     graph = next((v for n, v in fields(model) if n == 7), None)
     if graph is None:
         raise NotFused("no graph")
-    inputs = [_string(dict(fields(v)).get(1, b"")) for n, v in fields(graph) if n == 11]
+    inputs = [string(dict(fields(v)).get(1, b"")) for n, v in fields(graph) if n == 11]
     metadata = {}
     for number, value in fields(model):
         if number == 14:
             entry = dict(fields(value))
-            metadata[_string(entry.get(1, b""))] = _string(entry.get(2, b""))
+            metadata[string(entry.get(1, b""))] = string(entry.get(2, b""))
     return model, graph, inputs, metadata
 
 
 def _with_graph(model: bytes, graph: bytes) -> bytes:
     """The model with its graph replaced, the fused operator's domain imported and FUSED_STEP_KEY in its metadata."""
     out = b"".join(
-        _length_delimited(7, graph) if number == 7 else field_bytes for number, field_bytes in _raw_fields(model)
+        _length_delimited(7, graph) if number == 7 else field_bytes for number, field_bytes in raw_fields(model)
     )
     out += _length_delimited(8, _length_delimited(1, DOMAIN.encode()) + _key(2, 0) + _encode_varint(1))
     return out + _length_delimited(14, _length_delimited(1, FUSED_STEP_KEY.encode()) + _length_delimited(2, b"1"))
@@ -409,38 +311,38 @@ def fused_loop_graph(path: Path) -> bytes:
         raise NotFused("not a search loop graph (one Loop node over a step graph)")
     loop_node, loop_raw = raw_nodes[loops[0]]
     rebuilt = b""
-    for number, field_bytes in _raw_fields(_unwrap(loop_raw)):
-        if number == 5 and _attribute(_unwrap(field_bytes))[0] == "body":
+    for number, field_bytes in raw_fields(_unwrap(loop_raw)):
+        if number == 5 and attribute(_unwrap(field_bytes))[0] == "body":
             body = next(v for n, v in fields(_unwrap(field_bytes)) if n == 6)
-            new_body = _fuse(body, Path(path).parent, _tensors(graph), layers, VOCAB_IDS in inputs)
-            attribute = b"".join(
-                _length_delimited(6, new_body) if n == 6 else raw for n, raw in _raw_fields(_unwrap(field_bytes))
+            new_body = _fuse(body, Path(path).parent, initializers(graph), layers, VOCAB_IDS in inputs)
+            body_attribute = b"".join(
+                _length_delimited(6, new_body) if n == 6 else raw for n, raw in raw_fields(_unwrap(field_bytes))
             )
-            rebuilt += _length_delimited(5, attribute)
+            rebuilt += _length_delimited(5, body_attribute)
         else:
             rebuilt += field_bytes
     fused_loop = _length_delimited(1, rebuilt)  # the Loop node, its body replaced
     # the outer nodes nothing reads any more (the hoisted subset gathers), dropped
-    nodes = list(raw_nodes)
-    nodes[loops[0]] = (_nodes(fused_loop)[0], fused_loop)
-    outputs = {_string(dict(fields(v)).get(1, b"")) for n, v in fields(graph) if n == 12}
+    kept = list(raw_nodes)
+    kept[loops[0]] = (nodes(fused_loop)[0], fused_loop)
+    outputs = {string(dict(fields(v)).get(1, b"")) for n, v in fields(graph) if n == 12}
     while True:
-        read = outputs | {name for node, _ in nodes for name in _needs(node)}
-        alive = [(node, raw) for node, raw in nodes if any(out in read for out in node.outputs)]
-        if len(alive) == len(nodes):
+        read = outputs | {name for node, _ in kept for name in _needs(node)}
+        alive = [(node, raw) for node, raw in kept if any(out in read for out in node.outputs)]
+        if len(alive) == len(kept):
             break
-        nodes = alive
-    rest = b"".join(field_bytes for number, field_bytes in _raw_fields(graph) if number not in (1, 13))
-    return _with_graph(model, b"".join(raw for _, raw in nodes) + rest)
+        kept = alive
+    rest = b"".join(field_bytes for number, field_bytes in raw_fields(graph) if number not in (1, 13))
+    return _with_graph(model, b"".join(raw for _, raw in kept) + rest)
 
 
 def fused_search_graph(path: Path) -> bytes:
     """The model's bytes for a search loop graph file ``path`` whose body is an int8 interface-3 step graph, with
     its Loop replaced by one ``mtserve.fused.FusedSearch`` node that searches a batch of sources: the loop graph's
-    inputs and outputs (SEARCH_LOOP_OUTPUTS) for sources * k rows, plus SOURCE_LIMITS and SOURCE_STEPS
-    (core/graphs.py); the body's step fused and its ranking done in the operator over a key/value cache written in
-    place. Its nodes are that node and the weight-deriving Concats the fused body keeps; its initializers the body's
-    weights they read (the same external regions). Raises NotFused."""
+    inputs and outputs (SEARCH_LOOP_OUTPUTS) for sources * k rows, plus SOURCE_LIMITS, NO_REPEAT_NGRAM and
+    SOURCE_STEPS (core/graphs.py); the body's step fused and its ranking done in the operator over a key/value
+    cache written in place. Its nodes are that node and the weight-deriving Concats the fused body keeps; its
+    initializers the body's weights they read (the same external regions). Raises NotFused."""
     model, graph, inputs, _ = _model_parts(path)
     layers = sum(name.startswith("cross_keys_") for name in inputs)
     raw_nodes = _raw_nodes(graph)
@@ -448,18 +350,18 @@ def fused_search_graph(path: Path) -> bytes:
     if layers == 0 or len(loops) != 1:
         raise NotFused("not a search loop graph (one Loop node over a step graph)")
     loop_raw = next(raw for node, raw in raw_nodes if node.op_type == "Loop")
-    attribute = next(
-        _unwrap(f) for n, f in _raw_fields(_unwrap(loop_raw)) if n == 5 and _attribute(_unwrap(f))[0] == "body"
+    body_attribute = next(
+        _unwrap(f) for n, f in raw_fields(_unwrap(loop_raw)) if n == 5 and attribute(_unwrap(f))[0] == "body"
     )
-    body = next(v for n, v in fields(attribute) if n == 6)
+    body = next(v for n, v in fields(body_attribute) if n == 6)
     has_vocab_ids = VOCAB_IDS in inputs
-    fused_body = _fuse(body, Path(path).parent, _tensors(graph), layers, has_vocab_ids)
+    fused_body = _fuse(body, Path(path).parent, initializers(graph), layers, has_vocab_ids)
     body_nodes = _raw_nodes(fused_body)
     step = next(node for node, _ in body_nodes if node.op_type == OP_TYPE)
     weights = step.inputs[len(HEAD_INPUTS) + 4 * layers + 1 :]
     # the body's weight-deriving nodes (Concats of stored weights) and the stored weights everything reads
     producer = {out: (node, raw) for node, raw in body_nodes for out in node.outputs}
-    kept: list[tuple[_Node, bytes]] = []
+    kept: list[tuple[Node, bytes]] = []
     read: set[str] = set()
     needed = list(weights)
     while needed:
@@ -470,15 +372,15 @@ def fused_search_graph(path: Path) -> bytes:
         if name in producer and all(producer[name][0] is not node for node, _ in kept):
             kept.append(producer[name])
             needed += producer[name][0].inputs
-    initializers = [
+    stored = [
         f
         for scope in (graph, fused_body)
-        for n, f in _raw_fields(scope)
-        if n == 5 and _string(dict(fields(_unwrap(f))).get(8, b"")) in read
+        for n, f in raw_fields(scope)
+        if n == 5 and string(dict(fields(_unwrap(f))).get(8, b"")) in read
     ]
     cache = [f"{kind}_{i}" for i in range(layers) for kind in ("cross_keys", "cross_values")]
     cache += [f"{kind}_{i}" for i in range(layers) for kind in ("past_keys", "past_values")]
-    search_inputs = ["max_steps", "tokens", "scores", "src_mask", SOURCE_LIMITS, *cache]
+    search_inputs = ["max_steps", "tokens", "scores", "src_mask", SOURCE_LIMITS, NO_REPEAT_NGRAM, *cache]
     search_inputs.append(VOCAB_IDS if has_vocab_ids else NO_VOCAB_IDS)
     outputs = [*SEARCH_LOOP_OUTPUTS, SOURCE_STEPS]
     search = _node_bytes(
@@ -493,10 +395,12 @@ def fused_search_graph(path: Path) -> bytes:
     )
     order = [(sorted(_needs(node)), node.outputs, raw) for node, raw in kept]
     order.append((search_inputs + weights, outputs, search))
-    rest = b"".join(f for number, f in _raw_fields(graph) if number in (2, 11, 12))
-    rest += _length_delimited(11, _int64_vector(SOURCE_LIMITS)) + _length_delimited(12, _int64_vector(SOURCE_STEPS))
+    rest = b"".join(f for number, f in raw_fields(graph) if number in (2, 11, 12))
+    rest += _length_delimited(11, _int64_value(SOURCE_LIMITS, "sources"))
+    rest += _length_delimited(11, _int64_value(NO_REPEAT_NGRAM, None))
+    rest += _length_delimited(12, _int64_value(SOURCE_STEPS, "sources"))
     empty = b"" if has_vocab_ids else _empty_ids(NO_VOCAB_IDS)
-    return _with_graph(model, _topological(order) + rest + b"".join(initializers) + empty)
+    return _with_graph(model, _topological(order) + rest + b"".join(stored) + empty)
 
 
 def _unwrap(field_bytes: bytes) -> bytes:

@@ -140,9 +140,11 @@ SEARCH_LOOP_OUTPUTS = ["ended", "ended_beams", "ended_scores", "going_beams", "g
 # The fused search graph (core/fused_step_graph.py ``fused_search_graph``) searches a batch of sources in one call:
 # besides the loop graph's inputs (tokens, scores and past of sources * k rows, src_mask and cross keys/values of
 # the sources) it takes ``source_limits`` (sources,) int64, each source's max_steps, and besides its outputs (steps,
-# sources * k) it gives ``source_steps`` (sources,) int64: how many of those rows are each source's own.
+# sources * k) it gives ``source_steps`` (sources,) int64: how many of those rows are each source's own. It also
+# takes ``no_repeat_ngram_size`` () int64 and applies that block itself (0: none; service/engine/no_repeat.py).
 SOURCE_LIMITS = "source_limits"
 SOURCE_STEPS = "source_steps"
+NO_REPEAT_NGRAM = "no_repeat_ngram_size"
 
 
 # A step graph rewritten for the lexical shortlist (export/vocab_subset.py, issue 33) takes one more input,

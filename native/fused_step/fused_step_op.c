@@ -293,6 +293,9 @@ typedef struct {
     const int64_t *tokens, *positions, *slots, *ids; /* ids: the subset's vocabulary ids, NULL: the whole one */
     const int64_t *rows_at;
     const int32_t *from;
+    const int64_t *banned;   /* computed row r's banned_n[r] token ids at banned + r * banned_stride; NULL: none */
+    const int32_t *banned_n;
+    int64_t banned_stride;
     const uint8_t *self_allowed, *src_allowed;
     float **cross_k, **cross_v, **cache_k, **cache_v;
     const qlinear *out_q;
@@ -300,6 +303,16 @@ typedef struct {
     int64_t lp_stride;
     int64_t *top_ids;              /* (rows, k) */
 } step_args;
+
+/* the column of `id` in the ascending `ids`, or -1 */
+static int64_t find(const int64_t *ids, int64_t n, int64_t id) {
+    int64_t lo = 0, hi = n;
+    while (lo < hi) {
+        const int64_t mid = (lo + hi) / 2;
+        if (ids[mid] < id) lo = mid + 1; else hi = mid;
+    }
+    return lo < n && ids[lo] == id ? lo : -1;
+}
 
 static void step(const kernel *K, const step_args *a, scratch *s) {
     const int64_t L = K->layers, H = K->heads, rows = a->rows, past = a->past;
@@ -357,6 +370,10 @@ static void step(const kernel *K, const step_args *a, scratch *s) {
         float *lp = a->log_probs + r * a->lp_stride;
         const float top = vm_max(z, (int)width);
         vm_shift(z, (int)width, top, logf(vm_exp_sum(z, (int)width, top)), lp);
+        for (int32_t j = 0; a->banned_n && j < a->banned_n[r]; j++) { /* the n-gram block: out of the ranking */
+            const int64_t id = a->banned[r * a->banned_stride + j], at = a->ids ? find(a->ids, width, id) : id;
+            if (at >= 0) lp[at] = -INFINITY;
+        }
         if (k > 0) {
             vm_top_k(lp, (int)width, (int)k, a->top_values + r * k, a->top_ids + r * k);
             if (a->ids)
@@ -490,7 +507,7 @@ done:
 /* --- mtserve.fused.FusedSearch: the search loop graph's Loop (core/graphs.py SEARCH_LOOP), for a batch ------- */
 
 /* Inputs: max_steps () i64, tokens (sources * k, 1) i64 (BOS), scores (sources * k, 1) f64, src_mask (sources, src)
-   bool, source_limits (sources) i64, cross_keys_i / cross_values_i (sources, heads, src, d_head) per layer,
+   bool, source_limits (sources) i64, no_repeat_ngram_size () i64, cross_keys_i / cross_values_i (sources, heads, src, d_head) per layer,
    past_keys_i / past_values_i (sources * k, heads, 0, d_head) per layer (empty: read for their shapes only),
    vocab_ids, then the step operator's weights. Rows s * k .. s * k + k - 1 are source s's k beams.
    Outputs (steps, sources * k) each: ended (bool), ended_beams, ended_scores (f64), going_beams, going_ids,
@@ -500,12 +517,14 @@ done:
    largest first, the lower flat index first among equal totals; EOS among the first k ends a hypothesis; the first
    k others go on; beams numbered 0..k-1 within the source), until k hypotheses have ended or min(max_steps,
    source_limits[s]) steps; the rows after that are filler. Each row's arithmetic is its own, so a source's
-   answer does not depend on the others in the batch.
+   answer does not depend on the others in the batch. With no_repeat_ngram_size n > 0, a token that would complete
+   an n-gram a row's generated tokens already hold is out of that row's ranking (service/engine/no_repeat.py's
+   block: its log-probability -inf before the top 2k are taken).
    The key/value cache is written in place: at step t row i writes its column t in its own cache row and never
    moves it; a beam that goes on from row j inherits row j's list of where its columns are (`from`), so no cache is
    copied between steps. The cache is one anonymous mapping of the longest limit, touched only as far as the steps
    go. Attribute eos (the end token) besides layers, heads, epsilon. */
-#define SEARCH_HEAD 5
+#define SEARCH_HEAD 6
 
 static OrtStatus *search(void *handle, OrtKernelContext *ctx) {
     kernel *K = handle;
@@ -514,16 +533,19 @@ static OrtStatus *search(void *handle, OrtKernelContext *ctx) {
     const int64_t L = K->layers, H = K->heads;
     if (count != weights_start(K) + 3 + WEIGHTS_PER_LAYER * (size_t)L + 6)
         FAIL(ORT_INVALID_ARGUMENT, "FusedSearch: %zu inputs for %d layers", count, (int)L);
-    tensor max_steps, tokens, start_scores, src_mask, source_limits, vocab_ids, past0;
+    tensor max_steps, tokens, start_scores, src_mask, source_limits, block, vocab_ids, past0;
     CHECK(input(ctx, 0, &max_steps));
     CHECK(input(ctx, 1, &tokens));
     CHECK(input(ctx, 2, &start_scores));
     CHECK(input(ctx, 3, &src_mask));
     CHECK(input(ctx, 4, &source_limits));
+    CHECK(input(ctx, 5, &block));
     CHECK(input(ctx, SEARCH_HEAD + 2 * L, &past0));
     CHECK(input(ctx, SEARCH_HEAD + 4 * L, &vocab_ids));
     const int64_t B = src_mask.rank == 2 ? src_mask.dims[0] : 0, rows = tokens.count, k = B ? rows / B : 0;
     const int64_t most = max_steps.count == 1 ? *(int64_t *)max_steps.data : -1;
+    const int64_t ngram = block.count == 1 ? *(int64_t *)block.data : -1;
+    if (ngram < 0) FAIL(ORT_INVALID_ARGUMENT, "FusedSearch: no_repeat_ngram_size must be one number >= 0");
     if (B < 1 || k < 1 || k * B != rows || start_scores.count != rows || source_limits.count != B || most < 0 ||
         past0.rank != 4 || past0.dims[0] != rows || past0.dims[2] != 0)
         FAIL(ORT_INVALID_ARGUMENT, "FusedSearch: tokens, scores, src_mask, limits, max_steps or the past disagree");
@@ -567,13 +589,21 @@ static OrtStatus *search(void *handle, OrtKernelContext *ctx) {
     double *scores = malloc(rows * sizeof(double)), *best = malloc(top * sizeof(double));
     float *log_probs = malloc(width * sizeof(float)), *top_values = malloc(rows * top * sizeof(float));
     int32_t *from[2] = {malloc(rows * cap * sizeof(int32_t)), malloc(rows * cap * sizeof(int32_t))};
+    /* the block's bookkeeping: each row's generated tokens (double-buffered as `from`), a step's banned ids */
+    int64_t *history[2] = {NULL, NULL}, *banned = NULL;
+    int32_t *banned_n = NULL;
+    if (ngram) {
+        history[0] = malloc(rows * cap * sizeof(int64_t)); history[1] = malloc(rows * cap * sizeof(int64_t));
+        banned = malloc(rows * cap * sizeof(int64_t)); banned_n = malloc(rows * sizeof(int32_t));
+    }
     uint8_t *ones = malloc(cap), *src_allowed = malloc(B * src + 1), *going = malloc(B);
     scratch s = {0};
     OrtStatus *status = NULL;
     const int ok = cache != MAP_FAILED && tok && pos && slots && active && top_ids && best_at && steps_of &&
                    finished && o_ended_beams && o_going_beams && o_going_ids && o_ended_scores && o_going_scores &&
                    o_ended && scores && best && log_probs && top_values && from[0] && from[1] && ones &&
-                   src_allowed && going && scratch_alloc(&s, K, rows, a.out_q->n, cap > src ? cap : src);
+                   src_allowed && going && (!ngram || (history[0] && history[1] && banned && banned_n)) &&
+                   scratch_alloc(&s, K, rows, a.out_q->n, cap > src ? cap : src);
     if (!ok) {
         if (cache == MAP_FAILED) cache = NULL;
         STOP(ORT_FAIL, "FusedSearch: out of memory");
@@ -605,6 +635,19 @@ static OrtStatus *search(void *handle, OrtKernelContext *ctx) {
         if (t >= K->max_positions) STOP(ORT_INVALID_ARGUMENT, "FusedSearch: a limit is past the position table");
         for (int64_t i = 0; i < n; i++) from[cur][active[i] * cap + t] = (int32_t)active[i];
         a.rows = n; a.past = t; a.tokens = tok; a.from = from[cur];
+        if (ngram) { /* row i bans the followers of every earlier occurrence of its last n - 1 tokens */
+            for (int64_t i = 0; i < n; i++) {
+                const int64_t *h = history[cur] + active[i] * cap;
+                int32_t count = 0;
+                for (int64_t p = 0; p + ngram <= t; p++) {
+                    int64_t q = 0;
+                    while (q < ngram - 1 && h[p + q] == h[t - ngram + 1 + q]) q++;
+                    if (q == ngram - 1) banned[i * cap + count++] = h[p + ngram - 1];
+                }
+                banned_n[i] = count;
+            }
+            a.banned = banned; a.banned_n = banned_n; a.banned_stride = cap;
+        }
         step(K, &a, &s);
         steps = t + 1;
         for (int64_t at = 0; at < n; at += k) { /* one source's k rows */
@@ -644,6 +687,10 @@ static OrtStatus *search(void *handle, OrtKernelContext *ctx) {
                 tok[first + i] = o_going_ids[row + i];
                 scores[first + i] = o_going_scores[row + i];
                 memcpy(from[1 - cur] + (first + i) * cap, from[cur] + beam * cap, (t + 1) * sizeof(int32_t));
+                if (ngram) {
+                    memcpy(history[1 - cur] + (first + i) * cap, history[cur] + beam * cap, t * sizeof(int64_t));
+                    history[1 - cur][(first + i) * cap + t] = tok[first + i];
+                }
             }
         }
         cur = 1 - cur; /* tok and scores are back in row order (going sources' rows), `from` in the other buffer */
@@ -669,6 +716,7 @@ done:
     free(tok); free(pos); free(slots); free(active); free(top_ids); free(best_at); free(steps_of); free(finished);
     free(o_ended_beams); free(o_going_beams); free(o_going_ids); free(o_ended_scores); free(o_going_scores);
     free(o_ended); free(scores); free(best); free(log_probs); free(top_values); free(from[0]); free(from[1]);
+    free(history[0]); free(history[1]); free(banned); free(banned_n);
     free(ones); free(src_allowed); free(going);
     return status;
 }

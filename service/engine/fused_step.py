@@ -21,7 +21,7 @@ from pathlib import Path
 
 import onnxruntime as ort
 
-from core.fused_step_graph import NotFused, fused_loop_graph, fused_search_graph, fused_step_graph
+from core.fused_step_graph import fused_loop_graph, fused_search_graph, fused_step_graph
 from service.engine.runtime import create_session
 
 log = logging.getLogger(__name__)
@@ -43,7 +43,7 @@ def _fused_session(path: Path, rewrite, providers: str, settings: dict) -> tuple
         return None, f"{library} is not built (make native)"
     try:
         model = rewrite(path)
-    except (NotFused, OSError) as e:
+    except (ValueError, OSError) as e:  # NotFused, or a graph file the wire reader cannot read
         return None, f"{path.name}: {e}"
     try:
         session = create_session(path, "cpu", **settings, model=model, custom_ops=library)

@@ -10,14 +10,15 @@ With a repeated-n-gram block (service/engine/no_repeat.py) the graph searches un
 answer: a step's ranking (``rank_one``) only ever reads its candidates up to the k-th one that goes on, so when no
 candidate that went on at any step completes an n-gram its hypothesis already holds, no banned token was among those
 read and the blocked search ranks every step alike (banned tokens are never EOS). Otherwise it returns None and the
-caller searches step by step with the block.
+caller searches step by step with the block. The fused search graph (core/fused_step_graph.py
+``fused_search_graph``: ``batched`` and ``blocks``) applies the block itself, so its answers pass that check.
 """
 
 from __future__ import annotations
 
 import numpy as np
 
-from core.graphs import MAX_TOP_K_KEY, SEARCH_LOOP_OUTPUTS, SOURCE_LIMITS, SOURCE_STEPS, VOCAB_IDS
+from core.graphs import MAX_TOP_K_KEY, NO_REPEAT_NGRAM, SEARCH_LOOP_OUTPUTS, SOURCE_LIMITS, SOURCE_STEPS, VOCAB_IDS
 from core.search import Hypothesis
 from core.tokenizer import BOS_ID
 from service.engine.no_repeat import NgramHistory, follow
@@ -30,6 +31,7 @@ class SearchLoop:
         self.n_layers = sum(1 for n in names if n.startswith("past_keys_"))
         self.takes_vocab_ids = VOCAB_IDS in names
         self.batched = SOURCE_LIMITS in names  # the fused search graph: a batch of sources in one call
+        self.blocks = NO_REPEAT_NGRAM in names  # ... that applies the n-gram block itself
         self.max_top_k = int(session.get_modelmeta().custom_metadata_map.get(MAX_TOP_K_KEY, 1 << 30))
 
     def serves(self, beam_size: int, vocab_ids: np.ndarray | None) -> bool:
@@ -42,13 +44,19 @@ class SearchLoop:
         return 2 * beam_size <= most
 
     def run(
-        self, enc: dict[str, np.ndarray], limit: int, beam_size: int, vocab_ids: np.ndarray | None
+        self, enc: dict[str, np.ndarray], limit: int, beam_size: int, vocab_ids: np.ndarray | None, block: int = 0
     ) -> list[np.ndarray]:
-        """The graph's back-pointers (SEARCH_LOOP_OUTPUTS, (steps, k) each) for the one source of ``enc``."""
-        return self._run(enc, [limit], beam_size, vocab_ids)[: len(SEARCH_LOOP_OUTPUTS)]
+        """The graph's back-pointers (SEARCH_LOOP_OUTPUTS, (steps, k) each) for the one source of ``enc``; ``block``:
+        the n-gram block's size where the graph applies it (``self.blocks``), else ignored."""
+        return self._run(enc, [limit], beam_size, vocab_ids, block)[: len(SEARCH_LOOP_OUTPUTS)]
 
     def _run(
-        self, enc: dict[str, np.ndarray], limits: list[int], beam_size: int, vocab_ids: np.ndarray | None
+        self,
+        enc: dict[str, np.ndarray],
+        limits: list[int],
+        beam_size: int,
+        vocab_ids: np.ndarray | None,
+        block: int = 0,
     ) -> list[np.ndarray]:
         if not self.serves(beam_size, vocab_ids):
             raise ValueError(f"beam {beam_size} over this vocabulary needs the step-by-step search")
@@ -67,6 +75,8 @@ class SearchLoop:
         }
         if self.batched:
             feeds[SOURCE_LIMITS] = np.asarray(limits, dtype=np.int64)
+        if self.blocks:
+            feeds[NO_REPEAT_NGRAM] = np.array(block, dtype=np.int64)
         for i in range(self.n_layers):
             feeds[f"past_keys_{i}"] = feeds[f"past_values_{i}"] = empty
             feeds[f"cross_keys_{i}"], feeds[f"cross_values_{i}"] = keys[i], values[i]
@@ -88,7 +98,7 @@ class SearchLoop:
         """The ``n_best`` best hypotheses of the one source of ``enc`` (run_encoder's outputs), at most ``limit``
         tokens, ``beam_size`` beams (1: greedy) ranked with length penalty ``alpha``; None when
         ``no_repeat_ngram_size`` (> 0) would have banned a token this search took (see the module's text)."""
-        pointers = [a.tolist() for a in self.run(enc, limit, beam_size, vocab_ids)]
+        pointers = [a.tolist() for a in self.run(enc, limit, beam_size, vocab_ids, no_repeat_ngram_size)]
         return _hypotheses(pointers, limit, beam_size, alpha, n_best, no_repeat_ngram_size)
 
     def search_batch(
@@ -104,7 +114,7 @@ class SearchLoop:
         """``search`` for each source of ``enc`` (limits[i]: source i's), all in one call of a batched graph
         (``self.batched``); each source's answer is the one ``search`` gives it alone over the same ``vocab_ids``."""
         k = beam_size
-        *arrays, steps = self._run(enc, limits, k, vocab_ids)
+        *arrays, steps = self._run(enc, limits, k, vocab_ids, no_repeat_ngram_size)
         found = []
         for i, (limit, n) in enumerate(zip(limits, steps.tolist(), strict=True)):
             pointers = [a[:n, i * k : (i + 1) * k].tolist() for a in arrays]

@@ -315,7 +315,8 @@ def test_the_fused_search_gives_the_fused_loops_back_pointers(pre_norm_bundle, l
     loop = SearchLoop(create_session(path, "cpu", model=fused_loop_graph(path), custom_ops=library))
     search = SearchLoop(create_session(path, "cpu", model=fused_search_graph(path), custom_ops=library))
     assert [i.name for i in search.session.get_inputs()] == [i.name for i in loop.session.get_inputs()] + [
-        "source_limits"
+        "source_limits",
+        "no_repeat_ngram_size",
     ]
     assert search.batched and not loop.batched
     reordered = 0
@@ -354,23 +355,30 @@ def test_the_fused_search_gives_the_fused_loops_back_pointers(pre_norm_bundle, l
 
 def test_engine_batches_on_the_fused_search_as_each_sentence_alone(pre_norm_bundle, use_library):
     """With the fused step on, a whole batch runs in the fused search: each sentence's tokens and score are what
-    the step-by-step search on the fused step gives it over the same vocabulary; with the n-gram block, sentences
-    whose search took a banned token are searched again step by step (the block's own answer)."""
+    the step-by-step search on the fused step gives it over the same vocabulary, alone or in the batch; with the
+    n-gram block too, which the operator applies itself (no sentence is searched a second time)."""
     bundle = load_bundle(pre_norm_bundle)
     steps = Engine(bundle, "int8", "cpu", search_loop=False, fused_step=True)
     batched = Engine(bundle, "int8", "cpu", fused_step=True)
-    assert batched.search_loop is not None and batched.search_loop.batched
+    assert batched.search_loop is not None and batched.search_loop.batched and batched.search_loop.blocks
     repeated = [*SENTENCES, "ein hund ein hund ein hund ein hund ein hund ein hund ."]
     again: list[int] = []  # how many sentences each step-by-step search after the batched one took
     step_search = batched._step_search
     batched._step_search = lambda enc, limits, *rest: again.append(len(limits)) or step_search(enc, limits, *rest)
+    blocked = 0
     for shortlist in (True, False):
         steps.shortlist = batched.shortlist = steps.shortlist if shortlist else None
-        for beam, block in ((1, 0), (4, 0), (1, 2), (3, 2)):
+        for beam, block in ((1, 0), (4, 0), (1, 2), (3, 2), (2, 1), (4, 3)):
             options = TranslateOptions(beam_size=beam, no_repeat_ngram_size=block)
             want = steps.translate(repeated, options)
+            unblocked = steps.translate(repeated, TranslateOptions(beam_size=beam, no_repeat_ngram_size=0))
+            blocked += sum(a.token_ids != b.token_ids for a, b in zip(want, unblocked, strict=True))
             got = batched.translate(repeated, options)
             for a, b in zip(want, got, strict=True):
                 assert b.token_ids == a.token_ids, (beam, block, a.text, b.text)
                 assert b.score == pytest.approx(a.score, abs=1e-9)
-    assert again and all(n < len(repeated) for n in again)  # only the blocked ones, with the block
+            for sentence in repeated[-2:]:  # alone: the loop path of one source
+                a, b = steps.translate([sentence], options)[0], batched.translate([sentence], options)[0]
+                assert b.token_ids == a.token_ids and b.score == pytest.approx(a.score, abs=1e-9)
+    assert not again  # the operator blocked; nothing was searched again
+    assert blocked  # and the block changed some translations
