@@ -416,22 +416,23 @@ static OrtStatus *cross_inputs(const kernel *K, OrtKernelContext *ctx, size_t at
     return NULL;
 }
 
-static OrtStatus *compute(void *handle, OrtKernelContext *ctx) {
-    kernel *K = handle;
+/* checks the input count, and reads the operator's own inputs (before the caches) into head[] and vocab_ids */
+static OrtStatus *head_inputs(const kernel *K, OrtKernelContext *ctx, tensor *head, tensor *vocab_ids) {
     size_t count = 0;
     CHECK(g_api->KernelContext_GetInputCount(ctx, &count));
+    if (count != weights_start(K) + 3 + WEIGHTS_PER_LAYER * (size_t)K->layers + 6)
+        FAIL(ORT_INVALID_ARGUMENT, "%s: %zu inputs for %d layers", K->name, count, (int)K->layers);
+    for (int64_t i = 0; i < K->head_inputs; i++) CHECK(input(ctx, i, &head[i]));
+    return input(ctx, K->head_inputs + 4 * K->layers, vocab_ids);
+}
+
+static OrtStatus *compute(void *handle, OrtKernelContext *ctx) {
+    kernel *K = handle;
     const int64_t L = K->layers, H = K->heads;
-    if (count != weights_start(K) + 3 + WEIGHTS_PER_LAYER * (size_t)L + 6)
-        FAIL(ORT_INVALID_ARGUMENT, "FusedDecoderStep: %zu inputs for %d layers", count, (int)L);
-    tensor tokens, src_mask, topk, positions, self_mask, query_rows, row_slots, vocab_ids;
-    CHECK(input(ctx, 0, &tokens));
-    CHECK(input(ctx, 1, &src_mask));
-    CHECK(input(ctx, 2, &topk));
-    CHECK(input(ctx, 3, &positions));
-    CHECK(input(ctx, 4, &self_mask));
-    CHECK(input(ctx, 5, &query_rows));
-    CHECK(input(ctx, 6, &row_slots));
-    CHECK(input(ctx, HEAD_INPUTS + 4 * L, &vocab_ids));
+    tensor head[HEAD_INPUTS], vocab_ids;
+    CHECK(head_inputs(K, ctx, head, &vocab_ids));
+    const tensor tokens = head[0], src_mask = head[1], topk = head[2], positions = head[3], self_mask = head[4];
+    const tensor query_rows = head[5], row_slots = head[6];
     subset *sub = NULL;
     CHECK(prepare(K, ctx, &vocab_ids, &sub));
     const int d = K->d, dh = d / (int)H;
@@ -528,20 +529,12 @@ done:
 
 static OrtStatus *search(void *handle, OrtKernelContext *ctx) {
     kernel *K = handle;
-    size_t count = 0;
-    CHECK(g_api->KernelContext_GetInputCount(ctx, &count));
     const int64_t L = K->layers, H = K->heads;
-    if (count != weights_start(K) + 3 + WEIGHTS_PER_LAYER * (size_t)L + 6)
-        FAIL(ORT_INVALID_ARGUMENT, "FusedSearch: %zu inputs for %d layers", count, (int)L);
-    tensor max_steps, tokens, start_scores, src_mask, source_limits, block, vocab_ids, past0;
-    CHECK(input(ctx, 0, &max_steps));
-    CHECK(input(ctx, 1, &tokens));
-    CHECK(input(ctx, 2, &start_scores));
-    CHECK(input(ctx, 3, &src_mask));
-    CHECK(input(ctx, 4, &source_limits));
-    CHECK(input(ctx, 5, &block));
+    tensor head[SEARCH_HEAD], vocab_ids, past0;
+    CHECK(head_inputs(K, ctx, head, &vocab_ids));
+    const tensor max_steps = head[0], tokens = head[1], start_scores = head[2], src_mask = head[3];
+    const tensor source_limits = head[4], block = head[5];
     CHECK(input(ctx, SEARCH_HEAD + 2 * L, &past0));
-    CHECK(input(ctx, SEARCH_HEAD + 4 * L, &vocab_ids));
     const int64_t B = src_mask.rank == 2 ? src_mask.dims[0] : 0, rows = tokens.count, k = B ? rows / B : 0;
     const int64_t most = max_steps.count == 1 ? *(int64_t *)max_steps.data : -1;
     const int64_t ngram = block.count == 1 ? *(int64_t *)block.data : -1;
