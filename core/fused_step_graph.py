@@ -167,14 +167,18 @@ def _topological(nodes: list[tuple[list[str], list[str], bytes]]) -> bytes:
     return out
 
 
+def _cache_inputs(layers: int) -> list[str]:
+    """The fused operators' cache inputs, in their order: each layer's cross keys and values, then its past ones."""
+    cache = [f"{kind}_{i}" for i in range(layers) for kind in ("cross_keys", "cross_values")]
+    return cache + [f"{kind}_{i}" for i in range(layers) for kind in ("past_keys", "past_values")]
+
+
 def _fuse(graph: bytes, folder: Path, outer: dict[str, Tensor], layers: int, has_vocab_ids: bool) -> bytes:
     """A graph (a step graph, or the body of a search loop) with its step computation, from the step inputs to the
     step outputs, replaced by one fused node; the rest of its nodes unchanged."""
     raw_nodes = _raw_nodes(graph)
     tensors = {**outer, **initializers(graph)}
-    cache = [f"{kind}_{i}" for i in range(layers) for kind in ("cross_keys", "cross_values")]
-    cache += [f"{kind}_{i}" for i in range(layers) for kind in ("past_keys", "past_values")]
-    step_inputs = HEAD_INPUTS + cache + ([VOCAB_IDS] if has_vocab_ids else [])
+    step_inputs = HEAD_INPUTS + _cache_inputs(layers) + ([VOCAB_IDS] if has_vocab_ids else [])
     step_outputs = step_output_names(layers)
     producer = {out: i for i, (node, _) in enumerate(raw_nodes) for out in node.outputs}
     missing = [name for name in step_outputs if name not in producer]
@@ -299,19 +303,25 @@ def fused_step_graph(path: Path) -> bytes:
     return _with_graph(model, _fuse(graph, Path(path).parent, {}, layers, VOCAB_IDS in inputs))
 
 
-def fused_loop_graph(path: Path) -> bytes:
-    """The fused model's bytes for a search loop graph file ``path`` (core/graphs.py SEARCH_LOOP) whose body is an
-    int8 interface-3 step graph: the Loop's body with its step fused, the outer graph's subset gathers for the
-    body's old output projection dropped (the operator packs the subset's columns itself). Raises NotFused."""
+def _search_loop_parts(path: Path) -> tuple[bytes, bytes, list[str], int, list[tuple[Node, bytes]], int]:
+    """A search loop graph file's model, graph, input names, decoder layers, nodes (with their encodings) and the
+    index of its one Loop node; NotFused when it is not one."""
     model, graph, inputs, _ = _model_parts(path)
     layers = sum(name.startswith("cross_keys_") for name in inputs)
     raw_nodes = _raw_nodes(graph)
     loops = [i for i, (node, _) in enumerate(raw_nodes) if node.op_type == "Loop"]
     if layers == 0 or len(loops) != 1:
         raise NotFused("not a search loop graph (one Loop node over a step graph)")
-    loop_node, loop_raw = raw_nodes[loops[0]]
+    return model, graph, inputs, layers, raw_nodes, loops[0]
+
+
+def fused_loop_graph(path: Path) -> bytes:
+    """The fused model's bytes for a search loop graph file ``path`` (core/graphs.py SEARCH_LOOP) whose body is an
+    int8 interface-3 step graph: the Loop's body with its step fused, the outer graph's subset gathers for the
+    body's old output projection dropped (the operator packs the subset's columns itself). Raises NotFused."""
+    model, graph, inputs, layers, raw_nodes, at = _search_loop_parts(path)
     rebuilt = b""
-    for number, field_bytes in raw_fields(_unwrap(loop_raw)):
+    for number, field_bytes in raw_fields(_unwrap(raw_nodes[at][1])):
         if number == 5 and attribute(_unwrap(field_bytes))[0] == "body":
             body = next(v for n, v in fields(_unwrap(field_bytes)) if n == 6)
             new_body = _fuse(body, Path(path).parent, initializers(graph), layers, VOCAB_IDS in inputs)
@@ -324,7 +334,7 @@ def fused_loop_graph(path: Path) -> bytes:
     fused_loop = _length_delimited(1, rebuilt)  # the Loop node, its body replaced
     # the outer nodes nothing reads any more (the hoisted subset gathers), dropped
     kept = list(raw_nodes)
-    kept[loops[0]] = (nodes(fused_loop)[0], fused_loop)
+    kept[at] = (nodes(fused_loop)[0], fused_loop)
     outputs = {string(dict(fields(v)).get(1, b"")) for n, v in fields(graph) if n == 12}
     while True:
         read = outputs | {name for node, _ in kept for name in _needs(node)}
@@ -343,15 +353,9 @@ def fused_search_graph(path: Path) -> bytes:
     SOURCE_STEPS (core/graphs.py); the body's step fused and its ranking done in the operator over a key/value
     cache written in place. Its nodes are that node and the weight-deriving Concats the fused body keeps; its
     initializers the body's weights they read (the same external regions). Raises NotFused."""
-    model, graph, inputs, _ = _model_parts(path)
-    layers = sum(name.startswith("cross_keys_") for name in inputs)
-    raw_nodes = _raw_nodes(graph)
-    loops = [node for node, _ in raw_nodes if node.op_type == "Loop"]
-    if layers == 0 or len(loops) != 1:
-        raise NotFused("not a search loop graph (one Loop node over a step graph)")
-    loop_raw = next(raw for node, raw in raw_nodes if node.op_type == "Loop")
+    model, graph, inputs, layers, raw_nodes, at = _search_loop_parts(path)
     body_attribute = next(
-        _unwrap(f) for n, f in raw_fields(_unwrap(loop_raw)) if n == 5 and attribute(_unwrap(f))[0] == "body"
+        _unwrap(f) for n, f in raw_fields(_unwrap(raw_nodes[at][1])) if n == 5 and attribute(_unwrap(f))[0] == "body"
     )
     body = next(v for n, v in fields(body_attribute) if n == 6)
     has_vocab_ids = VOCAB_IDS in inputs
@@ -378,9 +382,8 @@ def fused_search_graph(path: Path) -> bytes:
         for n, f in raw_fields(scope)
         if n == 5 and string(dict(fields(_unwrap(f))).get(8, b"")) in read
     ]
-    cache = [f"{kind}_{i}" for i in range(layers) for kind in ("cross_keys", "cross_values")]
-    cache += [f"{kind}_{i}" for i in range(layers) for kind in ("past_keys", "past_values")]
-    search_inputs = ["max_steps", "tokens", "scores", "src_mask", SOURCE_LIMITS, NO_REPEAT_NGRAM, *cache]
+    search_inputs = ["max_steps", "tokens", "scores", "src_mask", SOURCE_LIMITS, NO_REPEAT_NGRAM]
+    search_inputs += _cache_inputs(layers)
     search_inputs.append(VOCAB_IDS if has_vocab_ids else NO_VOCAB_IDS)
     outputs = [*SEARCH_LOOP_OUTPUTS, SOURCE_STEPS]
     search = _node_bytes(

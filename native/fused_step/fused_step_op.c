@@ -806,9 +806,21 @@ static int homogeneous(const OrtCustomOp *op) { (void)op; return 1; }
 
 static OrtCustomOp step_op, search_op;
 
-static void describe(OrtCustomOp *op) {
+/* an operator's table: what the two share, and what differs (name, outputs, kernel) */
+static void describe(OrtCustomOp *op, const char *(*name)(const OrtCustomOp *),
+                     ONNXTensorElementDataType (*output_type)(const OrtCustomOp *, size_t),
+                     size_t (*output_count)(const OrtCustomOp *),
+                     OrtCustomOpInputOutputCharacteristic (*output_kind)(const OrtCustomOp *, size_t),
+                     OrtStatus *(*create)(const OrtCustomOp *, const OrtApi *, const OrtKernelInfo *, void **),
+                     OrtStatus *(*run)(void *, OrtKernelContext *)) {
     memset(op, 0, sizeof *op);
     op->version = API_VERSION;
+    op->GetName = name;
+    op->GetOutputType = output_type;
+    op->GetOutputTypeCount = output_count;
+    op->GetOutputCharacteristic = output_kind;
+    op->CreateKernelV2 = create;
+    op->KernelComputeV2 = run;
     op->GetExecutionProviderType = op_provider;
     op->GetInputType = any_type;
     op->GetInputTypeCount = one;
@@ -826,20 +838,8 @@ OrtStatus *ORT_API_CALL RegisterCustomOps(OrtSessionOptions *options, const OrtA
     const OrtApi *api = base->GetApi(API_VERSION);
     if (!api) return NULL; /* an onnxruntime older than 1.16 cannot run the operators; it then fails to load graphs */
     g_api = api;
-    describe(&step_op);
-    step_op.GetName = step_name;
-    step_op.GetOutputType = step_output_type;
-    step_op.GetOutputTypeCount = four;
-    step_op.GetOutputCharacteristic = step_output_kind;
-    step_op.CreateKernelV2 = create_step;
-    step_op.KernelComputeV2 = compute;
-    describe(&search_op);
-    search_op.GetName = search_name;
-    search_op.GetOutputType = search_output_type;
-    search_op.GetOutputTypeCount = seven;
-    search_op.GetOutputCharacteristic = required;
-    search_op.CreateKernelV2 = create_search;
-    search_op.KernelComputeV2 = search;
+    describe(&step_op, step_name, step_output_type, four, step_output_kind, create_step, compute);
+    describe(&search_op, search_name, search_output_type, seven, required, create_search, search);
     OrtCustomOpDomain *domain = NULL;
     OrtStatus *status = api->CreateCustomOpDomain("mtserve.fused", &domain);
     if (!status) status = api->CustomOpDomain_Add(domain, &step_op);
