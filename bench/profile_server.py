@@ -3,13 +3,13 @@ under load, sorted into the engine thread's parts and the event loop.
 
     python -m bench.profile_server --data ../shared/data/multi30k [--modes continuous dynamic off] \
         [--clients 64] [--requests 600] [--beam-size 4] [--variant int8] [--stream] \
-        [--settings '' MT_LANGUAGE_MISMATCH=off]
+        [--settings '' MT_LANGUAGE_MISMATCH=off] [--texts 1] [--floors]
 
 For each mode (a mode may be listed again, to alternate), a server is started as bench/serving.py starts it (same
 settings), warmed up, and sent the same --requests requests (one sentence each, test_2016_flickr in order) by
 --clients clients while ``py-spy record --threads --format raw`` samples it (py-spy counts only threads that run,
-so samples are CPU time). The table gives CPU milliseconds per request (samples x 1000 / --rate, over the requests)
-in
+so samples are CPU time). ``--texts N`` puts N sentences in each request instead (the same sentences, in fewer
+requests). The table gives CPU milliseconds per sentence (samples x 1000 / --rate, over the sentences answered) in
 
 - ``step graph``: onnxruntime running the decoder step (engine thread);
 - ``encoder``: onnxruntime running the encoder;
@@ -24,6 +24,12 @@ A second table holds the ratio issue 33 sets a target for: the server's CPU per 
 (``/proc/<pid>/stat`` for the process, ``/proc/<pid>/task/<tid>/stat`` for the engine thread). py-spy counts a
 thread that is runnable but waiting for a core as running, so on a shared machine its samples overstate whichever
 thread waits most; the kernel counts only CPU time used. ``--raw DIR`` keeps py-spy's samples for a closer look.
+
+``--floors`` adds the HTTP stack's own cost in the same run (bench/http_floor.py: a bare ASGI app, and a FastAPI
+route with the request's fields, each under ``python -m service``'s uvicorn set-up and guarded h11 protocol, with a
+fixed answer): their whole process CPU per sentence, driven by the same clients with the same requests. Beside the
+server's CPU outside its engine thread, they show how much of that any Python server of this stack pays, and so
+how far the 1.15x target is from the floor.
 
 Needs ``py-spy`` (in the ``bench`` extra) and permission to attach to a child process (ptrace; root in a
 container, or kernel.yama.ptrace_scope 0).
@@ -79,26 +85,26 @@ def categorize(stack: str) -> list[str]:
 
 
 async def _drive(
-    url: str, sentences: list[str], clients: int, beam: int, model: str, stream: bool = False
+    url: str, sentences: list[str], clients: int, beam: int, model: str, stream: bool = False, texts: int = 1
 ) -> tuple[int, float]:
-    """``clients`` clients sending each sentence once (one per request; with ``stream``, read as Server-Sent
-    Events to the end); returns (answered, seconds)."""
+    """``clients`` clients sending each sentence once (``texts`` per request; with ``stream``, read as Server-Sent
+    Events to the end); returns (sentences answered, seconds)."""
     answered, next_index = 0, 0
 
     async def client(http: httpx.AsyncClient) -> None:
         nonlocal answered, next_index
         while next_index < len(sentences):
-            text = sentences[next_index]
-            next_index += 1
-            body = {"texts": [text], "beam_size": beam, "model": model, "timeout_s": 600}
+            chunk = sentences[next_index : next_index + texts]
+            next_index += len(chunk)
+            body = {"texts": chunk, "beam_size": beam, "model": model, "timeout_s": 600}
             if not stream:
                 response = await http.post("/v1/translate", json=body)
-                answered += response.status_code == 200
+                answered += len(chunk) if response.status_code == 200 else 0
                 continue
             async with http.stream("POST", "/v1/translate", json={**body, "stream": True}) as response:
                 async for line in response.aiter_lines():
                     if line.startswith("event: done"):
-                        answered += 1
+                        answered += len(chunk)
 
     limits = httpx.Limits(max_connections=clients, max_keepalive_connections=clients)
     async with httpx.AsyncClient(base_url=url, timeout=900, limits=limits) as http:
@@ -132,7 +138,7 @@ def profile(
 ) -> tuple[int, float, dict, tuple[float, float]]:
     """py-spy samples of the server while it answers ``sentences`` (after a warm-up); (answered, seconds, counts,
     (process CPU seconds, engine threads' CPU seconds) from /proc over the same requests)."""
-    drive = (args.clients, args.beam_size, args.model, args.stream)
+    drive = (args.clients, args.beam_size, args.model, args.stream, args.texts)
     asyncio.run(_drive(server.url, sentences[: args.warmup], *drive))
     spy = subprocess.Popen(
         [args.py_spy, "record", "--pid", str(server.pid), "--rate", str(args.rate), "--format", "raw",
@@ -159,6 +165,28 @@ def profile(
     return answered, seconds, counts, (after[0] - before[0], engine)
 
 
+FLOORS = {"asgi": "HTTP floor: bare ASGI", "fastapi": "HTTP floor: FastAPI route"}
+
+
+def floor(kind: str, sentences: list[str], args: argparse.Namespace, log_dir: Path) -> tuple[int, float, float]:
+    """bench/http_floor.py's ``kind`` app driven as the server is; (sentences answered, seconds, its CPU seconds)."""
+    server = ServerProcess(
+        None,
+        {"MT_LOG_LEVEL": "warning"},
+        log_dir / f"floor-{kind}.log",
+        command=[sys.executable, "-m", "bench.http_floor", kind],
+    )
+    drive = (args.clients, args.beam_size, args.model, args.stream, args.texts)
+    server.start(timeout=60)
+    try:
+        asyncio.run(_drive(server.url, sentences[: args.warmup], *drive))
+        before = server.cpu_seconds()
+        answered, seconds = asyncio.run(_drive(server.url, sentences, *drive))
+        return answered, seconds, server.cpu_seconds() - before
+    finally:
+        server.stop()
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(
         prog="python -m bench.profile_server", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
@@ -173,6 +201,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--rate", type=int, default=200, help="py-spy samples per second")
     parser.add_argument("--beam-size", type=int, default=4)
     parser.add_argument("--stream", action="store_true", help='requests with "stream": true, read to the end')
+    parser.add_argument("--texts", type=int, default=1, help="sentences per request")
+    parser.add_argument("--floors", action="store_true", help="add bench/http_floor.py's two apps (HTTP stack alone)")
     parser.add_argument("--variant", default="int8")
     parser.add_argument(
         "--trees", type=Path, nargs="+", default=[ROOT], help="source trees to run the server from, in turn per mode"
@@ -197,12 +227,17 @@ def main(argv: list[str] | None = None) -> int:
     lines = (args.data / "test_2016_flickr.de").read_text(encoding="utf-8").splitlines()
     sentences = [lines[i % len(lines)] for i in range(args.requests)]
     ms = 1000 / args.rate
-    print(f"{cpu_model()}; {args.clients} clients, beam {args.beam_size}, {args.variant}, {args.requests} requests")
-    print(f"CPU ms per request (1 sample = {ms:g} ms)")
-    print("| mode | answered | requests/s | " + " | ".join(CATEGORIES) + " | total |")
+    per_request = f"{args.texts} sentences per request" if args.texts > 1 else "one sentence per request"
+    print(
+        f"{cpu_model()}; {args.clients} clients, beam {args.beam_size}, {args.variant}, {args.requests} sentences, "
+        + per_request
+    )
+    print(f"CPU ms per sentence (1 sample = {ms:g} ms)")
+    print("| mode | answered | sentences/s | " + " | ".join(CATEGORIES) + " | total |")
     print("|---|---:|---:|" + "---:|" * (len(CATEGORIES) + 1))
     done: list[str] = []
     ratios: list[str] = []
+    engine_ms: list[float] = []
     with tempfile.TemporaryDirectory(prefix="bench-profile-server-") as tmp:
         raw = args.raw or Path(tmp)
         raw.mkdir(parents=True, exist_ok=True)
@@ -227,14 +262,31 @@ def main(argv: list[str] | None = None) -> int:
             print(f"| {label} | {answered} | {answered / seconds:.1f} | {cells} | {total:.2f} |", flush=True)
             sampled = sum(counts[c] for c in ENGINE_CATEGORIES)
             n = max(1, answered)
+            engine_ms.append(engine_cpu * 1000 / n)
             ratios.append(
                 f"| {label} | {total / max(1e-9, sampled * ms / n):.2f} | {cpu * 1000 / n:.2f} "
-                f"| {engine_cpu * 1000 / n:.2f} | {cpu / max(1e-9, engine_cpu):.2f} |"
+                f"| {engine_cpu * 1000 / n:.2f} | {(cpu - engine_cpu) * 1000 / n:.2f} "
+                f"| {cpu / max(1e-9, engine_cpu):.2f} |"
             )
-    print("\nserver CPU over engine-thread CPU per request (target <= 1.15 at 64 clients, issue 33)")
-    print("| mode | server/engine (py-spy) | server ms (/proc) | engine thread ms (/proc) | server/engine (/proc) |")
-    print("|---|---:|---:|---:|---:|")
+        for kind in FLOORS if args.floors else ():
+            answered, seconds, cpu = floor(kind, sentences, args, Path(tmp))
+            ms_per = cpu * 1000 / max(1, answered)
+            ratios.append(
+                f"| {FLOORS[kind]} ({answered / seconds:.0f} sentences/s) | - | {ms_per:.2f} | - | {ms_per:.2f} | - |"
+            )
+    print("\nserver CPU over engine-thread CPU per sentence (target <= 1.15 at 64 clients, issue 33)")
+    print(
+        "| mode | server/engine (py-spy) | server ms (/proc) | engine thread ms (/proc) | outside the engine thread ms "
+        "| server/engine (/proc) |"
+    )
+    print("|---|---:|---:|---:|---:|---:|")
     print("\n".join(ratios))
+    if engine_ms:
+        engine = sorted(engine_ms)[len(engine_ms) // 2]
+        print(
+            f"\nthe target leaves {0.15 * engine:.2f} ms per sentence outside the engine thread "
+            f"({engine:.2f} ms x 0.15)"
+        )
     return 0
 
 
