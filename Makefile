@@ -35,11 +35,21 @@ lock: $(DEV_VENV)/.installed
 dev-env: $(DEV_VENV)/.installed
 serve-env: $(SERVE_VENV)/.installed
 
+# with a C compiler, serve builds the fused step's library first (once; again when its source changes), which
+# MT_FUSED_STEP=auto uses on CPUs with AVX-512 VNNI; without one it serves the graphs, as MT_FUSED_STEP=false does
 serve: $(SERVE_VENV)/.installed
+	@if command -v cc >/dev/null || command -v gcc >/dev/null; then \
+		$(MAKE) -s $(NATIVE_LIB) || echo "the fused step did not build: the graphs serve"; \
+		else echo "no C compiler: the fused step is not built (the graphs serve; docs/deployment.md MT_FUSED_STEP)"; fi
 	MT_HOST=$(HOST) MT_PORT=$(PORT) $(SERVE_VENV)/bin/python -m service
 
-# the fused decoder step's onnxruntime operator (MT_FUSED_STEP=true; service/engine/fused_step.py): a C compiler only
+# the fused decoder step's onnxruntime operator (MT_FUSED_STEP; service/engine/fused_step.py): a C compiler only.
+# `make native` always rebuilds; the file target rebuilds when the source changes
+NATIVE_LIB := build/native/libmtserve_fused_step.so
 native:
+	bash native/build.sh
+
+$(NATIVE_LIB): native/build.sh $(wildcard native/fused_step/*) $(wildcard native/third_party/onnxruntime/*)
 	bash native/build.sh
 
 lint: $(DEV_VENV)/.installed

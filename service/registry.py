@@ -69,6 +69,7 @@ class LoadedModel:
             "providers": self.engine.providers,
             "threads": self.engine.threads,
             "search": "device" if self.engine.device_runner is not None else "host",
+            "fused_step": self.engine.fused_step,  # "fused", "off", or why not
             "max_source_tokens": self.engine.max_source_tokens,  # the model's positions, EOS included
             "max_source_subwords": self.max_source_subwords,  # what requests may send: one limit everywhere
             "layers": {"encoder": m["model"]["n_encoder_layers"], "decoder": m["model"]["n_decoder_layers"]},

@@ -40,6 +40,21 @@ def _pairs(value: object) -> object:
 CsvMap = Annotated[dict[str, str], NoDecode, BeforeValidator(_pairs)]  # "a=1, b=2" -> {"a": "1", "b": "2"}
 
 
+_BOOL_WORDS = {"1": "true", "yes": "true", "on": "true", "t": "true", "y": "true",
+               "0": "false", "no": "false", "off": "false", "f": "false", "n": "false"}  # fmt: skip
+
+
+def _auto_or_bool(value: object) -> object:
+    """A tri-state setting's value: "auto", or a boolean spelled as pydantic reads one (true/1/yes/on ...), as
+    "true" / "false" (the setting was a boolean before it had auto)."""
+    if isinstance(value, bool):
+        return str(value).lower()
+    if isinstance(value, str):
+        word = value.strip().lower()
+        return _BOOL_WORDS.get(word, word)
+    return value
+
+
 class SettingsGroup(BaseSettings):
     """A group of settings, each read from MT_<FIELD NAME>."""
 
@@ -93,12 +108,15 @@ class EngineSettings(SettingsGroup):
         "MT_SCHEDULER=continuous it serves the whole batches only (the live decode serves the rest); its session is "
         "created on first use",
     )
-    fused_step: bool = Field(
-        False,
+    fused_step: Annotated[str, BeforeValidator(_auto_or_bool)] = Field(
+        "auto",
+        pattern="^(auto|true|false)$",
         description="whole-batch search runs the int8 decoder step as one fused onnxruntime operator "
         "(native/fused_step/, built by `make native`; MT_FUSED_STEP_LIBRARY names another build) where the bundle's "
-        "step graph is one it computes; else, or without the library, the step graph as before. Its float parts are "
-        "not onnxruntime's bit for bit: scores may move by a few hundredths (docs/engine-speed-log.md item 45)",
+        "step graph is one it computes; else, or without the library, the step graph as before. auto: where the "
+        "library is built and the CPU has AVX-512 VNNI (measured faster there); true: on any CPU; false: never. Its "
+        "float parts are not onnxruntime's bit for bit: scores may move by a few hundredths "
+        "(docs/engine-speed-log.md items 45, 48)",
     )
 
 

@@ -97,6 +97,11 @@ class ModelInfo(BaseModel):
         description="device: encoder outputs and key/value cache stay on the provider's device (I/O binding, CUDA); "
         "host: in host memory (CPU)",
     )
+    fused_step: str | None = Field(
+        None,
+        description="fused: whole-batch and lone-sentence search run the int8 decoder as the fused operator "
+        "(MT_FUSED_STEP); off, or why not (e.g. the library is not built, the CPU has no AVX-512 VNNI under auto)",
+    )
     max_source_tokens: int = Field(description="the model's source positions, EOS included")
     max_source_subwords: int | None = Field(
         None,

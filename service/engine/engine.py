@@ -38,7 +38,7 @@ from service.engine.constrained import Constraint, constrained_beam_search, cons
 from service.engine.constrained_greedy import GREEDY_TERM_TOP_K, constrained_greedy_search
 from service.engine.decoder_cache import decoder_feeds, empty_cache
 from service.engine.device_state import GATHER_GRAPH, DeviceRunner, device_search, wants_device_search
-from service.engine.fused_step import fused_loop_session, fused_search_session, fused_step_session
+from service.engine.fused_step import auto_blocker, fused_loop_session, fused_search_session, fused_step_session
 from service.engine.no_repeat import NoRepeatNgram
 from service.engine.reorder import ReorderBuffers
 from service.engine.runtime import create_session
@@ -285,7 +285,7 @@ class Engine:
         shared_tables: bool = True,
         memory_pattern: bool = True,
         prepack: bool = True,
-        fused_step: bool = False,
+        fused_step: bool | str = False,
     ) -> None:
         """``io_binding``: search with the cache on the device (service/engine/device_state.py); None = when the
         sessions run on CUDA and the bundle's step graph allows it (interface 3), True = on any provider.
@@ -297,8 +297,9 @@ class Engine:
         ``shared_tables``: the CPU sessions read the embedding from one memory map (service/engine/shared_tables.py)
         instead of one each. ``memory_pattern``, ``prepack``: onnxruntime's session options of those names
         (runtime.py ``create_session``). ``fused_step``: whole-batch search runs the int8 step as one fused operator
-        (fused_step.py) where the library is built and the bundle's graph is one it computes; ``self.fused_step``
-        says what runs ("fused", "off", or why not)."""
+        (fused_step.py) where the library is built and the bundle's graph is one it computes; "auto" only where the
+        CPU has AVX-512 VNNI too (fused_step.py ``auto_blocker``), and says why not at INFO, not WARNING ("true" /
+        "false" as the booleans); ``self.fused_step`` says what runs ("fused", "off", or why not)."""
         self.bundle = bundle
         self.variant = variant or bundle.default_variant
         self.decoding = decoding_defaults(bundle.manifest)  # for options left None
@@ -334,12 +335,19 @@ class Engine:
         self.fused_step = "off"
         if steps is not None:
             batch, live = steps
-            if fused_step:
+            auto = fused_step == "auto"
+            blocker = auto_blocker() if auto else None
+            if blocker is not None:
+                self.fused_step = blocker
+                log.info("%s %s: fused step not used (MT_FUSED_STEP=auto): %s", bundle.name, self.variant, blocker)
+            elif fused_step in (True, "true", "auto"):
                 self.step_decoder, self.fused_step = fused_step_session(
                     bundle.graph(self.variant, batch), providers, settings
                 )
                 if self.step_decoder is None:
-                    log.warning("%s %s: fused step not used: %s", bundle.name, self.variant, self.fused_step)
+                    (log.info if auto else log.warning)(
+                        "%s %s: fused step not used: %s", bundle.name, self.variant, self.fused_step
+                    )
                 else:
                     log.info("%s %s: whole-batch search on the fused step", bundle.name, self.variant)
             if self.step_decoder is None:

@@ -8,9 +8,12 @@ body's ranking, a cache written in place). ``fused_step_session`` / ``fused_loop
 open them when the library is built (``make native``; MT_FUSED_STEP_LIBRARY names another file) and say why not
 otherwise: the engine then keeps the graphs the bundle ships (a fallback, never an error).
 
-It is off by default (MT_FUSED_STEP=true turns it on): its float parts (softmax exponentials, dot-product order) are
-not onnxruntime's bit for bit, so a quantized activation on a rounding edge can round the other way and a hypothesis'
-score move by a few hundredths (docs/engine-speed-log.md item 45 has the measured agreement and BLEU).
+MT_FUSED_STEP=auto (the default) uses it where it was measured faster than onnxruntime's kernels: the library is
+built and the CPU has AVX-512 VNNI (``auto_blocker`` says why not otherwise; the graphs then run, with an info line,
+not a warning). true asks for it on any CPU (its plain loops serve CPUs without VNNI; they were not benchmarked
+against onnxruntime there), false never. Its float parts (softmax exponentials, dot-product order) are not
+onnxruntime's bit for bit, so a quantized activation on a rounding edge can round the other way and a hypothesis'
+score move by a few hundredths (docs/engine-speed-log.md items 45 and 48 have the measured agreement and BLEU).
 """
 
 from __future__ import annotations
@@ -33,6 +36,31 @@ DEFAULT_LIBRARY = Path(__file__).resolve().parents[2] / "build" / "native" / "li
 def library_path() -> Path:
     """Where the operator's library is looked for: MT_FUSED_STEP_LIBRARY, else build/native/ of this checkout."""
     return Path(os.environ.get(LIBRARY_ENV) or DEFAULT_LIBRARY)
+
+
+def cpu_flags(cpuinfo: str | None = None) -> set[str]:
+    """The first CPU's feature flags from /proc/cpuinfo (or ``cpuinfo``); empty where there is none."""
+    if cpuinfo is None:
+        try:
+            cpuinfo = Path("/proc/cpuinfo").read_text()
+        except OSError:
+            return set()
+    for line in cpuinfo.splitlines():
+        if line.startswith("flags"):
+            return set(line.partition(":")[2].split())
+    return set()
+
+
+def auto_blocker(flags: set[str] | None = None) -> str | None:
+    """Why MT_FUSED_STEP=auto keeps the graphs on this machine, or None when it uses the fused step: the library is
+    built and the CPU has AVX-512 VNNI, where its kernels were measured faster than onnxruntime's
+    (docs/benchmarks.md); on other CPUs its plain loops were not measured, so auto leaves them off."""
+    library = library_path()
+    if not library.is_file():
+        return f"{library} is not built (make native)"
+    if "avx512_vnni" not in (cpu_flags() if flags is None else flags):
+        return "this CPU has no AVX-512 VNNI (MT_FUSED_STEP=true uses the fused step's plain loops anyway)"
+    return None
 
 
 def _fused_session(path: Path, rewrite, providers: str, settings: dict) -> tuple[ort.InferenceSession | None, str]:

@@ -23,7 +23,7 @@ from core.bundle import load_bundle
 from core.fused_step_graph import NotFused, fused_loop_graph, fused_search_graph, fused_step_graph
 from core.graphs import SEARCH_LOOP_OUTPUTS, step_input_names
 from service.engine import Engine, TranslateOptions
-from service.engine.fused_step import LIBRARY_ENV, fused_step_session
+from service.engine.fused_step import LIBRARY_ENV, auto_blocker, cpu_flags, fused_step_session
 from service.engine.runtime import create_session
 from service.engine.search_loop import SearchLoop
 
@@ -275,6 +275,36 @@ def test_engine_falls_back_to_the_graph_without_the_library(pre_norm_bundle, tmp
     engine = Engine(bundle, "int8", "cpu", fused_step=True)
     assert "not built" in engine.fused_step
     assert engine.translate(SENTENCES[:2])[0].text
+
+
+CPUINFO = "processor\t: 0\nflags\t\t: fpu sse2 avx2 {extra}\nbogomips\t: 4000\n"
+
+
+def test_auto_asks_for_the_library_and_avx512_vnni(tmp_path, use_library, monkeypatch):
+    vnni, plain = cpu_flags(CPUINFO.format(extra="avx512f avx512_vnni")), cpu_flags(CPUINFO.format(extra=""))
+    assert "avx512_vnni" in vnni and "avx2" in plain and "avx512_vnni" not in plain
+    assert cpu_flags("no flags here") == set()
+    assert auto_blocker(vnni) is None
+    assert "AVX-512 VNNI" in auto_blocker(plain)
+    monkeypatch.setenv(LIBRARY_ENV, str(tmp_path / "missing.so"))
+    assert "not built" in auto_blocker(vnni)
+
+
+@pytest.mark.parametrize("machine", ["vnni", "no-vnni"])
+def test_engine_auto_uses_the_fused_step_only_where_auto_allows_it(
+    pre_norm_bundle, use_library, monkeypatch, caplog, machine
+):
+    flags = cpu_flags(CPUINFO.format(extra="avx512f avx512_vnni" if machine == "vnni" else ""))
+    monkeypatch.setattr("service.engine.engine.auto_blocker", lambda: auto_blocker(flags))
+    bundle = load_bundle(pre_norm_bundle)
+    with caplog.at_level("INFO", logger="service.engine.engine"):
+        engine = Engine(bundle, "int8", "cpu", fused_step="auto")
+    assert engine.fused_step == ("fused" if machine == "vnni" else auto_blocker(flags))
+    assert not [r for r in caplog.records if r.levelname == "WARNING"]  # auto's fallback is no warning
+    fp32 = Engine(bundle, "fp32", "cpu", fused_step="auto")  # a graph the operator does not compute: the graphs
+    assert fp32.fused_step != "fused" and fp32.translate(SENTENCES[:1])[0].text
+    assert Engine(bundle, "int8", "cpu", fused_step="false").fused_step == "off"
+    assert Engine(bundle, "int8", "cpu", fused_step="true").fused_step == "fused"  # true: on any CPU
 
 
 def test_graphs_the_operator_does_not_compute_are_refused(pre_norm_bundle, tiny_bundle_dir, use_library):

@@ -25,7 +25,7 @@ DEFAULTS = {
     "MT_ENGINE_WORKERS": 1,
     "MT_SHORTLIST": True,
     "MT_SEARCH_LOOP": True,
-    "MT_FUSED_STEP": False,
+    "MT_FUSED_STEP": "auto",
     "MT_SCHEDULER": "dynamic",
     "MT_BATCHING": True,
     "MT_MAX_BATCH_SENTENCES": 32,
