@@ -231,6 +231,35 @@ def test_server_profile_counts_cpu_per_thread_and_finds_the_engine_threads():
     assert engine_threads(raw + "thread (43): engine-zh-en;run (y.py:2) 1\n") == {41, 43}
 
 
+def test_http_floors_answer_as_the_service_does_and_report_their_cpu(tmp_path):
+    """bench/http_floor.py's two apps really started (the service's uvicorn set-up, loopback), driven as the
+    server is, several sentences per request; the FastAPI floor validates the body as a FastAPI service would."""
+    import argparse
+    import asyncio
+
+    import httpx
+
+    from bench.http_floor import fastapi_app
+    from bench.profile_server import FLOORS, floor
+
+    args = argparse.Namespace(clients=3, beam_size=4, model="de-en", stream=False, texts=2, warmup=2)
+    sentences = [f"Ein Satz {i}." for i in range(9)]
+    for kind in FLOORS:
+        answered, seconds, cpu = floor(kind, sentences, args, tmp_path)
+        assert answered == 9 and seconds > 0 and cpu >= 0  # (the last request carries one sentence; CPU in ticks)
+
+    async def ask() -> tuple[int, dict]:
+        transport = httpx.ASGITransport(app=fastapi_app())
+        async with httpx.AsyncClient(transport=transport, base_url="http://floor") as client:
+            refused = await client.post("/v1/translate", json={"texts": "not a list"})
+            answered = await client.post("/v1/translate", json={"texts": ["a", "b"], "beam_size": 4})
+            return refused.status_code, answered.json()
+
+    refused, body = asyncio.run(ask())
+    assert refused == 422
+    assert [t["text"] for t in body["translations"]] == ["A man rides a bicycle."] * 2
+
+
 def test_inplace_step_graph_computes_what_the_engine_step_computes(tiny_model_dir, tiny_bundle_dir, tmp_path):
     """bench/experiments/inplace_cache.py's rewritten step graph (GroupQueryAttention, shared buffers) gives the
     engine step's log-probabilities, over several steps and a reordering of the rows (as beam search makes). The
