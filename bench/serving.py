@@ -31,6 +31,7 @@ import numpy as np
 from prometheus_client.parser import text_string_to_metric_families
 
 from bench.harness import ROOT, ServerProcess, machine, now, percentile, write_section
+from bench.raw_client import RawConnection
 
 MODES = ("continuous", "dynamic", "off")
 
@@ -58,6 +59,13 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         type=int,
         default=1,
         help="rounds per client count, the modes interleaved (their order rotated each round); rows pool the rounds",
+    )
+    p.add_argument(
+        "--client",
+        choices=("httpx", "raw"),
+        default="httpx",
+        help="the load generator's HTTP client: httpx, or bench/raw_client.py's (a fraction of the CPU; not for "
+        "--stream-clients, which keep httpx)",
     )
     p.add_argument("--output", type=Path, default=ROOT / "docs" / "benchmarks.md", help="results file to update")
     p.add_argument("--no-write", action="store_true", help="print only; leave the results file alone")
@@ -138,8 +146,19 @@ class Result:
 
 
 async def closed_loop(
-    url: str, sentences: list[str], clients: int, beam: int, model: str, label: str, stream: bool = False
+    url: str,
+    sentences: list[str],
+    clients: int,
+    beam: int,
+    model: str,
+    label: str,
+    stream: bool = False,
+    client_kind: str = "httpx",
 ) -> Result:
+    """``clients`` closed-loop clients sending each sentence once (one per request). ``client_kind`` "raw": each
+    client one bench/raw_client.py connection instead of httpx (not for streaming)."""
+    if client_kind == "raw" and stream:
+        raise ValueError("the raw client does not read streamed answers")
     latencies: list[float] = []
     first: list[float] = []
     errors = 0
@@ -172,15 +191,31 @@ async def closed_loop(
             latencies.append(time.perf_counter() - started)
         return done
 
+    async def raw_one(connection: RawConnection, text: str) -> bool:
+        body = {"texts": [text], "beam_size": beam, "model": model, "timeout_s": 600}
+        started = time.perf_counter()
+        status, answer = await connection.post_json("/v1/translate", body)
+        if status != 200 and errors < 3:
+            print(f"  {label}: HTTP {status}: {answer[:200]!r}", file=sys.stderr)
+        if status == 200:
+            latencies.append(time.perf_counter() - started)
+        return status == 200
+
     async def client(http: httpx.AsyncClient) -> None:
         nonlocal next_index, errors
-        while next_index < len(sentences):
-            text = sentences[next_index]
-            next_index += 1
-            if next_index % step == 0:
-                print(f"  {label}: {next_index}/{len(sentences)} requests sent", file=sys.stderr, flush=True)
-            if not await one(http, text):
-                errors += 1
+        connection = RawConnection(url) if client_kind == "raw" else None
+        try:
+            while next_index < len(sentences):
+                text = sentences[next_index]
+                next_index += 1
+                if next_index % step == 0:
+                    print(f"  {label}: {next_index}/{len(sentences)} requests sent", file=sys.stderr, flush=True)
+                ok = await (raw_one(connection, text) if connection is not None else one(http, text))
+                if not ok:
+                    errors += 1
+        finally:
+            if connection is not None:
+                await connection.close()
 
     async with httpx.AsyncClient(base_url=url, timeout=900, limits=limits) as http:
         started = time.perf_counter()
@@ -196,7 +231,18 @@ def measure(
 ) -> Result:
     label = f"{mode:>10}, {clients:>3} clients{' streaming' if stream else ''}"
     before, cpu_before = batch_totals(server), server.cpu_seconds()
-    result = asyncio.run(closed_loop(server.url, sentences, clients, args.beam_size, args.model, label, stream))
+    result = asyncio.run(
+        closed_loop(
+            server.url,
+            sentences,
+            clients,
+            args.beam_size,
+            args.model,
+            label,
+            stream,
+            "httpx" if stream else args.client,
+        )
+    )
     after, cpu_after = batch_totals(server), server.cpu_seconds()
     means = {name: mean_between(before[name], after[name]) for name in BATCH_HISTOGRAMS}
     result.mean_batch = means["mt_decoder_step_rows" if mode == "continuous" else "mt_batch_size"]
@@ -368,8 +414,9 @@ def main(argv: list[str] | None = None) -> int:
         f"beam {args.beam_size}; continuous = MT_SCHEDULER=continuous, MT_MAX_LIVE_ROWS {args.max_live_rows}; "
         f"dynamic = MT_MAX_WAIT_MS {args.max_wait_ms:g}, MT_MAX_BATCH_SENTENCES {args.max_batch}; off = one "
         "sentence per batch",
-        "- latency is client-side (request sent to response read); the clients run in the benchmark process, the "
-        "servers in their own; server CPU ms/sent = the server process's utime + stime (/proc) over the row's "
+        "- latency is client-side (request sent to response read); the clients run in the benchmark process "
+        f"({'bench/raw_client.py connections' if args.client == 'raw' else 'httpx'}), the servers in their own; "
+        "server CPU ms/sent = the server process's utime + stime (/proc) over the row's "
         "sentences; mean batch = sentences per engine batch (dynamic, off) or rows per live decoder step "
         "(continuous); mean whole batch = sentences per whole engine batch in every mode (continuous runs plain "
         "requests with an n-gram block, embeddings and attention in whole batches; nan: none ran)",

@@ -260,6 +260,40 @@ def test_http_floors_answer_as_the_service_does_and_report_their_cpu(tmp_path):
     assert [t["text"] for t in body["translations"]] == ["A man rides a bicycle."] * 2
 
 
+def test_the_raw_client_loop_answers_every_request_on_kept_alive_connections(tmp_path):
+    """bench/serving.py --client raw: closed-loop clients on bench/raw_client.py connections against a real server
+    (bench/http_floor.py's bare app on loopback); streams are refused, not misread."""
+    import asyncio
+    import sys
+
+    from bench.harness import ServerProcess
+    from bench.raw_client import RawConnection
+    from bench.serving import closed_loop
+
+    command = [sys.executable, "-m", "bench.http_floor", "asgi"]
+    server = ServerProcess(None, {"MT_LOG_LEVEL": "warning"}, tmp_path / "floor.log", command=command)
+    server.start(timeout=60)
+    try:
+        result = asyncio.run(closed_loop(server.url, list("abcdefg"), 3, 4, "de-en", "raw", client_kind="raw"))
+        assert result.errors == 0 and len(result.latencies) == 7
+
+        async def twice() -> list[tuple[int, bytes]]:
+            connection = RawConnection(server.url)
+            try:
+                return [await connection.post_json("/v1/translate", {"texts": [t]}) for t in ("x", "y")]
+            finally:
+                await connection.close()
+
+        answers = asyncio.run(twice())
+        assert [status for status, _ in answers] == [200, 200] and b"A man rides a bicycle." in answers[1][1]
+    finally:
+        server.stop()
+    with pytest.raises(ValueError, match="stream"):
+        asyncio.run(closed_loop(server.url, ["a"], 1, 4, "de-en", "raw", stream=True, client_kind="raw"))
+    with pytest.raises(ValueError, match="http://"):
+        RawConnection("https://example.org")
+
+
 def test_inplace_step_graph_computes_what_the_engine_step_computes(tiny_model_dir, tiny_bundle_dir, tmp_path):
     """bench/experiments/inplace_cache.py's rewritten step graph (GroupQueryAttention, shared buffers) gives the
     engine step's log-probabilities, over several steps and a reordering of the rows (as beam search makes). The
