@@ -3,7 +3,7 @@ under load, sorted into the engine thread's parts and the event loop.
 
     python -m bench.profile_server --data ../shared/data/multi30k [--modes continuous dynamic off] \
         [--clients 64] [--requests 600] [--beam-size 4] [--variant int8] [--stream] \
-        [--settings '' MT_LANGUAGE_MISMATCH=off] [--texts 1] [--floors]
+        [--settings '' MT_LANGUAGE_MISMATCH=off] [--texts 1] [--floors] [--client httpx|raw]
 
 For each mode (a mode may be listed again, to alternate), a server is started as bench/serving.py starts it (same
 settings), warmed up, and sent the same --requests requests (one sentence each, test_2016_flickr in order) by
@@ -54,6 +54,7 @@ from pathlib import Path
 import httpx
 
 from bench.harness import ROOT, ServerProcess, cpu_model
+from bench.raw_client import RawConnection
 from bench.serving import parse_args as serving_args
 from bench.serving import service
 
@@ -85,18 +86,31 @@ def categorize(stack: str) -> list[str]:
 
 
 async def _drive(
-    url: str, sentences: list[str], clients: int, beam: int, model: str, stream: bool = False, texts: int = 1
+    url: str,
+    sentences: list[str],
+    clients: int,
+    beam: int,
+    model: str,
+    stream: bool = False,
+    texts: int = 1,
+    client_kind: str = "httpx",
 ) -> tuple[int, float]:
     """``clients`` clients sending each sentence once (``texts`` per request; with ``stream``, read as Server-Sent
-    Events to the end); returns (sentences answered, seconds)."""
+    Events to the end; ``client_kind`` "raw": on bench/raw_client.py connections); returns (sentences answered,
+    seconds)."""
     answered, next_index = 0, 0
 
     async def client(http: httpx.AsyncClient) -> None:
         nonlocal answered, next_index
+        raw = RawConnection(url) if client_kind == "raw" and not stream else None
         while next_index < len(sentences):
             chunk = sentences[next_index : next_index + texts]
             next_index += len(chunk)
             body = {"texts": chunk, "beam_size": beam, "model": model, "timeout_s": 600}
+            if raw is not None:
+                status, _ = await raw.post_json("/v1/translate", body)
+                answered += len(chunk) if status == 200 else 0
+                continue
             if not stream:
                 response = await http.post("/v1/translate", json=body)
                 answered += len(chunk) if response.status_code == 200 else 0
@@ -105,6 +119,8 @@ async def _drive(
                 async for line in response.aiter_lines():
                     if line.startswith("event: done"):
                         answered += len(chunk)
+        if raw is not None:
+            await raw.close()
 
     limits = httpx.Limits(max_connections=clients, max_keepalive_connections=clients)
     async with httpx.AsyncClient(base_url=url, timeout=900, limits=limits) as http:
@@ -138,7 +154,7 @@ def profile(
 ) -> tuple[int, float, dict, tuple[float, float]]:
     """py-spy samples of the server while it answers ``sentences`` (after a warm-up); (answered, seconds, counts,
     (process CPU seconds, engine threads' CPU seconds) from /proc over the same requests)."""
-    drive = (args.clients, args.beam_size, args.model, args.stream, args.texts)
+    drive = (args.clients, args.beam_size, args.model, args.stream, args.texts, args.client)
     asyncio.run(_drive(server.url, sentences[: args.warmup], *drive))
     spy = subprocess.Popen(
         [args.py_spy, "record", "--pid", str(server.pid), "--rate", str(args.rate), "--format", "raw",
@@ -176,7 +192,7 @@ def floor(kind: str, sentences: list[str], args: argparse.Namespace, log_dir: Pa
         log_dir / f"floor-{kind}.log",
         command=[sys.executable, "-m", "bench.http_floor", kind],
     )
-    drive = (args.clients, args.beam_size, args.model, args.stream, args.texts)
+    drive = (args.clients, args.beam_size, args.model, args.stream, args.texts, args.client)
     server.start(timeout=60)
     try:
         asyncio.run(_drive(server.url, sentences[: args.warmup], *drive))
@@ -202,6 +218,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--beam-size", type=int, default=4)
     parser.add_argument("--stream", action="store_true", help='requests with "stream": true, read to the end')
     parser.add_argument("--texts", type=int, default=1, help="sentences per request")
+    parser.add_argument(
+        "--client", choices=("httpx", "raw"), default="httpx", help="the clients' HTTP client (bench/raw_client.py)"
+    )
     parser.add_argument("--floors", action="store_true", help="add bench/http_floor.py's two apps (HTTP stack alone)")
     parser.add_argument("--variant", default="int8")
     parser.add_argument(
@@ -229,8 +248,8 @@ def main(argv: list[str] | None = None) -> int:
     ms = 1000 / args.rate
     per_request = f"{args.texts} sentences per request" if args.texts > 1 else "one sentence per request"
     print(
-        f"{cpu_model()}; {args.clients} clients, beam {args.beam_size}, {args.variant}, {args.requests} sentences, "
-        + per_request
+        f"{cpu_model()}; {args.clients} {args.client} clients, beam {args.beam_size}, {args.variant}, "
+        f"{args.requests} sentences, {per_request}"
     )
     print(f"CPU ms per sentence (1 sample = {ms:g} ms)")
     print("| mode | answered | sentences/s | " + " | ".join(CATEGORIES) + " | total |")
