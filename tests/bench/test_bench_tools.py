@@ -242,9 +242,9 @@ def test_http_floors_answer_as_the_service_does_and_report_their_cpu(tmp_path):
     from bench.http_floor import fastapi_app
     from bench.profile_server import FLOORS, floor
 
-    args = argparse.Namespace(clients=3, beam_size=4, model="de-en", stream=False, texts=2, warmup=2)
     sentences = [f"Ein Satz {i}." for i in range(9)]
-    for kind in FLOORS:
+    for kind, client in zip(FLOORS, ("raw", "httpx"), strict=True):
+        args = argparse.Namespace(clients=3, beam_size=4, model="de-en", stream=False, texts=2, warmup=2, client=client)
         answered, seconds, cpu = floor(kind, sentences, args, tmp_path)
         assert answered == 9 and seconds > 0 and cpu >= 0  # (the last request carries one sentence; CPU in ticks)
 
