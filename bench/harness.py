@@ -24,6 +24,8 @@ from pathlib import Path
 import httpx
 import numpy as np
 
+from core.cpu import cpu_flags as all_cpu_flags
+
 ROOT = Path(__file__).resolve().parent.parent
 VECTOR_FLAGS = ("avx2", "avx512f", "avx512_vnni", "avx_vnni", "avx512_bf16", "amx_int8")  # in this order
 
@@ -38,11 +40,8 @@ def _cpuinfo() -> str:
 
 def cpu_flags(text: str | None = None) -> list[str]:
     """The vector extensions in ``VECTOR_FLAGS`` the first CPU of /proc/cpuinfo (or ``text``) has."""
-    for line in (_cpuinfo() if text is None else text).splitlines():
-        if line.startswith("flags"):
-            present = set(line.split(":", 1)[1].split())
-            return [f for f in VECTOR_FLAGS if f in present]
-    return []
+    present = all_cpu_flags(text)
+    return [f for f in VECTOR_FLAGS if f in present]
 
 
 def cpu_model(default: str | None = None) -> str:

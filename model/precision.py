@@ -10,19 +10,14 @@ has the figures; fp16 autocast is for CUDA only.
 
 from __future__ import annotations
 
-from pathlib import Path
-
 import torch
+
+from core.cpu import cpu_flags
 
 
 def cpu_has_bf16(cpuinfo: str | None = None) -> bool:
     """Whether the CPU has bfloat16 arithmetic (AVX512_BF16 or AMX-BF16 among /proc/cpuinfo's flags)."""
-    if cpuinfo is None:
-        try:
-            cpuinfo = Path("/proc/cpuinfo").read_text()
-        except OSError:
-            return False
-    flags = next((line.split(":", 1)[1].split() for line in cpuinfo.splitlines() if line.startswith("flags")), [])
+    flags = cpu_flags(cpuinfo)
     return "avx512_bf16" in flags or "amx_bf16" in flags
 
 

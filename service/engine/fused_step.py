@@ -24,6 +24,7 @@ from pathlib import Path
 
 import onnxruntime as ort
 
+from core.cpu import cpu_flags
 from core.fused_step_graph import fused_loop_graph, fused_search_graph, fused_step_graph
 from service.engine.runtime import create_session
 
@@ -36,19 +37,6 @@ DEFAULT_LIBRARY = Path(__file__).resolve().parents[2] / "build" / "native" / "li
 def library_path() -> Path:
     """Where the operator's library is looked for: MT_FUSED_STEP_LIBRARY, else build/native/ of this checkout."""
     return Path(os.environ.get(LIBRARY_ENV) or DEFAULT_LIBRARY)
-
-
-def cpu_flags(cpuinfo: str | None = None) -> set[str]:
-    """The first CPU's feature flags from /proc/cpuinfo (or ``cpuinfo``); empty where there is none."""
-    if cpuinfo is None:
-        try:
-            cpuinfo = Path("/proc/cpuinfo").read_text()
-        except OSError:
-            return set()
-    for line in cpuinfo.splitlines():
-        if line.startswith("flags"):
-            return set(line.partition(":")[2].split())
-    return set()
 
 
 def auto_blocker(flags: set[str] | None = None) -> str | None:

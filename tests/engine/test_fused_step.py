@@ -20,10 +20,11 @@ import pytest
 from tiny_bundle import cached_tiny_bundle, write_corpus
 
 from core.bundle import load_bundle
+from core.cpu import cpu_flags
 from core.fused_step_graph import NotFused, fused_loop_graph, fused_search_graph, fused_step_graph
 from core.graphs import SEARCH_LOOP_OUTPUTS, step_input_names
 from service.engine import Engine, TranslateOptions
-from service.engine.fused_step import LIBRARY_ENV, auto_blocker, cpu_flags, fused_step_session
+from service.engine.fused_step import LIBRARY_ENV, auto_blocker, fused_step_session
 from service.engine.runtime import create_session
 from service.engine.search_loop import SearchLoop
 
