@@ -10,7 +10,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Annotated, Any
 
-from pydantic import BaseModel, BeforeValidator, Field, field_validator, model_validator
+from pydantic import BaseModel, BeforeValidator, Field, TypeAdapter, ValidationError, field_validator, model_validator
 from pydantic.fields import FieldInfo
 from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
 
@@ -40,19 +40,20 @@ def _pairs(value: object) -> object:
 CsvMap = Annotated[dict[str, str], NoDecode, BeforeValidator(_pairs)]  # "a=1, b=2" -> {"a": "1", "b": "2"}
 
 
-_BOOL_WORDS = {"1": "true", "yes": "true", "on": "true", "t": "true", "y": "true",
-               "0": "false", "no": "false", "off": "false", "f": "false", "n": "false"}  # fmt: skip
+_BOOL = TypeAdapter(bool)
 
 
 def _auto_or_bool(value: object) -> object:
-    """A tri-state setting's value: "auto", or a boolean spelled as pydantic reads one (true/1/yes/on ...), as
-    "true" / "false" (the setting was a boolean before it had auto)."""
-    if isinstance(value, bool):
-        return str(value).lower()
-    if isinstance(value, str):
-        word = value.strip().lower()
-        return _BOOL_WORDS.get(word, word)
-    return value
+    """A tri-state setting's value: "auto", or a boolean as pydantic reads one (true/1/yes/on ...) as "true" /
+    "false" (the setting was a boolean before it had auto); anything else is left for the field's pattern to
+    refuse."""
+    word = value.strip().lower() if isinstance(value, str) else value
+    if word == "auto":
+        return word
+    try:
+        return str(_BOOL.validate_python(word)).lower()
+    except ValidationError:
+        return value
 
 
 class SettingsGroup(BaseSettings):
