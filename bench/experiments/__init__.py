@@ -1,5 +1,5 @@
 """Finished A/B experiments on the engine's internals, kept runnable so that the figures of docs/engine-speed-log.md
-(items 11, 14, 16, 41, 43 and 44) can be measured again: ``python -m bench.experiments.<name>``.
+(items 11, 14, 16, 41 and 43) can be measured again: ``python -m bench.experiments.<name>``.
 
 - ``attention_cache``: one self-attention call, MultiHeadAttention against GroupQueryAttention on shared buffers;
 - ``inplace_cache``: whole translations with the key/value cache written in place (slower end to end);
@@ -7,7 +7,6 @@
 - ``lean_encoder``: the traced encoder graph against one built node by node with the fused attention kernel;
 - ``fused_step``: the decoder step as one C call (``fused_step.c``, built with the system's C compiler), timed
   beside the engine's search and CTranslate2: what a fused kernel per step would buy;
-- ``int8_products``: one product's cost per onnxruntime node, by operator (static / dynamic int8, MatMulNBits).
 
 They are not the benchmarks people run (bench/engine.py, bench/serving.py ...); ``inplace_cache`` subclasses the
 engine's private decoder state, which it measures an alternative to.

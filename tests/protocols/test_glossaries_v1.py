@@ -54,7 +54,7 @@ def codes(t: dict) -> list[str]:
 def test_inline_glossary_is_used(api, beam):
     [free] = translate(api, ["der hund spielt im park"], beam_size=beam)
     [bound] = translate(api, ["der hund spielt im park"], beam_size=beam, glossary={"hund": "hound"})
-    assert "hound" not in free["text"] and "hound" in bound["text"]
+    assert "hound" not in free["text"].lower() and "hound" in bound["text"].lower()
     assert "glossary_term_missing" not in codes(bound)
 
 
@@ -85,12 +85,12 @@ def test_do_not_translate_spans_come_back_exactly(api):
 
 def test_n_best_hypotheses_hold_the_term(api):
     [t] = translate(api, ["ein hund rennt"], beam_size=4, num_hypotheses=3, glossary={"hund": "hound"})
-    assert len(t["hypotheses"]) == 3 and all("hound" in h["text"] for h in t["hypotheses"])
+    assert len(t["hypotheses"]) == 3 and all("hound" in h["text"].lower() for h in t["hypotheses"])
 
 
 def test_paragraph_sentences_each_get_their_terms(api):
     [t] = translate(api, ["der hund spielt. die katze rennt."], glossary={"hund": "hound", "katze": "kitty"})
-    assert "hound" in t["text"] and "kitty" in t["text"]
+    assert "hound" in t["text"].lower() and "kitty" in t["text"].lower()
 
 
 def test_html_translate_no_and_glossary(api):
