@@ -128,6 +128,8 @@ class TokenizerConfig:
     vocab_size: int = 8000
     model_type: str = "bpe"
     character_coverage: float = 1.0
+    # pieces kept whole (model/directions.py's target-language tags); they are left out of the text it learns from
+    user_symbols: list[str] = field(default_factory=list)
 
 
 @dataclass

@@ -24,6 +24,10 @@ def plot_training_curve(history: list[dict[str, Any]], path: Path) -> None:
     bleu_ax.plot(
         steps, [h["valid_bleu"] for h in history], label="validation BLEU", color="tab:green", marker="o", ms=3
     )
+    for direction in sorted({d for h in history for d in h.get("valid_bleu_directions", {})}):
+        points = [(h["step"], h["valid_bleu_directions"][direction]) for h in history
+                  if direction in h.get("valid_bleu_directions", {})]  # fmt: skip
+        bleu_ax.plot(*zip(*points, strict=True), label=f"BLEU {direction}", linestyle="--", marker=".", ms=3)
     bleu_ax.set_ylabel("BLEU")
     lines = ax.get_lines() + bleu_ax.get_lines()
     ax.legend(lines, [line.get_label() for line in lines], loc="center right")

@@ -36,9 +36,12 @@ from typing import Any
 from core.normalize import NORMALIZATION_VERSION, normalize_for
 from model.corpus_split import read_tatoeba, split_of
 from model.data import read_lines, read_parallel
+from model.directions import held_key, tagged, wrong_language
+from model.readers import direction_of, read_hyp, read_wiki, read_wmt, wmt_stems
 
 TARGET = "en"
 SPLITS = ("train", "val", "test")
+READERS = ("parallel", "tatoeba", "cedict", "wiki", "wmt", "hyp")
 # target chars / source chars, 0.1% - 99.9% of the clean corpora (Multi30k, Tatoeba, TICO-19) widened a little
 RATIO_BANDS = {"de": (0.4, 2.5), "zh": (0.9, 12.0)}
 RATIO_MIN_CHARS = 16  # shorter pairs ("Hi." / "Hallo!") are not ratio-checked
@@ -56,14 +59,22 @@ class CorpusSpec:
     val: list[str] = field(default_factory=list)  # parallel: stems that are the validation split
     test: list[str] = field(default_factory=list)
     held_out: int = 0  # pairs each in val and test by a hash band of the English side (when no stems say)
+    # the directions its training pairs go in (multi-direction recipes): [] = both, <source>-en and en-<source>
+    directions: list[str] = field(default_factory=list)
+    sources: str = ""  # hyp: the folder of the sets' sources (the wmt corpus's path)
+    cap: int = 0  # at most this many training pairs (a deterministic sample; dictionaries), 0 = all
 
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> CorpusSpec:
         spec = cls(**data)
-        if spec.reader not in ("parallel", "tatoeba", "cedict"):
-            raise ValueError(f"corpus {spec.name}: unknown reader {spec.reader!r}")
+        if spec.reader not in READERS:
+            raise ValueError(f"corpus {spec.name}: unknown reader {spec.reader!r}; choose from {READERS}")
         if spec.weight < 0:
             raise ValueError(f"corpus {spec.name}: weight must be >= 0")
+        both = [f"{spec.source}-en", f"en-{spec.source}"]
+        if not set(spec.directions) <= set(both):
+            raise ValueError(f"corpus {spec.name}: directions must be among {both}, got {spec.directions}")
+        spec.directions = spec.directions or both
         return spec
 
 
@@ -75,6 +86,12 @@ class Recipe:
     max_chars: int = 500
     seed: int = 1
     simplify_chinese: bool = True
+    # multi-direction output (model/directions.py): the directions trained, each source line tagged with its
+    # target language; [] = every corpus into English, untagged (the single-direction layout)
+    directions: list[str] = field(default_factory=list)
+    direction_weights: dict[str, float] = field(default_factory=dict)  # oversampling of weaker directions
+    language_id: bool = False  # drop training pairs whose sides lingua finds in another language
+    near_duplicates: bool = False  # held-out sentences matched ignoring case, spaces and punctuation too
 
     @classmethod
     def load(cls, path: str | Path) -> Recipe:
@@ -91,7 +108,13 @@ class Recipe:
 
     @property
     def mixed_suffix(self) -> str:
+        if self.directions:
+            return "src"
         return self.sources[0] if len(self.sources) == 1 else "src"
+
+    @property
+    def mixed_target(self) -> str:
+        return "tgt" if self.directions else TARGET
 
 
 Pairs = list[tuple[str, str]]
@@ -106,7 +129,16 @@ def read_corpus(spec: CorpusSpec, root: Path) -> dict[str, Pairs]:
     if spec.reader == "tatoeba":
         return _hash_split([(p.other, p.english) for p in read_tatoeba(path)], spec.held_out)
     if spec.reader == "cedict":
-        return {"train": read_cedict(path)}
+        return {"train": _capped(read_cedict(path), spec)}
+    if spec.reader == "wiki":
+        return read_wiki(path)
+    if spec.reader == "wmt":
+        stems = _train_stems_wmt(spec, path)
+        return {split: read_wmt(path, spec.source, names) for split, names in
+                (("train", stems), ("val", spec.val), ("test", spec.test))}  # fmt: skip
+    if spec.reader == "hyp":
+        by_stem = read_hyp(path, root / spec.sources, spec.source, exclude=set(spec.val + spec.test))
+        return {"train": [p for stem, pairs in by_stem.items() if direction_of(stem) in spec.directions for p in pairs]}
     if not any(path.glob(f"*.{spec.source}")):
         raise FileNotFoundError(f"corpus {spec.name}: no *.{spec.source} files in {path}")
     out = {
@@ -117,6 +149,19 @@ def read_corpus(spec: CorpusSpec, root: Path) -> dict[str, Pairs]:
     if spec.held_out and not spec.val and not spec.test:
         out = _hash_split(out["train"], spec.held_out)
     return out
+
+
+def _train_stems_wmt(spec: CorpusSpec, path: Path) -> list[str]:
+    stems = wmt_stems(path, spec.source)
+    return [s for s in stems if s not in spec.val + spec.test] if spec.files == "*" else list(spec.files)
+
+
+def _capped(pairs: Pairs, spec: CorpusSpec) -> Pairs:
+    """At most ``spec.cap`` pairs, the ones whose hash is lowest (deterministic, spread over the file)."""
+    if not spec.cap or len(pairs) <= spec.cap:
+        return pairs
+    ranked = sorted(range(len(pairs)), key=lambda i: _unit(f"{spec.name}:{pairs[i][0]}\t{pairs[i][1]}"))
+    return [pairs[i] for i in sorted(ranked[: spec.cap])]
 
 
 def _read_stems(folder: Path, stems: list[str], source: str) -> Pairs:
@@ -188,6 +233,11 @@ def clean(pairs: Pairs, source: str, recipe: Recipe, counts: Counter) -> Pairs:
             counts["ratio"] += 1
         else:
             kept.append((src, tgt))
+    if recipe.language_id and kept:
+        wrong_src = wrong_language([s for s, _ in kept], source)
+        wrong_tgt = wrong_language([t for _, t in kept], TARGET)
+        counts["language"] += sum(a or b for a, b in zip(wrong_src, wrong_tgt, strict=True))
+        kept = [p for p, a, b in zip(kept, wrong_src, wrong_tgt, strict=True) if not (a or b)]
     return kept
 
 
@@ -233,8 +283,12 @@ def prepare(recipe: Recipe, root: str | Path, out: str | Path) -> dict[str, Any]
         }
         report[spec.name] = {"source": spec.source, "weight": spec.weight, "read": read_counts, "dropped": dropped}
 
+    # every held-out sentence, either side (an en->x set's English is its source): exact, and with near_duplicates
+    # also ignoring case, spaces and punctuation
+    key = held_key if recipe.near_duplicates else (lambda text: text)
+    held = {key(text) for c in cleaned.values() for split in ("val", "test") for pair in c.get(split, [])
+            for text in pair if len(text) >= 20} - {""}  # fmt: skip
     held_src = {s for c in cleaned.values() for split in ("val", "test") for s, _ in c.get(split, [])}
-    held_tgt = {t for c in cleaned.values() for split in ("val", "test") for _, t in c.get(split, []) if len(t) >= 20}
     seen: set[tuple[str, str]] = set()
     mixed: Pairs = []
     valid: Pairs = []
@@ -242,7 +296,7 @@ def prepare(recipe: Recipe, root: str | Path, out: str | Path) -> dict[str, Any]
         counts = report[spec.name]
         train: Pairs = []
         for pair in cleaned[spec.name]["train"]:
-            if pair[0] in held_src or pair[1] in held_tgt:
+            if pair[0] in held_src or key(pair[0]) in held or key(pair[1]) in held:
                 counts["dropped"]["in_val_or_test"] += 1
             elif pair in seen:
                 counts["dropped"]["duplicate"] += 1
@@ -254,19 +308,34 @@ def prepare(recipe: Recipe, root: str | Path, out: str | Path) -> dict[str, Any]
             if pairs:
                 _write(out, f"{spec.name}.{split}", spec.source, pairs)
         counts["kept"] = {s: len(p) for s, p in cleaned[spec.name].items() if p or s == "train"}
-        in_mix = _weighted(train, spec.weight, f"{recipe.seed}:{spec.name}:")
-        counts["in_mix"] = len(in_mix)
-        counts["target_words_in_mix"] = sum(len(t.split()) for _, t in in_mix)
         counts["dropped"] = dict(sorted(counts["dropped"].items()))
-        mixed.extend(in_mix)
-        valid.extend(_spread_sample(cleaned[spec.name].get("val", []), recipe.valid_sample))
+        val_sample = _spread_sample(cleaned[spec.name].get("val", []), recipe.valid_sample)
+        if not recipe.directions:
+            in_mix = _weighted(train, spec.weight, f"{recipe.seed}:{spec.name}:")
+            counts["in_mix"] = len(in_mix)
+            counts["target_words_in_mix"] = sum(len(t.split()) for _, t in in_mix)
+            mixed.extend(in_mix)
+            valid.extend(val_sample)
+            continue
+        counts["in_mix"], counts["target_words_in_mix"] = {}, {}
+        for direction in [d for d in spec.directions if d in recipe.directions]:
+            weight = spec.weight * recipe.direction_weights.get(direction, 1.0)
+            pairs = _oriented(train, direction)
+            in_mix = _weighted(pairs, weight, f"{recipe.seed}:{spec.name}:{direction}:")
+            counts["in_mix"][direction] = len(in_mix)
+            counts["target_words_in_mix"][direction] = sum(len(t.split()) for _, t in in_mix)
+            mixed.extend((tagged(src, direction), tgt) for src, tgt in in_mix)
+            valid.extend((tagged(src, direction), tgt) for src, tgt in _oriented(val_sample, direction))
     random.Random(recipe.seed).shuffle(mixed)
-    _write(out, "train", recipe.mixed_suffix, mixed)
-    _write(out, "val", recipe.mixed_suffix, valid)
+    _write(out, "train", recipe.mixed_suffix, mixed, recipe.mixed_target)
+    _write(out, "val", recipe.mixed_suffix, valid, recipe.mixed_target)
     manifest = {
         "recipe": recipe.name,
         "data_root": str(root),
         "source_suffix": recipe.mixed_suffix,
+        "target_suffix": recipe.mixed_target,
+        "directions": recipe.directions,
+        "direction_weights": recipe.direction_weights,
         "corpora": report,
         "train": len(mixed),
         "val": len(valid),
@@ -276,6 +345,8 @@ def prepare(recipe: Recipe, root: str | Path, out: str | Path) -> dict[str, Any]
             "max_chars": recipe.max_chars,
             "normalization": NORMALIZATION_VERSION,
             "simplify_chinese": recipe.simplify_chinese,
+            "language_id": recipe.language_id,
+            "near_duplicates": recipe.near_duplicates,
         },
     }
     (out / "prepare.json").write_text(json.dumps(manifest, indent=2, ensure_ascii=False) + "\n")
@@ -288,9 +359,14 @@ def _train_stems(spec: CorpusSpec, root: Path) -> list[str]:
     return [s for s in stems if s not in spec.val + spec.test] if spec.files == "*" else list(spec.files)
 
 
-def _write(out: Path, prefix: str, source: str, pairs: Pairs) -> None:
+def _oriented(pairs: Pairs, direction: str) -> Pairs:
+    """(foreign, English) pairs as (source, target) of ``direction`` (``de-en`` as they are, ``en-de`` swapped)."""
+    return list(pairs) if direction.endswith("-en") else [(e, f) for f, e in pairs]
+
+
+def _write(out: Path, prefix: str, source: str, pairs: Pairs, target: str = TARGET) -> None:
     (out / f"{prefix}.{source}").write_text("".join(s + "\n" for s, _ in pairs), encoding="utf-8")
-    (out / f"{prefix}.{TARGET}").write_text("".join(t + "\n" for _, t in pairs), encoding="utf-8")
+    (out / f"{prefix}.{target}").write_text("".join(t + "\n" for _, t in pairs), encoding="utf-8")
 
 
 def table(manifest: dict[str, Any]) -> str:
@@ -305,8 +381,15 @@ def table(manifest: dict[str, Any]) -> str:
         kept = "/".join(str(c["kept"].get(s, 0)) for s in SPLITS)
         dropped = ", ".join(f"{k} {v}" for k, v in c["dropped"].items() if v) or "-"
         rows.append(
-            f"| {name} | {c['source']} | {read} | {dropped} | {kept} | {c['weight']} | {c['in_mix']:,} |"
-            f" {c['target_words_in_mix']:,} |"
+            f"| {name} | {c['source']} | {read} | {dropped} | {kept} | {c['weight']} | {_per_direction(c['in_mix'])} |"
+            f" {_per_direction(c['target_words_in_mix'])} |"
         )
     rows.append(f"| **mix** | | | | | | **{manifest['train']:,}** | |")
     return "\n".join(rows)
+
+
+def _per_direction(value: int | dict[str, int]) -> str:
+    """A count, or counts per direction (multi-direction recipes) as ``de-en 1,234; en-de 1,234``."""
+    if isinstance(value, dict):
+        return "; ".join(f"{d} {n:,}" for d, n in value.items()) or "-"
+    return f"{value:,}"

@@ -20,6 +20,8 @@ def train_tokenizer(
     model_type: str = "bpe",
     character_coverage: float = 1.0,
     seed_sentencepiece_size: int = 200_000,
+    user_symbols: list[str] | None = None,
+    byte_fallback: bool = True,
 ) -> Path:
     """Train SentencePiece on ``texts`` (the training split only) and write ``output`` (a .model file).
 
@@ -40,8 +42,11 @@ def train_tokenizer(
         eos_id=EOS_ID,
         unk_id=UNK_ID,
         normalization_rule_name="identity",
-        byte_fallback=True,
+        byte_fallback=byte_fallback,
+        user_defined_symbols=list(user_symbols or []),
         seed_sentencepiece_size=seed_sentencepiece_size,
+        input_sentence_size=2_000_000,
+        shuffle_input_sentence=True,
         num_threads=2,
         minloglevel=2,
     )

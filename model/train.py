@@ -35,7 +35,8 @@ from model.checkpoint import (
 )
 from model.config import RunConfig, TrainConfig
 from model.data import Batch, BatchSource, Example, ExampleBatches, encode_pairs, make_batches, read_parallel
-from model.evaluate import evaluate
+from model.directions import bleu_tokenizer, direction_of_line, split_tag
+from model.evaluate import bleu, evaluate
 from model.losses import label_smoothed_nll
 from model.plots import plot_training_curve
 from model.precision import autocast_dtype, needs_grad_scaler
@@ -131,7 +132,8 @@ def prepare_tokenizer(
     elif not path.exists() and rank == 0:
         src, tgt = read_parallel(data_dir, run.train_prefix, run.source_lang, run.target_lang)
         tc = run.tokenizer
-        train_tokenizer(src + tgt, path, tc.vocab_size, tc.model_type, tc.character_coverage)
+        texts = [split_tag(t)[1] for t in src + tgt] if tc.user_symbols else src + tgt
+        train_tokenizer(texts, path, tc.vocab_size, tc.model_type, tc.character_coverage, user_symbols=tc.user_symbols)
     if world > 1:
         dist.barrier()
     tokenizer = Tokenizer(path)
@@ -416,7 +418,7 @@ class Trainer:
     def validate(self, train_loss: float) -> dict[str, Any]:
         sources, references = self.bleu_sample()
         with self._on_device():
-            result, _ = evaluate(self.model, self.tokenizer, sources, references, self.cfg.bleu_beam_size)
+            result, hyps = evaluate(self.model, self.tokenizer, sources, references, self.cfg.bleu_beam_size)
         record = {
             "step": self.step,
             "epoch": self.epoch,
@@ -426,6 +428,10 @@ class Trainer:
             "lr": self.scheduler.get_last_lr()[0],
             "time": time.time(),
         }
+        by_direction = bleu_by_direction(sources, references, hyps)
+        if by_direction:  # a multi-direction run: BLEU per direction, and their mean is the run's validation BLEU
+            record["valid_bleu_directions"] = by_direction
+            record["valid_bleu"] = round(sum(by_direction.values()) / len(by_direction), 2)
         self.history.append(record)
         self.out.mkdir(parents=True, exist_ok=True)
         with open(self.out / "log.jsonl", "a") as f:
@@ -544,3 +550,18 @@ def _validation_span(history: list[dict[str, Any]]) -> float | None:
     if len(history) < 2:
         return None
     return history[-1]["time"] - history[0]["time"]
+
+
+def bleu_by_direction(sources: Sequence[str], references: Sequence[str], hyps: Sequence[str]) -> dict[str, float]:
+    """BLEU of each direction of tagged validation lines (model/directions.py), with the target's own tokenizer;
+    {} when the lines have no tags."""
+    groups: dict[str, list[int]] = {}
+    for i, source in enumerate(sources):
+        direction = direction_of_line(source)
+        if direction is not None:
+            groups.setdefault(direction, []).append(i)
+    scores = {}
+    for direction, rows in sorted(groups.items()):
+        result = bleu([hyps[i] for i in rows], [references[i] for i in rows], bleu_tokenizer(direction))
+        scores[direction] = float(result["bleu"])  # type: ignore[arg-type]
+    return scores

@@ -1,0 +1,86 @@
+"""Readers of the corpora that are not plain ``<file>.<src>`` / ``<file>.en`` pairs (model/prepare.py's steps 1-2).
+
+Every reader returns pairs as (foreign text, English text), whatever the corpus's original direction: the mix
+(model/prepare.py) turns each pair into the directions its corpus allows.
+
+- ``wiki``: wiki-zh-en's TSV (page title, two section titles, Chinese sentence, English sentence); its own
+  ``train`` / ``dev`` / test files are the splits;
+- ``wmt``: WMT21-23 test sets, ``<set>.<pair>.src.<l>`` with one or more ``<set>.<pair>.ref.<id>.<l>``: one pair
+  per reference; which sets are validation or test is the recipe's (stems ``<set>.<pair>``);
+- ``hyp``: research systems' outputs of those sets, ``<set>.<pair>.hyp.<system>.<l>``, paired with the set's
+  source read from the ``wmt`` folder: synthetic targets (sequence-level distillation), one pair per system.
+"""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+from model.data import read_lines
+
+Pairs = list[tuple[str, str]]
+_WMT_FILE = re.compile(r"^(?P<stem>[^.]+\.(?P<src>[a-z]{2})-(?P<tgt>[a-z]{2}))\.(?P<kind>src|ref|hyp)\.")
+
+
+def read_wiki(path: Path) -> dict[str, Pairs]:
+    """wiki-zh-en: ``train`` -> train, ``dev`` -> val, both test files -> test."""
+    files = {"train": ["train.zh-en"], "val": ["dev.zh-en"], "test": ["zh2en-test.zh-en", "en2zh-test.zh-en"]}
+    out: dict[str, Pairs] = {}
+    for split, names in files.items():
+        out[split] = []
+        for name in names:
+            for line in read_lines(path / name):
+                cells = line.split("\t")
+                if len(cells) >= 5:
+                    out[split].append((cells[3], cells[4]))
+    return out
+
+
+def wmt_stems(path: Path, language: str) -> list[str]:
+    """The ``<set>.<pair>`` stems of a WMT folder that pair ``language`` with English, sorted."""
+    stems = set()
+    for file in path.iterdir():
+        m = _WMT_FILE.match(file.name)
+        if m and {m["src"], m["tgt"]} == {language, "en"}:
+            stems.add(m["stem"])
+    return sorted(stems)
+
+
+def _oriented(stem: str, language: str, source: list[str], target: list[str]) -> Pairs:
+    """(foreign, English) pairs of a set whose lines go source -> target in the stem's direction."""
+    if len(source) != len(target):
+        raise ValueError(f"{stem}: {len(source)} source lines but {len(target)} target lines")
+    foreign_first = stem.endswith(f".{language}-en")
+    return list(zip(source, target, strict=True)) if foreign_first else list(zip(target, source, strict=True))
+
+
+def read_wmt(path: Path, language: str, stems: list[str]) -> Pairs:
+    """One pair per source line and reference of each stem (``newstest2021.en-de`` has three references)."""
+    pairs: Pairs = []
+    for stem in stems:
+        src_lang, tgt_lang = stem.split(".")[-1].split("-")
+        source = read_lines(path / f"{stem}.src.{src_lang}")
+        for ref in sorted(path.glob(f"{stem}.ref.*.{tgt_lang}")):
+            pairs.extend(_oriented(stem, language, source, read_lines(ref)))
+    return pairs
+
+
+def read_hyp(path: Path, sources: Path, language: str, exclude: set[str]) -> dict[str, Pairs]:
+    """System outputs as synthetic pairs, by stem: each system's hypotheses paired with the set's source (read from
+    ``sources``, the ``wmt`` folder); stems in ``exclude`` (a validation or test set) are skipped."""
+    out: dict[str, Pairs] = {}
+    for stem in wmt_stems(path, language):
+        if stem in exclude:
+            continue
+        src_lang, tgt_lang = stem.split(".")[-1].split("-")
+        source = read_lines(sources / f"{stem}.src.{src_lang}")
+        pairs: Pairs = []
+        for hyp in sorted(path.glob(f"{stem}.hyp.*.{tgt_lang}")):
+            pairs.extend(_oriented(stem, language, source, read_lines(hyp)))
+        out[stem] = pairs
+    return out
+
+
+def direction_of(stem: str) -> str:
+    """``newstest2021.en-de`` -> ``en-de``."""
+    return stem.split(".")[-1]
