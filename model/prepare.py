@@ -34,6 +34,7 @@ from pathlib import Path
 from typing import Any
 
 from core.normalize import NORMALIZATION_VERSION, normalize_for
+from model.augment import all_caps, with_placeholders
 from model.corpus_split import read_tatoeba, split_of
 from model.data import read_lines, read_parallel
 from model.directions import held_key, tagged, wrong_language
@@ -91,6 +92,8 @@ class Recipe:
     directions: list[str] = field(default_factory=list)
     direction_weights: dict[str, float] = field(default_factory=dict)  # oversampling of weaker directions
     language_id: bool = False  # drop training pairs whose sides lingua finds in another language
+    # extra copies of a share of each direction's pairs (model/augment.py): {"placeholders": 0.1, "all_caps": 0.01}
+    augment: dict[str, float] = field(default_factory=dict)
     near_duplicates: bool = False  # held-out sentences matched ignoring case, spaces and punctuation too
 
     @classmethod
@@ -322,6 +325,9 @@ def prepare(recipe: Recipe, root: str | Path, out: str | Path) -> dict[str, Any]
             weight = spec.weight * recipe.direction_weights.get(direction, 1.0)
             pairs = _oriented(train, direction)
             in_mix = _weighted(pairs, weight, f"{recipe.seed}:{spec.name}:{direction}:")
+            extra = augmented(pairs, direction, recipe.augment, f"{recipe.seed}:{spec.name}:{direction}:")
+            counts.setdefault("augmented", {})[direction] = {kind: len(v) for kind, v in extra.items()}
+            in_mix += [pair for copies in extra.values() for pair in copies]
             counts["in_mix"][direction] = len(in_mix)
             counts["target_words_in_mix"][direction] = sum(len(t.split()) for _, t in in_mix)
             mixed.extend((tagged(src, direction), tgt) for src, tgt in in_mix)
@@ -347,6 +353,7 @@ def prepare(recipe: Recipe, root: str | Path, out: str | Path) -> dict[str, Any]
             "simplify_chinese": recipe.simplify_chinese,
             "language_id": recipe.language_id,
             "near_duplicates": recipe.near_duplicates,
+            "augment": recipe.augment,
         },
     }
     (out / "prepare.json").write_text(json.dumps(manifest, indent=2, ensure_ascii=False) + "\n")
@@ -357,6 +364,23 @@ def _train_stems(spec: CorpusSpec, root: Path) -> list[str]:
     path = root / spec.path
     stems = sorted(p.name[: -len(spec.source) - 1] for p in path.glob(f"*.{spec.source}"))
     return [s for s in stems if s not in spec.val + spec.test] if spec.files == "*" else list(spec.files)
+
+
+def augmented(pairs: Pairs, direction: str, shares: dict[str, float], seed: str) -> dict[str, Pairs]:
+    """Extra copies of the share of ``pairs`` each augmentation picks (a hash of the pair, so the same recipe picks
+    the same ones): placeholders where the pair shares a span, all caps (model/augment.py)."""
+    src_lang, tgt_lang = direction.split("-")
+    out: dict[str, Pairs] = {}
+    for kind, share in sorted(shares.items()):
+        if kind not in AUGMENTATIONS:
+            raise ValueError(f"unknown augmentation {kind!r}; choose from {sorted(AUGMENTATIONS)}")
+        make = AUGMENTATIONS[kind]
+        picked = (make(s, t, src_lang, tgt_lang) for s, t in pairs if _unit(f"{seed}{kind}:{s}\t{t}") < share)
+        out[kind] = [pair for pair in picked if pair is not None]
+    return out
+
+
+AUGMENTATIONS = {"placeholders": with_placeholders, "all_caps": lambda s, t, _a, _b: all_caps(s, t)}
 
 
 def _oriented(pairs: Pairs, direction: str) -> Pairs:
