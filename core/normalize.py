@@ -63,3 +63,32 @@ def source_normalizer(version: str | None, language: str) -> Callable[[str], str
     if version != NORMALIZATION_VERSION:
         raise ValueError(f"source_normalization {version!r} is unknown here (this code has {NORMALIZATION_VERSION!r})")
     return partial(normalize_for, lang=language)
+
+
+# what a character the vocabulary lacks may be written as instead, tried in order before NFKC (``fold_unknown``)
+_EQUIVALENTS = {
+    "\u2013": "-", "\u2014": "-", "\u2012": "-", "\u2015": "-", "\u2212": "-", "\u2026": "...",
+    "\u3000": " ", "\u00a0": " ", "\u202f": " ", "\u2009": " ", "\u200b": "",
+}  # fmt: skip
+
+
+def fold_unknown(text: str, spelled_in_bytes: Callable[[str], bool]) -> str:
+    """``text`` with each character the model's vocabulary lacks (``spelled_in_bytes``) written as an equivalent it
+    has, where there is one: typographic quotes as ASCII, dashes as "-", the ellipsis as "...", wide and narrow
+    spaces as a space, full-width forms and other compatibility characters by NFKC (``＂`` -> ``"``). Only characters
+    the model would otherwise see as bytes change, so a model that knows a character keeps it as written."""
+    if text.isascii():
+        return text
+    out = []
+    for ch in text:
+        if ch.isascii() or not spelled_in_bytes(ch):
+            out.append(ch)
+            continue
+        for candidate in (ch.translate(_QUOTES), _EQUIVALENTS.get(ch), unicodedata.normalize("NFKC", ch)):
+            known = candidate is not None and not any(spelled_in_bytes(c) for c in candidate if c != " ")
+            if known and candidate != ch:
+                out.append(candidate)
+                break
+        else:
+            out.append(ch)
+    return "".join(out)

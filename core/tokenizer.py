@@ -41,7 +41,9 @@ class Tokenizer:
         return self.sp.encode(texts)
 
     def decode(self, ids: Sequence[int]) -> str:
-        return self.sp.decode([int(i) for i in ids if i not in (PAD_ID, BOS_ID, EOS_ID)])
+        """The text of ``ids``; byte pieces that do not make valid UTF-8 (a character the model ended halfway) are
+        dropped, never shown as U+FFFD."""
+        return self.sp.decode([int(i) for i in ids if i not in (PAD_ID, BOS_ID, EOS_ID)]).replace("\ufffd", "")
 
     def spelled_in_bytes(self, char: str) -> bool:
         """Whether the vocabulary lacks ``char``, so that it is encoded as UTF-8 byte pieces (``<0xNN>``). The

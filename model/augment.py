@@ -17,37 +17,11 @@ from __future__ import annotations
 
 import re
 
+from core.numbers import NUMBER, TIME_OR_DATE, number_value
+
 PLACEHOLDERS = tuple(f"<x{i}>" for i in range(1, 6))
 URL = re.compile(r"\b(?:https?://|www\.)[^\s<>\"']+[^\s<>\"'.,;:!?)\]]")
 EMAIL = re.compile(r"\b[\w.+-]+@[\w-]+(?:\.[\w-]+)+\b")
-# digits with optional thousands groups (".", ",", thin or plain space) and an optional decimal part
-NUMBER = re.compile(
-    r"(?<![A-Za-z0-9.,])\d{1,3}(?:(?:[.,]|\u202f|\u00a0)\d{3})+(?:[.,]\d+)?(?![A-Za-z0-9])"  # grouped thousands
-    r"|(?<![A-Za-z0-9.,])\d+(?:[.,]\d+)?(?![A-Za-z0-9])"  # plain digits (beside Chinese too), optional decimals
-)
-# times and numeric dates are copied as written (16:45, 12.05.2024, 2024-05-12)
-TIME_OR_DATE = re.compile(
-    r"(?<![A-Za-z0-9.,:])(?:\d{1,2}:\d{2}(?::\d{2})?|\d{1,2}\.\d{1,2}\.\d{2,4}|\d{4}-\d{2}-\d{2})(?![A-Za-z0-9])"
-)
-
-
-def number_value(text: str, language: str) -> float | None:
-    """The value of a number as written in ``language``: German groups thousands with "." (or a space) and writes
-    decimals with ","; English and Chinese the other way round. None when it cannot be read so."""
-    compact = text.replace("\u202f", "").replace("\u00a0", "").replace(" ", "")
-    group, decimal = (".", ",") if language == "de" else (",", ".")
-    parts = compact.split(decimal)
-    if len(parts) > 2:
-        return None
-    whole = parts[0]
-    if group in whole:
-        chunks = whole.split(group)
-        if not (1 <= len(chunks[0]) <= 3 and all(len(c) == 3 for c in chunks[1:])):
-            return None
-        whole = "".join(chunks)
-    if not whole.isdigit() or (len(parts) == 2 and not parts[1].isdigit()):
-        return None
-    return float(whole + ("." + parts[1] if len(parts) == 2 else ""))
 
 
 def _spans(text: str) -> list[tuple[int, int, str]]:

@@ -43,6 +43,7 @@ async def _translate_context(request: Request, body: Any) -> RequestContext:
     """The context of a translate request, with its glossary and do-not-translate spans."""
     ctx = _context(request, body)
     ctx.terms = await request_terms(request, body)
+    ctx.protect_spans = getattr(body, "protect_spans", True)
     return ctx
 
 

@@ -212,6 +212,13 @@ def request_models(limits: LimitSettings) -> RequestModels:
             None,
             description="spans copied verbatim into the translation wherever they occur in a text (exact match)",
         )
+        protect_spans: bool = Field(
+            True,
+            description="URLs, e-mail addresses, paths, @handles, #hashtags, versions, identifiers, inline code and "
+            "emoji are copied exactly and numbers written in the target's convention (German 1.250.000 -> English "
+            "1,250,000); one it could not place is a warning (protected_span_missing, number_mismatch). false: the "
+            "model alone decides. See docs/real-world-text.md",
+        )
         stream: bool = Field(
             False,
             description="answer text/event-stream: delta events {index, text} as each text is decoded (their "

@@ -30,7 +30,7 @@ from core.graphs import (
     step_interface,
     step_present_names,
 )
-from core.normalize import source_normalizer
+from core.normalize import fold_unknown, source_normalizer
 from core.search import Hypothesis, length_limits
 from core.shortlist import Shortlist, load_shortlist
 from core.tokenizer import BOS_ID, EOS_ID, PAD_ID, Tokenizer
@@ -305,9 +305,10 @@ class Engine:
         self.decoding = decoding_defaults(bundle.manifest)  # for options left None
         self.config = bundle.model_config
         self.tokenizer = Tokenizer(bundle.tokenizer_file)
-        self.normalize_source = source_normalizer(
-            bundle.manifest.get("source_normalization"), bundle.manifest["source_language"]
-        )
+        normalizer = source_normalizer(bundle.manifest.get("source_normalization"), bundle.manifest["source_language"])
+        # then the characters the vocabulary lacks as equivalents it has (typographic quotes, dashes, full-width
+        # forms: core/normalize.py fold_unknown), for every bundle
+        self.normalize_source = lambda text: fold_unknown(normalizer(text), self.tokenizer.spelled_in_bytes)
         settings = {
             "intra_op_threads": intra_op_threads,
             "inter_op_threads": inter_op_threads,

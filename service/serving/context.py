@@ -22,3 +22,6 @@ class RequestContext:
     timing: Any = None  # service.inference_stats.RequestTiming: where the time went (the statistics extension)
     cache: Any = None  # service.serving.cache.TranslationCache, or None (MT_CACHE_MB=0)
     terms: Any = None  # service.serving.terms.Terms: glossary and do-not-translate spans of the request
+    # URLs, numbers, codes ... found in each sentence are placed and checked like do-not-translate spans
+    # (service/serving/spans.py); a request turns it off with protect_spans: false
+    protect_spans: bool = True

@@ -17,10 +17,12 @@ from core.search import length_limits
 from core.tokenizer import EOS_ID
 from service.engine.engine import SourceTooLongError, TranslateOptions, Translation
 from service.registry import LoadedModel
+from service.serving.casing import casing_of, truecased
 from service.serving.common import run_work, tokenize
 from service.serving.context import RequestContext
 from service.serving.html import HTML, HtmlPlan, Markup, align_words
 from service.serving.segmentation import Layout, merge, split_text
+from service.serving.spans import find_spans, has_placeholders, merged, with_stand_ins
 from service.serving.terms import Use, constraints, settle
 from service.work import Source
 
@@ -31,16 +33,27 @@ def tokenize_sentences(
     """Sources of the sentences, each with the constraints of the request's terms found in it (``ctx.terms``), and
     those uses; one over the model's limit is reported with the index of its text (``owners[i]``: the request index
     of sentence i's text)."""
+    source, target = model.languages
+    encode = model.engine.tokenizer.encode
+    # all-caps and Title-Case sentences are translated truecased and given their casing back (casing.py)
+    casings = [casing_of(s) if source != "zh" else None for s in sentences]
+    shown = [truecased(s, encode) if c else s for s, c in zip(sentences, casings, strict=True)]
+    terms, protect = ctx.terms, ctx.protect_spans
+    placeholders = has_placeholders(model.engine.tokenizer)
+    uses = []
+    for k, (sentence, casing) in enumerate(zip(shown, casings, strict=True)):
+        given = terms.find(sentence, source) if terms else []
+        found = find_spans(sentence, source, target) if protect else []
+        mine = merged(given, found, sentence)
+        if any(u.kind for u in mine):  # spans found here: the model sees stand-ins (spans.py with_stand_ins)
+            shown[k], mine = with_stand_ins(sentence, mine, placeholders)
+        case = [Use("", "", casing, kind="casing")] if casing and target != "zh" else []
+        uses.append(mine + case)
     try:
-        ids = tokenize(model, sentences, ctx) if sentences else []
+        ids = tokenize(model, shown, ctx) if sentences else []
     except SourceTooLongError as exc:
         exc.index = owners[exc.index]
         raise
-    terms = ctx.terms
-    if not terms:
-        return [Source(i) for i in ids], [[] for _ in ids]
-    uses = [terms.find(s, model.languages[0]) for s in sentences]
-    encode = model.engine.tokenizer.encode
     return [Source(i, constraints=constraints(u, encode)) for i, u in zip(ids, uses, strict=True)], uses
 
 

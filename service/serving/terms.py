@@ -29,6 +29,7 @@ from dataclasses import dataclass, field
 
 from service.engine.constrained import Constraint
 from service.engine.engine import Translation
+from service.serving.casing import recased
 
 GERMAN_ENDINGS = ("e", "en", "er", "ern", "es", "n", "ns", "s", "se", "sen", "ses", "nen")
 MIN_INFLECTED_LETTERS = 4
@@ -94,6 +95,10 @@ class Use:
     found: str  # the text it matched in the sentence
     target: str  # what the translation must hold
     copy: bool = False
+    # "": the request's glossary term or do-not-translate span; "span" / "number": found in the sentence
+    # (spans.py); "casing": no text, the sentence's casing to give the translation back (casing.py)
+    kind: str = ""
+    stand_in: str = ""  # what the source shows instead of ``found`` (spans.py with_stand_ins); "" where nothing
 
 
 @dataclass
@@ -147,7 +152,9 @@ def constraints(uses: Sequence[Use], encode) -> tuple[Constraint, ...]:
     """The engine's constraints of a sentence's uses (``encode``: text -> target subword ids)."""
     out = []
     for use in uses:
-        forms = [use.target] if use.copy else target_forms(use.target)
+        if use.kind == "casing":
+            continue
+        forms = [use.stand_in] if use.stand_in else [use.target] if use.copy else target_forms(use.target)
         alternatives = tuple(dict.fromkeys(tuple(encode(f)) for f in forms if encode(f)))
         if alternatives:
             out.append(Constraint(alternatives))
@@ -157,6 +164,8 @@ def constraints(uses: Sequence[Use], encode) -> tuple[Constraint, ...]:
 def holds(text: str, use: Use) -> bool:
     """Whether a translation holds what ``use`` asks: the span exactly, or the target term (either form) starting
     at a word boundary."""
+    if use.kind == "casing":
+        return True
     if use.copy:
         return use.target in text
     return any(re.search(rf"(?<!\w){re.escape(f)}", text) for f in target_forms(use.target))
@@ -168,7 +177,7 @@ def recase(text: str, uses: Sequence[Use]) -> str:
     lead = len(text) - len(text.lstrip(" \"'“„«¿¡([")) if text else 0
     for use in uses:
         forms = target_forms(use.target)
-        if use.copy or len(forms) < 2:
+        if use.copy or use.kind == "casing" or len(forms) < 2:
             continue
         given, capital = forms
         for m in list(re.finditer(rf"(?<!\w)(?:{re.escape(given)}|{re.escape(capital)})", text)):
@@ -203,6 +212,12 @@ def settle(t: Translation, uses: Sequence[Use], render) -> Translation:
 
     def restore(text: str) -> str:
         for use in uses:
+            if use.stand_in:  # the span back in place of its stand-in; a stand-in the model repeated is dropped
+                first = text.find(use.stand_in)
+                if first >= 0:
+                    text = text[:first] + use.target + text[first + len(use.stand_in) :].replace(use.stand_in, "")
+                    text = re.sub(r" {2,}", " ", text)
+                continue
             if use.copy and use.target not in text:
                 shown = render(use.target).strip()
                 if shown and shown in text:
@@ -214,6 +229,10 @@ def settle(t: Translation, uses: Sequence[Use], render) -> Translation:
     t.text = recase(t.text, uses)
     t.hypotheses = [(recase(text, uses), score, ids) for text, score, ids in t.hypotheses]
     t.missing = [use for use in dict.fromkeys(uses) if not holds(t.text, use)]
+    for use in uses:
+        if use.kind == "casing":  # the source sentence's all caps or Title Case (casing.py)
+            t.text = recased(t.text, use.target)
+            t.hypotheses = [(recased(text, use.target), score, ids) for text, score, ids in t.hypotheses]
     return t
 
 
@@ -222,7 +241,13 @@ def warnings(t: Translation) -> list[dict[str, str]]:
     not place, ``do_not_translate_missing`` for a span it could not copy (quality.py's warning shape)."""
     out = []
     for use in t.missing:
-        if use.copy:
+        if use.kind == "number":
+            message = f"the number {use.found!r} (as {use.target!r}) is not in the translation"
+            out.append({"code": "number_mismatch", "message": message})
+        elif use.kind == "span":
+            message = f"the span {use.found!r} (a URL, address, code or name kept as written) is not in the translation"
+            out.append({"code": "protected_span_missing", "message": message})
+        elif use.copy:
             message = f"the span {use.source!r} could not be copied into the translation"
             out.append({"code": "do_not_translate_missing", "message": message})
         else:

@@ -1,0 +1,55 @@
+"""Real-world text through the real server (docs/real-world-text.md): spans come back exactly once, numbers in the
+target's convention, all-caps sentences answered in capitals, the switch that turns protection off, and no invalid
+character in any answer."""
+
+from __future__ import annotations
+
+import httpx
+import pytest
+from live_server import LiveServer
+
+
+@pytest.fixture(scope="module")
+def api(tiny_repository, tmp_path_factory):
+    log = tmp_path_factory.mktemp("real-text-server") / "service.log"
+    live = LiveServer(tiny_repository, env={"MT_MAX_WAIT_MS": "5"}, log_path=log).start()
+    with httpx.Client(base_url=live.url, timeout=60.0) as client:
+        yield client
+    live.stop()
+
+
+def translate(api, texts, **body) -> list[dict]:
+    r = api.post("/v1/translate", json={"texts": texts, **body})
+    assert r.status_code == 200, r.text
+    return r.json()["translations"]
+
+
+def codes(t: dict) -> list[str]:
+    return [w["code"] for w in t.get("warnings", [])]
+
+
+@pytest.mark.parametrize("beam", [1, 4])
+def test_spans_and_numbers_come_through(api, beam):
+    url, ident = "https://www.beispiel.de/hilfe", "A-2024-88731"
+    [t] = translate(api, [f"der hund läuft zu {url} mit {ident} und 1.250 katzen"], beam_size=beam)
+    assert t["text"].count(url) == 1 and t["text"].count(ident) == 1, t["text"]
+    assert "1,250" in t["text"], t["text"]
+    assert "protected_span_missing" not in codes(t) and "number_mismatch" not in codes(t)
+
+
+def test_protection_off_leaves_them_to_the_model(api):
+    [t] = translate(api, ["der hund läuft zu https://www.beispiel.de/hilfe"], protect_spans=False)
+    assert "Y1" not in t["text"] and "protected_span_missing" not in codes(t)
+
+
+def test_an_all_caps_sentence_is_answered_in_capitals(api):
+    """The tiny model's vocabulary is lower case: truecasing gives "Der hund läuft im park." (each word's form with
+    the fewest pieces, the first capitalised), which is what the model translates."""
+    [caps, truecased] = translate(api, ["DER HUND LÄUFT IM PARK.", "Der hund läuft im park."])
+    assert caps["text"] == truecased["text"].upper() and caps["text"].strip(), (caps["text"], truecased["text"])
+
+
+def test_no_answer_holds_an_invalid_character(api):
+    texts = ["„der hund“ – läuft … im park", "der hund 🎉 läuft", "ＤＥＲ hund"]
+    for t in translate(api, texts):
+        assert "\ufffd" not in t["text"]
