@@ -293,7 +293,7 @@ def build_libretranslate_router(app: FastAPI) -> APIRouter:
         registry_of(request)
         data, filename, fields = await upload_of(request)
         label = _check_key(request, fields)
-        _check_rate(request, label)
+        await _check_rate(request, label)
         source, target = _string(fields, "source"), _string(fields, "target")
         state = request.app.state.mt
         jobs = state.documents
