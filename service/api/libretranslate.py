@@ -115,6 +115,8 @@ def _no_constant(name: str) -> None:
 
 def _string(fields: dict[str, Any], name: str, required: bool = True) -> str | None:
     value = fields.get(name)
+    if name in fields and value is None:  # JSON null: every field of this API is a string when it is given
+        raise ProtocolError(400, f"Invalid request: {name} must be a string")
     if value is None or value == "":
         if required:
             raise ProtocolError(400, f"Invalid request: missing {name} parameter")
