@@ -250,7 +250,11 @@ def request_models(limits: LimitSettings) -> RequestModels:
             default_factory=lambda: ["encoder", "decoder", "cross"], min_length=1, max_length=3
         )
         layers: list[Annotated[int, Field(ge=0), BeforeValidator(_integral)]] | None = Field(
-            None, min_length=1, max_length=64, description="layer indices; all layers when absent"
+            None,
+            min_length=1,
+            max_length=64,
+            description="layer indices, counted within each kind asked for (the encoder and the decoder may differ in "
+            "depth: `layers` of GET /v1/models); all layers when absent",
         )
         heads: list[Annotated[int, Field(ge=0), BeforeValidator(_integral)]] | None = Field(
             None, min_length=1, max_length=64, description="head indices; all heads when absent"
