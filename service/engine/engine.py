@@ -84,6 +84,8 @@ class Translation:
     attention: np.ndarray | None = None  # cross-attention (layers, heads, target, source)
     truncated: bool = False  # stopped at its length limit without EOS (set by the serving layer, which knows it)
     missing: list = field(default_factory=list)  # glossary terms / spans it lacks (service/serving/terms.py Use)
+    # decoded under glossary / do-not-translate constraints: its score holds forced subwords (set by the serving layer)
+    constrained: bool = False
 
 
 def _guarded(state: _DecoderState, options: TranslateOptions):

@@ -197,9 +197,10 @@ def recase_words(words: list[str], uses: Sequence[Use]) -> list[str]:
 def settle(t: Translation, uses: Sequence[Use], render) -> Translation:
     """After decoding: a span the tokenizer renders differently (``render``: text -> decode(encode(text))) is
     written back as given, a lower-case term gets its case (``recase``); the uses the text still lacks go to
-    ``missing``."""
+    ``missing``; the translation is marked ``constrained`` (its score is no measure of its quality)."""
     if not uses:
         return t
+    t.constrained = True
 
     def restore(text: str) -> str:
         for use in uses:
