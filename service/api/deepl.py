@@ -30,6 +30,7 @@ from service.api.deepl_protocol import (
     string,
     strings,
 )
+from service.api.limits import too_long_hint
 from service.api.requests import InvalidDeadline, deadline_s, registry_of, request_context
 from service.quota import UNLIMITED
 from service.serving import deepl as serving
@@ -148,7 +149,7 @@ def parse_translate(fields: dict, registry, max_texts: int, max_chars: int, beam
         )
     for i, text in enumerate(texts):
         if len(text) > max_chars:
-            message = f"Text {i} has {len(text)} characters; at most {max_chars} (MT_MAX_CHARS_PER_TEXT)."
+            message = f"Text {i} has {len(text)} characters; {too_long_hint(max_chars, 'POST /v2/document')}."
             raise DeepLError(400, message)
     target = serving.target_code(string(fields, "target_lang", required=True), registry)
     source_lang = string(fields, "source_lang")

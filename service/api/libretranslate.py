@@ -23,6 +23,7 @@ from fastapi import APIRouter, FastAPI, Request, Response
 from pydantic import BaseModel, Field
 
 from service.api.documents import result_response, upload_of
+from service.api.limits import too_long_hint
 from service.api.protocol import ProtocolError, ProtocolRoute, check_unicode, context_of, error_schema
 from service.api.requests import registry_of
 from service.keys import match_key
@@ -231,7 +232,7 @@ def build_libretranslate_router(app: FastAPI) -> APIRouter:
         q = _string(fields, "q")
         limit = s.limits.max_chars_per_text
         if len(q) > limit:
-            raise ProtocolError(400, f"Invalid request: request ({len(q)}) exceeds text limit ({limit})")
+            raise ProtocolError(400, _too_long(len(q), limit))
         return await serving.detect(q, s.languages.detect_languages)
 
     @router.post(
@@ -260,11 +261,12 @@ def build_libretranslate_router(app: FastAPI) -> APIRouter:
         texts = [check_unicode(t, "q") for t in texts]
         if len(texts) > s.limits.max_texts_translate:
             limit = s.limits.max_texts_translate
-            raise ProtocolError(400, f"Invalid request: request ({len(texts)}) exceeds text limit ({limit})")
+            message = f"Invalid request: request ({len(texts)}) exceeds text limit ({limit})"
+            raise ProtocolError(400, f"{message}; at most {limit} texts per request (MT_MAX_TEXTS_TRANSLATE)")
         for t in texts:
             if len(t) > s.limits.max_chars_per_text:
                 limit = s.limits.max_chars_per_text
-                raise ProtocolError(400, f"Invalid request: request ({len(t)}) exceeds text limit ({limit})")
+                raise ProtocolError(400, _too_long(len(t), limit))
         alternatives = _alternatives(fields.get("alternatives", 0), is_json, max_alternatives)
         registry = registry_of(request)
         results, first = await serving.translate(
@@ -324,6 +326,12 @@ def build_libretranslate_router(app: FastAPI) -> APIRouter:
         return result_response(record, path)
 
     return router
+
+
+def _too_long(length: int, limit: int) -> str:
+    """LibreTranslate's message for a text over the limit, and ours after it."""
+    hint = too_long_hint(limit, "POST /translate_file")
+    return f"Invalid request: request ({length}) exceeds text limit ({limit}); {hint}"
 
 
 def _alternatives(value: Any, is_json: bool, limit: int) -> int:
