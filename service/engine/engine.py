@@ -341,7 +341,8 @@ class Engine:
             blocker = auto_blocker() if auto else None
             if blocker is not None:
                 self.fused_step = blocker
-                log.info("%s %s: fused step not used (MT_FUSED_STEP=auto): %s", bundle.name, self.variant, blocker)
+                # the usual case on a CPU without VNNI or a build without `make native`; GET /v1/models says why
+                log.debug("%s %s: fused step not used (MT_FUSED_STEP=auto): %s", bundle.name, self.variant, blocker)
             elif fused_step in (True, "true", "auto"):
                 self.step_decoder, self.fused_step = fused_step_session(
                     bundle.graph(self.variant, batch), providers, settings
