@@ -150,7 +150,7 @@ def constraints(uses: Sequence[Use], encode) -> tuple[Constraint, ...]:
         forms = [use.target] if use.copy else target_forms(use.target)
         alternatives = tuple(dict.fromkeys(tuple(encode(f)) for f in forms if encode(f)))
         if alternatives:
-            out.append(Constraint(alternatives))
+            out.append(Constraint(alternatives, "" if use.copy else use.found))
     return tuple(out)
 
 
