@@ -20,7 +20,7 @@ from service.engine.engine import TranslateOptions
 from service.registry import LoadedModel, Registry
 from service.serving.context import RequestContext
 from service.serving.prepared import prepare
-from service.serving.quality import check_languages, text_assessment
+from service.serving.quality import check_languages, text_assessment, unserved_language
 from service.serving.routing import UnservedPair, route
 
 _TAG = re.compile(r"<[^>]*>")
@@ -90,6 +90,11 @@ async def translate(
         codes, found = await _detect_sources(registry, texts, target, fmt, detect_languages)
         models = [route(registry, [t], None, c, target)[0][0] for t, c in zip(texts, codes, strict=True)]
         detected = list(found)
+        served = sorted({s for s, _ in registry.pairs()})
+        for i, text in enumerate(texts):  # a language no model serves by its own code, as the warning names it
+            other = unserved_language(_TAG.sub(" ", text) if fmt == "html" else text, ctx.quality, served)
+            if other is not None:
+                detected[i] = {"confidence": round(100 * other[1], 2), "language": other[0]}
     else:
         models, _ = route(registry, texts, None, source, target)
         if ctx.quality is not None:

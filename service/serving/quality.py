@@ -46,6 +46,8 @@ class QualityPolicy:
     candidates: tuple[str, ...] = ()
     reject_mismatch: bool = False
     min_detect_confidence: float = MISMATCH_MIN_CONFIDENCE
+    # unserved(text, known) -> (code, confidence) of a language outside ``known`` (service/language.py ``unserved``)
+    unserved: Callable[[str, Sequence[str]], tuple[str, float] | None] | None = None
 
 
 class LanguageMismatch(ValueError):
@@ -62,8 +64,18 @@ def mismatch(model: LoadedModel, text: str, policy: QualityPolicy) -> tuple[str,
     source_language = model.languages[0]
     if policy.identify is None or not policy.candidates or not text.strip():
         return None
+    other = unserved_language(text, policy, [source_language])
+    if other is not None:  # a language none of the candidates is: the detector among them would name a wrong one
+        return other
     found = policy.identify(text, sorted({*policy.candidates, source_language}))
     return found if is_mismatch(found, source_language, policy.min_detect_confidence) else None
+
+
+def unserved_language(text: str, policy: QualityPolicy | None, served: Sequence[str]) -> tuple[str, float] | None:
+    """(code, confidence) when ``text`` is surely in none of the policy's candidates and ``served`` languages."""
+    if policy is None or policy.unserved is None or not text.strip():
+        return None
+    return policy.unserved(text, sorted({*policy.candidates, *served}))
 
 
 def check_languages(models: Sequence[LoadedModel], texts: Sequence[str], policy: QualityPolicy) -> None:
