@@ -16,7 +16,6 @@ from pathlib import Path
 
 import httpx
 import pytest
-from live_server import LiveServer
 
 ROOT = Path(__file__).resolve().parent.parent
 README = (ROOT / "README.md").read_text(encoding="utf-8")
@@ -36,11 +35,8 @@ def curl_commands() -> list[str]:
 
 
 @pytest.fixture(scope="module")
-def shipped(tmp_path_factory):
-    """The service as `make serve` starts it: every model of model_repository."""
-    root = tmp_path_factory.mktemp("shipped")
-    with LiveServer(ROOT / "model_repository", log_path=root / "service.log").start(timeout=240) as server:
-        yield server
+def shipped(shipped_models):
+    return shipped_models
 
 
 def run(command: str, server, cwd: Path) -> str:

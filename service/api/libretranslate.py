@@ -9,7 +9,7 @@ limit (and, as /v1 does, 413 for a body over the limit, 503 while loading or dra
 Honoured fields (docs/protocols.md): ``q`` (a string, or a list of strings: a JSON list or a repeated field),
 ``source`` (a code or "auto"), ``target``, ``format`` ("text" | "html"), ``alternatives`` (plain text),
 ``api_key`` (with MT_API_KEYS; also accepted as 'Authorization: Bearer' or X-API-Key). Other fields are
-ignored, as LibreTranslate ignores them. Ours beside LibreTranslate's: a plain-text answer carries /v1's
+ignored, as LibreTranslate ignores them. Ours beside LibreTranslate's: an answer carries /v1's
 ``warnings`` (a list per text) and, when there are any, the X-MT-Warnings header (``<text index>:<code>``, comma-
 separated); with MT_LANGUAGE_MISMATCH=reject a text not in the named ``source`` is a 400.
 """
@@ -54,7 +54,7 @@ class LibreTranslateResponse(BaseModel):
     detectedLanguage: Detection | list[Detection] | None = None  # noqa: N815
     alternatives: list[str] | list[list[str]] | None = None
     warnings: list[TextWarning] | list[list[TextWarning]] | None = Field(
-        None, description="ours, not LibreTranslate's: /v1's warnings of each text (format text only)"
+        None, description="ours, not LibreTranslate's: /v1's warnings of each text (of its text, for format html)"
     )
 
 
@@ -279,12 +279,11 @@ def build_libretranslate_router(app: FastAPI) -> APIRouter:
             answer["detectedLanguage"] = [r.detected for r in results] if batch else results[0].detected
         if alternatives > 0:
             answer["alternatives"] = [r.alternatives for r in results] if batch else results[0].alternatives
-        if fmt == "text":
-            found = [r.warnings or [] for r in results]
-            answer["warnings"] = found if batch else found[0]
-            header = warnings_header(found)
-            if header is not None:
-                response.headers[WARNINGS_HEADER] = header
+        found = [r.warnings or [] for r in results]
+        answer["warnings"] = found if batch else found[0]
+        header = warnings_header(found)
+        if header is not None:
+            response.headers[WARNINGS_HEADER] = header
         return answer
 
     @router.post(

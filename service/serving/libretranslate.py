@@ -19,6 +19,7 @@ from service import language
 from service.engine.engine import TranslateOptions
 from service.registry import LoadedModel, Registry
 from service.serving.context import RequestContext
+from service.serving.html import plain_text
 from service.serving.prepared import prepare
 from service.serving.quality import check_languages, text_assessment, unserved_language
 from service.serving.routing import UnservedPair, route
@@ -116,6 +117,7 @@ async def translate(
             for text, _, _ in t.hypotheses[1:]:
                 if text != t.text and text not in others:
                     others.append(text)
-            warnings = text_assessment(used, texts[i], t, options, ctx.quality, True)[1] if fmt == "text" else None
+            source = texts[i] if fmt == "text" else plain_text(texts[i], used.languages[0])  # HTML: its text
+            warnings = text_assessment(used, source, t, options, ctx.quality, True)[1]
             out[i] = Translated(t.text, others[:alternatives], detected[i], warnings)
     return out, first  # type: ignore[return-value]

@@ -10,6 +10,7 @@ from typing import Any
 from service.engine.engine import TranslateOptions, Translation, alignment
 from service.registry import LoadedModel, Registry
 from service.serving.context import RequestContext
+from service.serving.html import plain_text
 from service.serving.prepared import prepare
 from service.serving.quality import check_languages, text_assessment, unserved_language
 from service.serving.routing import Detector, route
@@ -109,11 +110,10 @@ def text_out(
     """The answer object of text ``i`` (also the final event of a streamed text, service/serving/stream.py)."""
     out = translation_out(used, t, body, detected)
     split, fmt = getattr(body, "split_sentences", True), getattr(body, "format", "text")
-    if fmt == "text":
-        value, warnings = text_assessment(used, body.texts[i], t, options, ctx.quality, split)
-        out.update(confidence=value, warnings=warnings + term_warnings(t))
-    elif t.missing:
-        out.update(warnings=term_warnings(t))
+    # HTML is judged by its text (the markup left out) and was split into sentences
+    source = body.texts[i] if fmt == "text" else plain_text(body.texts[i], used.languages[0])
+    value, warnings = text_assessment(used, source, t, options, ctx.quality, split if fmt == "text" else True)
+    out.update(confidence=value, warnings=warnings + term_warnings(t))
     return out
 
 
