@@ -3,6 +3,9 @@ first word is cased as the source's, and the answer has /v1's warnings and confi
 
 from __future__ import annotations
 
+import json
+import re
+
 import httpx
 
 from service.serving.html import HtmlPlan
@@ -56,3 +59,13 @@ def test_shipped_model_html_answers(shipped_models):
     french = {"texts": ["<p>Bonjour, comment allez-vous ?</p>"], "format": "html", "source_language": "de"}
     [t] = httpx.post(shipped_models.url + "/v1/translate", json=french, timeout=60).json()["translations"]
     assert any(w["code"] == "language_mismatch" and "looks like fr" in w["message"] for w in t["warnings"])
+
+
+def test_a_one_word_heading_is_cased_alike_plain_streamed_and_html(shipped_models):
+    url = shipped_models.url + "/v1/translate"
+    plain = httpx.post(url, json={"texts": ["Willkommen"], "source_language": "de"}, timeout=60).json()
+    assert plain["translations"][0]["text"] == "Welcome"
+    streamed = httpx.post(url, json={"texts": ["Willkommen"], "source_language": "de", "stream": True}, timeout=60)
+    events = re.findall(r"event: (\w+)\r?\ndata: (.*?)\r?\n", streamed.text)
+    deltas = [json.loads(d)["text"] for e, d in events if e == "delta"]
+    assert "".join(deltas) == "Welcome"
