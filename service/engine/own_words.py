@@ -18,13 +18,22 @@ from service.engine.constrained import Constraint
 from service.engine.search import StepFn, TopCandidates
 
 PUNCTUATION = " .,;:!?\"'()[]«»„“”‘’-"
+# words a sentence cannot do without (English, every shipped model's target): never banned, whatever a term's source
+# words translate to alone (a glossary entry for "Das" must not take "the" from the whole sentence)
+FUNCTION_WORDS = frozenset(
+    {
+        "a", "an", "and", "are", "as", "at", "be", "but", "by", "for", "from", "had", "has", "have", "he", "her", "his",
+        "i", "in", "is", "it", "its", "of", "on", "or", "our", "she", "that", "the", "their", "them", "they", "this",
+        "to", "was", "we", "were", "with", "you",
+    }
+)  # fmt: skip
 
 
 def own_word_ids(own: str, encode: Callable[[str], list[int]]) -> set[int]:
     """The subword ids of the model's own translation ``own`` of a term's source words, in its case forms: empty
-    unless it is one word of one subword."""
+    unless it is one word of one subword, and not a function word."""
     word = own.strip(PUNCTUATION)
-    if not word or any(c.isspace() for c in word):
+    if not word or any(c.isspace() for c in word) or word.lower() in FUNCTION_WORDS:
         return set()
     forms = {word, word.lower(), word[:1].upper() + word[1:]}
     return {ids[0] for ids in (encode(f) for f in forms) if len(ids) == 1}

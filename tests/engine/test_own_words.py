@@ -22,6 +22,7 @@ def test_a_one_word_one_subword_own_translation_in_its_case_forms():
     assert own_word_ids("the dog", encode) == set()  # several words: nothing
     assert own_word_ids("dogs", encode) == set()  # several subwords: its first would ban every word starting so
     assert own_word_ids("", encode) == set()
+    assert own_word_ids("The", lambda text: [1]) == set()  # a function word: never banned
 
 
 def test_each_sentence_bans_its_terms_own_words_but_never_a_terms_start():
