@@ -86,8 +86,8 @@ def accept_budget(max_connections: int, fd_limit: int) -> tuple[int, int]:
             backlog,
             fd_limit,
         )
-    elif backlog < BACKLOG:
-        log.info(
+    elif backlog < BACKLOG:  # nothing to act on: the connection cap holds as set
+        log.debug(
             "listen backlog %d (uvicorn's default %d) so that MT_MAX_CONNECTIONS %d fits the file-descriptor limit %d",
             backlog,
             BACKLOG,

@@ -26,7 +26,7 @@ from service.api.libretranslate import build_libretranslate_router
 from service.api.middleware import install as install_middleware
 from service.api.routes import build_router
 from service.api.v2 import build_v2_router
-from service.language import UnknownLanguage, detect, detect_among
+from service.language import UnknownLanguage, detect, detect_among, unserved
 from service.language import detector as language_detector
 from service.metrics import Metrics
 from service.registry import LoadedModel, Registry, RunnerWrapper
@@ -75,7 +75,10 @@ def create_app(settings: Settings | None = None, wrap_runner: RunnerWrapper | No
     languages = settings.languages
     check = languages.language_mismatch != "off"
     quality = QualityPolicy(
-        detect if check else None, tuple(languages.detect_languages), languages.language_mismatch == "reject"
+        detect if check else None,
+        tuple(languages.detect_languages),
+        languages.language_mismatch == "reject",
+        unserved=unserved if check else None,
     )
     registry = Registry(settings, metrics, wrap_runner)
     state = AppState(settings, metrics, registry, detector=detect_among, quality=quality)

@@ -78,6 +78,15 @@ def shortlisted(tiny_bundle_dir, tmp_path_factory):
 
 
 @pytest.fixture(scope="session")
+def shipped_models(tmp_path_factory):
+    """The service as `make serve` starts it: every model of the shipped model_repository (de-en, zh-en)."""
+    root = tmp_path_factory.mktemp("shipped-models")
+    repository = Path(__file__).resolve().parent.parent / "model_repository"
+    with LiveServer(repository, log_path=root / "service.log").start(timeout=240) as server:
+        yield server
+
+
+@pytest.fixture(scope="session")
 def live_server(tiny_repository, tmp_path_factory):
     """The real service on a free loopback port, serving the tiny bundle; shared by the session."""
     log_path = tmp_path_factory.mktemp("server") / "service.log"

@@ -30,6 +30,7 @@ from service.api.deepl_protocol import (
     string,
     strings,
 )
+from service.api.limits import too_long_hint
 from service.api.requests import InvalidDeadline, deadline_s, registry_of, request_context
 from service.quota import UNLIMITED
 from service.serving import deepl as serving
@@ -128,8 +129,8 @@ def _split(fields: dict, fmt: str) -> bool | str:
     value = one(fields, "split_sentences")
     if value is None:
         return NO_NEWLINES if fmt == "html" else True  # DeepL's defaults
-    key = str(int(value)) if isinstance(value, int) and not isinstance(value, bool) else value
-    if key not in SPLIT:
+    key = str(value) if isinstance(value, int) and not isinstance(value, bool) else value
+    if not isinstance(key, str) or key not in SPLIT:  # an object or a list is no key of SPLIT (nor hashable)
         raise DeepLError(400, "Value for 'split_sentences' not supported. Send 0, 1 or nonewlines.")
     return SPLIT[key]
 
@@ -148,7 +149,7 @@ def parse_translate(fields: dict, registry, max_texts: int, max_chars: int, beam
         )
     for i, text in enumerate(texts):
         if len(text) > max_chars:
-            message = f"Text {i} has {len(text)} characters; at most {max_chars} (MT_MAX_CHARS_PER_TEXT)."
+            message = f"Text {i} has {len(text)} characters; {too_long_hint(max_chars, 'POST /v2/document')}."
             raise DeepLError(400, message)
     target = serving.target_code(string(fields, "target_lang", required=True), registry)
     source_lang = string(fields, "source_lang")
@@ -171,14 +172,17 @@ def parse_translate(fields: dict, registry, max_texts: int, max_chars: int, beam
         raise DeepLError(400, message + "use latency_optimized or prefer_quality_optimized.")
     string(fields, "context")  # accepted (checked, never billed), not used: the models translate sentences alone
     boolean(fields, "preserve_formatting", False)  # accepted: nothing here re-cases or re-punctuates a translation
+    # every field is checked whether it is used or not: a wrong value is a 400, never silently ignored
+    tags = {name: _tags(fields, name, xml) for name in ("ignore_tags", "splitting_tags", "non_splitting_tags")}
+    outline = boolean(fields, "outline_detection", True)
     rules = HTML
     if tag_handling:
         rules = Markup(
             xml=xml,
-            ignore=_tags(fields, "ignore_tags", xml),
-            splitting=_tags(fields, "splitting_tags", xml),
-            non_splitting=_tags(fields, "non_splitting_tags", xml),
-            outline=boolean(fields, "outline_detection", True),
+            ignore=tags["ignore_tags"],
+            splitting=tags["splitting_tags"],
+            non_splitting=tags["non_splitting_tags"],
+            outline=outline,
         )
     return serving.Request(texts, source, target, _split(fields, fmt), fmt, rules, beam)
 

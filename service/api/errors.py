@@ -14,6 +14,7 @@ from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
 from starlette.exceptions import HTTPException
 
+from service.api.limits import too_long_hint
 from service.api.middleware.body import BodyTooLarge, body_limit, too_large
 from service.api.middleware.paths import error_body
 from service.engine.engine import SourceTooLongError
@@ -98,6 +99,15 @@ def _json_safe(value: Any) -> Any:
     return value
 
 
+TEXT_FIELDS = ("texts", "source", "target")  # /v1's Text fields (service/api/schemas.py): MT_MAX_CHARS_PER_TEXT
+TEXTS_SETTINGS = {"/v1/translate": "MT_MAX_TEXTS_TRANSLATE", "/v1/embed": "MT_MAX_TEXTS_EMBED"}
+
+
+def _a_text_too_long(error: dict) -> bool:
+    loc = list(error.get("loc", []))
+    return error.get("type") == "string_too_long" and loc[:1] == ["body"] and loc[1:2] and loc[1] in TEXT_FIELDS
+
+
 def _unprocessable(loc: list, message: str) -> JSONResponse:
     return JSONResponse({"detail": [{"type": "value_error", "loc": loc, "msg": message, "input": None}]}, 422)
 
@@ -111,6 +121,13 @@ def install(app: FastAPI) -> None:
             whole_body = list(error.get("loc", [])) == ["body"] and error.get("type") == "model_attributes_type"
             if whole_body and not json_body:
                 error["msg"] = "the body must be a JSON object sent with 'Content-Type: application/json'"
+            if _a_text_too_long(error):
+                limit = error.get("ctx", {}).get("max_length")
+                error["msg"] = f"{error['msg']}; {too_long_hint(limit, 'POST /v1/documents')}"
+            elif error.get("type") == "too_long" and list(error.get("loc", [])) == ["body", "texts"]:
+                setting = TEXTS_SETTINGS.get(request.url.path)
+                if setting:
+                    error["msg"] = f"{error['msg']}: the texts per request ({setting}); send the rest in more requests"
             if "input" in error:
                 error["input"] = _echo(error["input"])
             errors.append(_json_safe(error))

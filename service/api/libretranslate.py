@@ -9,7 +9,7 @@ limit (and, as /v1 does, 413 for a body over the limit, 503 while loading or dra
 Honoured fields (docs/protocols.md): ``q`` (a string, or a list of strings: a JSON list or a repeated field),
 ``source`` (a code or "auto"), ``target``, ``format`` ("text" | "html"), ``alternatives`` (plain text),
 ``api_key`` (with MT_API_KEYS; also accepted as 'Authorization: Bearer' or X-API-Key). Other fields are
-ignored, as LibreTranslate ignores them. Ours beside LibreTranslate's: a plain-text answer carries /v1's
+ignored, as LibreTranslate ignores them. Ours beside LibreTranslate's: an answer carries /v1's
 ``warnings`` (a list per text) and, when there are any, the X-MT-Warnings header (``<text index>:<code>``, comma-
 separated); with MT_LANGUAGE_MISMATCH=reject a text not in the named ``source`` is a 400.
 """
@@ -23,6 +23,7 @@ from fastapi import APIRouter, FastAPI, Request, Response
 from pydantic import BaseModel, Field
 
 from service.api.documents import result_response, upload_of
+from service.api.limits import too_long_hint
 from service.api.protocol import ProtocolError, ProtocolRoute, check_unicode, context_of, error_schema
 from service.api.requests import registry_of
 from service.keys import match_key
@@ -53,7 +54,7 @@ class LibreTranslateResponse(BaseModel):
     detectedLanguage: Detection | list[Detection] | None = None  # noqa: N815
     alternatives: list[str] | list[list[str]] | None = None
     warnings: list[TextWarning] | list[list[TextWarning]] | None = Field(
-        None, description="ours, not LibreTranslate's: /v1's warnings of each text (format text only)"
+        None, description="ours, not LibreTranslate's: /v1's warnings of each text (of its text, for format html)"
     )
 
 
@@ -115,6 +116,8 @@ def _no_constant(name: str) -> None:
 
 def _string(fields: dict[str, Any], name: str, required: bool = True) -> str | None:
     value = fields.get(name)
+    if name in fields and value is None:  # JSON null: every field of this API is a string when it is given
+        raise ProtocolError(400, f"Invalid request: {name} must be a string")
     if value is None or value == "":
         if required:
             raise ProtocolError(400, f"Invalid request: missing {name} parameter")
@@ -229,7 +232,7 @@ def build_libretranslate_router(app: FastAPI) -> APIRouter:
         q = _string(fields, "q")
         limit = s.limits.max_chars_per_text
         if len(q) > limit:
-            raise ProtocolError(400, f"Invalid request: request ({len(q)}) exceeds text limit ({limit})")
+            raise ProtocolError(400, _too_long(len(q), limit))
         return await serving.detect(q, s.languages.detect_languages)
 
     @router.post(
@@ -258,11 +261,12 @@ def build_libretranslate_router(app: FastAPI) -> APIRouter:
         texts = [check_unicode(t, "q") for t in texts]
         if len(texts) > s.limits.max_texts_translate:
             limit = s.limits.max_texts_translate
-            raise ProtocolError(400, f"Invalid request: request ({len(texts)}) exceeds text limit ({limit})")
+            message = f"Invalid request: request ({len(texts)}) exceeds text limit ({limit})"
+            raise ProtocolError(400, f"{message}; at most {limit} texts per request (MT_MAX_TEXTS_TRANSLATE)")
         for t in texts:
             if len(t) > s.limits.max_chars_per_text:
                 limit = s.limits.max_chars_per_text
-                raise ProtocolError(400, f"Invalid request: request ({len(t)}) exceeds text limit ({limit})")
+                raise ProtocolError(400, _too_long(len(t), limit))
         alternatives = _alternatives(fields.get("alternatives", 0), is_json, max_alternatives)
         registry = registry_of(request)
         results, first = await serving.translate(
@@ -275,12 +279,11 @@ def build_libretranslate_router(app: FastAPI) -> APIRouter:
             answer["detectedLanguage"] = [r.detected for r in results] if batch else results[0].detected
         if alternatives > 0:
             answer["alternatives"] = [r.alternatives for r in results] if batch else results[0].alternatives
-        if fmt == "text":
-            found = [r.warnings or [] for r in results]
-            answer["warnings"] = found if batch else found[0]
-            header = warnings_header(found)
-            if header is not None:
-                response.headers[WARNINGS_HEADER] = header
+        found = [r.warnings or [] for r in results]
+        answer["warnings"] = found if batch else found[0]
+        header = warnings_header(found)
+        if header is not None:
+            response.headers[WARNINGS_HEADER] = header
         return answer
 
     @router.post(
@@ -293,7 +296,7 @@ def build_libretranslate_router(app: FastAPI) -> APIRouter:
         registry_of(request)
         data, filename, fields = await upload_of(request)
         label = _check_key(request, fields)
-        _check_rate(request, label)
+        await _check_rate(request, label)
         source, target = _string(fields, "source"), _string(fields, "target")
         state = request.app.state.mt
         jobs = state.documents
@@ -322,6 +325,12 @@ def build_libretranslate_router(app: FastAPI) -> APIRouter:
         return result_response(record, path)
 
     return router
+
+
+def _too_long(length: int, limit: int) -> str:
+    """LibreTranslate's message for a text over the limit, and ours after it."""
+    hint = too_long_hint(limit, "POST /translate_file")
+    return f"Invalid request: request ({length}) exceeds text limit ({limit}); {hint}"
 
 
 def _alternatives(value: Any, is_json: bool, limit: int) -> int:

@@ -44,13 +44,15 @@ class TranslationOut(BaseModel):
     confidence: float | None = Field(
         None,
         description="estimated probability that this translation is good (chrF >= the model's fitted threshold), "
-        "from the model's score; absent when the model has no fitted map or the text is empty",
+        "from the model's score; absent when the model has no fitted map or the text is empty, and when the text was "
+        "translated under glossary or do_not_translate constraints (then with the warning confidence_unavailable: "
+        "forced subwords make the score no measure of quality)",
     )
     warnings: list[TranslationWarning] | None = Field(
         None,
         description="what to know about this translation: language_mismatch, truncated, low_confidence, "
-        "unknown_characters, multiple_sentences, glossary_term_missing, do_not_translate_missing (empty list when "
-        "none)",
+        "confidence_unavailable, unknown_characters, multiple_sentences, glossary_term_missing, "
+        "do_not_translate_missing (empty list when none)",
     )
 
 
@@ -257,7 +259,11 @@ def request_models(limits: LimitSettings) -> RequestModels:
             default_factory=lambda: ["encoder", "decoder", "cross"], min_length=1, max_length=3
         )
         layers: list[Annotated[int, Field(ge=0), BeforeValidator(_integral)]] | None = Field(
-            None, min_length=1, max_length=64, description="layer indices; all layers when absent"
+            None,
+            min_length=1,
+            max_length=64,
+            description="layer indices, counted within each kind asked for (the encoder and the decoder may differ in "
+            "depth: `layers` of GET /v1/models); all layers when absent",
         )
         heads: list[Annotated[int, Field(ge=0), BeforeValidator(_integral)]] | None = Field(
             None, min_length=1, max_length=64, description="head indices; all heads when absent"

@@ -20,6 +20,7 @@ from fastapi import APIRouter, FastAPI, Request
 from fastapi.responses import JSONResponse, Response
 from pydantic import BaseModel, BeforeValidator, ConfigDict, Field
 
+from service.api.limits import too_long_hint
 from service.api.protocol import (
     ProtocolError,
     ProtocolRoute,
@@ -387,7 +388,9 @@ def build_v2_router(app: FastAPI) -> APIRouter:
             raise ProtocolError(400, f"input TEXT has {len(texts)} elements; at most {limit} per request")
         for i, text in enumerate(texts):
             if len(text) > limits.max_chars_per_text:
-                raise ProtocolError(400, f"text {i} has {len(text)} characters; at most {limits.max_chars_per_text}")
+                limit = limits.max_chars_per_text
+                hint = too_long_hint(limit, "POST /v1/documents")
+                raise ProtocolError(400, f"text {i} has {len(text)} characters; at most {limit}: {hint}")
         params = parsed.parameters or Parameters()
         names = [o["name"] for o in view.outputs]
         wanted = parsed.outputs or []

@@ -1,4 +1,5 @@
-"""The attention viewer: ``/`` serves the page, ``/static`` its script and style (all in service/static)."""
+"""The attention viewer: ``/`` serves the page, ``/static`` its script and style, ``/favicon.ico`` its icon (all in
+service/static)."""
 
 from __future__ import annotations
 
@@ -17,5 +18,9 @@ def install(app: FastAPI) -> None:
     @app.get("/", include_in_schema=False)
     async def viewer() -> FileResponse:
         return FileResponse(STATIC_DIR / "index.html", media_type="text/html", headers={"Cache-Control": "no-cache"})
+
+    @app.get("/favicon.ico", include_in_schema=False)
+    async def favicon() -> FileResponse:  # browsers ask for it whatever the page says: a 404 in every log otherwise
+        return FileResponse(STATIC_DIR / "favicon.ico", media_type="image/x-icon")
 
     app.mount("/static", StaticFiles(directory=STATIC_DIR), name="static")

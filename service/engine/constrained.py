@@ -37,6 +37,9 @@ class Constraint:
     """Target token sequences, any one of which satisfies the constraint (non-empty, each non-empty)."""
 
     alternatives: tuple[tuple[int, ...], ...]
+    # the source words a glossary term translates, as found in the sentence ("" for a span to copy): the engine keeps
+    # the model's own word for them out of the sentence, so the term takes its place (Engine.own_words)
+    source: str = ""
 
     def __post_init__(self) -> None:
         if not self.alternatives or not all(self.alternatives):

@@ -40,6 +40,7 @@ from service.engine.decoder_cache import decoder_feeds, empty_cache
 from service.engine.device_state import GATHER_GRAPH, DeviceRunner, device_search, wants_device_search
 from service.engine.fused_step import auto_blocker, fused_loop_session, fused_search_session, fused_step_session
 from service.engine.no_repeat import NoRepeatNgram
+from service.engine.own_words import banned_per_sentence, banning, own_word_ids
 from service.engine.reorder import ReorderBuffers
 from service.engine.runtime import create_session
 from service.engine.search import TopCandidates, beam_search, greedy_search
@@ -84,6 +85,8 @@ class Translation:
     attention: np.ndarray | None = None  # cross-attention (layers, heads, target, source)
     truncated: bool = False  # stopped at its length limit without EOS (set by the serving layer, which knows it)
     missing: list = field(default_factory=list)  # glossary terms / spans it lacks (service/serving/terms.py Use)
+    # decoded under glossary / do-not-translate constraints: its score holds forced subwords (set by the serving layer)
+    constrained: bool = False
 
 
 def _guarded(state: _DecoderState, options: TranslateOptions):
@@ -340,7 +343,8 @@ class Engine:
             blocker = auto_blocker() if auto else None
             if blocker is not None:
                 self.fused_step = blocker
-                log.info("%s %s: fused step not used (MT_FUSED_STEP=auto): %s", bundle.name, self.variant, blocker)
+                # the usual case on a CPU without VNNI or a build without `make native`; GET /v1/models says why
+                log.debug("%s %s: fused step not used (MT_FUSED_STEP=auto): %s", bundle.name, self.variant, blocker)
             elif fused_step in (True, "true", "auto"):
                 self.step_decoder, self.fused_step = fused_step_session(
                     bundle.graph(self.variant, batch), providers, settings
@@ -559,11 +563,12 @@ class Engine:
         stats["encode"] = stats.get("encode", 0.0) + time.perf_counter() - started
         started = time.perf_counter()
         cons = [constraints[i] for i in bound]
+        banned = self.own_words(cons)
         limits = length_limits([len(sources[i]) for i in bound], self.max_source_tokens, options.max_length)
         if options.beam_size == 1 and options.num_hypotheses == 1 and self.greedy_terms == "row":
-            found = self._constrained_greedy([sources[i] for i in bound], enc, limits, cons, options)
+            found = self._constrained_greedy([sources[i] for i in bound], enc, limits, cons, options, banned)
         else:
-            found = self._constrained_beam(enc, limits, cons, options)
+            found = self._constrained_beam(enc, limits, cons, options, banned)
         stats["decode"] = stats.get("decode", 0.0) + time.perf_counter() - started
         for i, nbest in zip(bound, found, strict=True):
             results[i] = self.translation(sources[i], nbest)
@@ -578,8 +583,10 @@ class Engine:
         limits: list[int],
         cons: list[list[Constraint]],
         options: TranslateOptions,
+        banned: dict[int, np.ndarray] | None = None,
     ) -> list[list[Hypothesis]]:
-        """The constrained beam search (constrained.py) of encoded sources with their constraints."""
+        """The constrained beam search (constrained.py) of encoded sources with their constraints; ``banned``: each
+        source's subwords the search may not choose (own_words)."""
         k = constrained_beam_size(options.beam_size, cons)
         session, lean = (self.step_decoder, True) if self.step_decoder is not None else (self.decoder, False)
         rows = np.repeat(np.arange(len(cons)), k)
@@ -588,7 +595,7 @@ class Engine:
         )
         state.fetch_full = True  # the constraint tokens' log-probabilities are read beside the graph's 2k best
         return constrained_beam_search(
-            state.step,
+            banning(state.step, lambda: state.row_sources, banned or {}),
             limits,
             BOS_ID,
             EOS_ID,
@@ -607,6 +614,7 @@ class Engine:
         limits: list[int],
         cons: list[list[Constraint]],
         options: TranslateOptions,
+        banned: dict[int, np.ndarray] | None = None,
     ) -> list[list[Hypothesis]]:
         """Greedy sentences with constraints, one decoder row each (constrained_greedy.py): a first pass; the
         sentences it leaves stuck again, each constraint started where the first pass came closest to it; what is
@@ -620,7 +628,7 @@ class Engine:
                 session, enc["cross_keys"], enc["cross_values"], enc["src_mask"], lean, row_sources=row_sources
             )
             hyps, stuck = constrained_greedy_search(
-                state.step,
+                banning(state.step, lambda state=state: state.row_sources, banned or {}),
                 [limits[j] for j in todo],
                 BOS_ID,
                 EOS_ID,
@@ -639,10 +647,21 @@ class Engine:
             plans = [stuck[p] for p in sorted(stuck)]
             todo = [todo[p] for p in sorted(stuck)]
         enc = self.run_encoder([sources[j] for j in todo])
-        beams = self._constrained_beam(enc, [limits[j] for j in todo], [cons[j] for j in todo], options)
+        subset = {p: (banned or {})[j] for p, j in enumerate(todo) if j in (banned or {})}
+        beams = self._constrained_beam(enc, [limits[j] for j in todo], [cons[j] for j in todo], options, subset)
         for j, nbest in zip(todo, beams, strict=True):
             found[j] = nbest
         return found
+
+    def own_words(self, cons: list[list[Constraint]]) -> dict[int, np.ndarray]:
+        """Per constrained sentence, the model's own word for its glossary terms' source words (each translated alone,
+        greedy): banned from its search so that the term takes that word's place (service/engine/own_words.py)."""
+        words = sorted({c.source for sentence in cons for c in sentence if c.source})
+        if not words:
+            return {}
+        own = self.translate_ids(self.source_ids(words), TranslateOptions(beam_size=1))
+        encode = self.tokenizer.encode
+        return banned_per_sentence(cons, {w: own_word_ids(t.text, encode) for w, t in zip(words, own, strict=True)})
 
     def after_term(self) -> np.ndarray:
         """(vocab,) bool: tokens that may follow a glossary term or span (constrained.py): a piece that begins a

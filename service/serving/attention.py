@@ -20,13 +20,32 @@ class OutOfRange(ValueError):
         self.field = field
 
 
-def check_selection(model: LoadedModel, layers: list[int] | None, heads: list[int] | None) -> None:
+def layer_counts(model: LoadedModel) -> dict[str, int]:
+    """Layers of each kind of attention: the encoder's own depth; decoder self- and cross-attention the decoder's."""
     cfg = model.bundle.model_config
-    n_layers = min(cfg["n_encoder_layers"], cfg["n_decoder_layers"])
-    for field, values, bound in (("layers", layers, n_layers), ("heads", heads, cfg["n_heads"])):
-        bad = [v for v in values or [] if v >= bound]
+    return {"encoder": cfg["n_encoder_layers"], "decoder": cfg["n_decoder_layers"], "cross": cfg["n_decoder_layers"]}
+
+
+def check_selection(
+    model: LoadedModel, layers: list[int] | None, heads: list[int] | None, kinds: list[str] = ("encoder", "decoder")
+) -> None:
+    """OutOfRange for a head the model does not have, or a layer one of the asked ``kinds`` does not have (encoder
+    and decoder may differ in depth: the shipped de-en has 6 and 3)."""
+    heads_bound = model.bundle.model_config["n_heads"]
+    bad = [v for v in heads or [] if v >= heads_bound]
+    if bad:
+        raise OutOfRange("heads", f"heads {bad} out of range: this model has {heads_bound} (0..{heads_bound - 1})")
+    counts = layer_counts(model)
+    for kind in kinds:
+        bound = counts[kind]
+        bad = [v for v in layers or [] if v >= bound]
         if bad:
-            raise OutOfRange(field, f"{field} {bad} out of range: this model has {bound} (0..{bound - 1})")
+            depths = ", ".join(f"{k} {n}" for k, n in counts.items() if k != "cross")
+            raise OutOfRange(
+                "layers",
+                f"layers {bad} out of range: this model has {bound} {kind} layers (0..{bound - 1}); layers by kind: "
+                f"{depths} (cross-attention: the decoder's); ask for kinds of different depths in separate requests",
+            )
 
 
 def select(matrix: np.ndarray, layers: list[int] | None, heads: list[int] | None, aggregate: str) -> list:
@@ -40,7 +59,7 @@ def select(matrix: np.ndarray, layers: list[int] | None, heads: list[int] | None
 
 
 async def attention(model: LoadedModel, body: Any, ctx: RequestContext) -> dict[str, Any]:
-    check_selection(model, body.layers, body.heads)
+    check_selection(model, body.layers, body.heads, body.kinds)
     [src] = tokenize(model, [body.source], ctx, "source")
     target = None if body.target is None else tokenize(model, [body.target], ctx, "target")[0][:-1]
     [result], used = await run_work(model, AttentionOptions(), [Source(src, target)], ctx)

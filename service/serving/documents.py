@@ -64,7 +64,7 @@ async def translate_units(
                 untranslated += 1
             else:
                 result, its_uses = next(found)
-                aligned.append(align_words(used, result, len(sentence.split()), its_uses))
+                aligned.append(align_words(used, result, len(sentence.split()), its_uses, sentence))
         await progress(start + len(part), len(sentences))
     target = model.languages[1]
     out, k = [], 0

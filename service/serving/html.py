@@ -47,6 +47,7 @@ from service.engine.engine import Translation
 from service.registry import LoadedModel
 from service.serving.segmentation import NO_SPACE_LANGUAGES, segment
 from service.serving.terms import Use, recase_words
+from service.serving.words import is_glued, match_initial_case, split_punctuation
 
 SKIP_TAGS = frozenset({"code", "pre", "script", "style", "kbd", "samp", "textarea", "svg", "math", "template"})
 BLOCK_TAGS = frozenset(
@@ -300,6 +301,12 @@ class HtmlPlan:
         return self.leading + out + self.trailing
 
 
+def plain_text(markup: str, language: str) -> str:
+    """The text of an HTML fragment as it is translated (its sentences, without markup or skipped elements): what
+    the language check and the warnings of an HTML translation read."""
+    return " ".join(HtmlPlan(markup, language).sentences)
+
+
 def _parse_xml(plan: HtmlPlan, text: str):
     """An XML fragment or document inside a wrapper element (its declaration kept verbatim in front); DTDs and
     entities are refused, never expanded or fetched."""
@@ -442,7 +449,7 @@ def _render_unit(
     previous = None  # "word", "atom+" (an atom with whitespace after it), "atom", or None at the start
     for kind, value in events:
         if kind == "word":
-            if spaced and previous in ("word", "atom+"):
+            if spaced and previous in ("word", "atom+") and not is_glued(value):  # type: ignore[arg-type]
                 write(space_slot, " ")
             write(current, value)  # type: ignore[arg-type]
             previous, space_slot = "word", current
@@ -470,9 +477,20 @@ def _word_starts(pieces: Sequence[str]) -> list[int]:
     return out
 
 
-def align_words(model: LoadedModel, t: Translation, n_source_words: int, uses: Sequence[Use] = ()) -> Aligned:
+def align_words(
+    model: LoadedModel, t: Translation, n_source_words: int, uses: Sequence[Use] = (), source: str = ""
+) -> Aligned:
     """Target words of a translation and, for each, the source word (of ``n_source_words``, whitespace-split)
-    it attends to most; a lower-case glossary term among them cased as the text's (``uses``: terms.recase)."""
+    it attends to most; a lower-case glossary term among them cased as the text's (``uses``: terms.recase); closing
+    punctuation a word of its own aligned to nothing, the first word cased as the ``source`` sentence begins
+    (service/serving/words.py)."""
+    words, links = _aligned(model, t, n_source_words, uses)
+    if words and source:
+        words[0] = match_initial_case(source, words[0])
+    return split_punctuation(words, links)
+
+
+def _aligned(model: LoadedModel, t: Translation, n_source_words: int, uses: Sequence[Use]) -> Aligned:
     engine = model.engine
     target_pieces = engine.pieces(t.token_ids)
     groups: list[list[int]] = []

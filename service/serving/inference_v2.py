@@ -28,6 +28,7 @@ from service.engine.engine import TranslateOptions
 from service.registry import LoadedModel, Registry, UnknownModel
 from service.serving.common import run_work, tokenize
 from service.serving.context import RequestContext
+from service.serving.html import plain_text
 from service.serving.prepared import prepare
 from service.serving.quality import check_languages, text_assessment
 from service.work import EmbedOptions, Source
@@ -145,7 +146,14 @@ async def infer(
     _prepared(ctx, started)
     results, used = await prepared.run(options, ctx)
     warnings = [
-        text_assessment(used, text, t, options, ctx.quality, split)[1] if fmt == "text" else []
+        text_assessment(
+            used,
+            text if fmt == "text" else plain_text(text, used.languages[0]),
+            t,
+            options,
+            ctx.quality,
+            split if fmt == "text" else True,
+        )[1]
         for text, t in zip(texts, results, strict=True)
     ]
     return {

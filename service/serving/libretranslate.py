@@ -19,8 +19,9 @@ from service import language
 from service.engine.engine import TranslateOptions
 from service.registry import LoadedModel, Registry
 from service.serving.context import RequestContext
+from service.serving.html import plain_text
 from service.serving.prepared import prepare
-from service.serving.quality import check_languages, text_assessment
+from service.serving.quality import check_languages, text_assessment, unserved_language
 from service.serving.routing import UnservedPair, route
 
 _TAG = re.compile(r"<[^>]*>")
@@ -90,6 +91,11 @@ async def translate(
         codes, found = await _detect_sources(registry, texts, target, fmt, detect_languages)
         models = [route(registry, [t], None, c, target)[0][0] for t, c in zip(texts, codes, strict=True)]
         detected = list(found)
+        served = sorted({s for s, _ in registry.pairs()})
+        for i, text in enumerate(texts):  # a language no model serves by its own code, as the warning names it
+            other = unserved_language(_TAG.sub(" ", text) if fmt == "html" else text, ctx.quality, served)
+            if other is not None:
+                detected[i] = {"confidence": round(100 * other[1], 2), "language": other[0]}
     else:
         models, _ = route(registry, texts, None, source, target)
         if ctx.quality is not None:
@@ -111,6 +117,7 @@ async def translate(
             for text, _, _ in t.hypotheses[1:]:
                 if text != t.text and text not in others:
                     others.append(text)
-            warnings = text_assessment(used, texts[i], t, options, ctx.quality, True)[1] if fmt == "text" else None
+            source = texts[i] if fmt == "text" else plain_text(texts[i], used.languages[0])  # HTML: its text
+            warnings = text_assessment(used, source, t, options, ctx.quality, True)[1]
             out[i] = Translated(t.text, others[:alternatives], detected[i], warnings)
     return out, first  # type: ignore[return-value]

@@ -24,6 +24,7 @@ from service.serving.html import HTML, HtmlPlan, Markup, align_words
 from service.serving.segmentation import Layout, merge, split_text
 from service.serving.spans import find_spans, has_placeholders, merged, with_stand_ins
 from service.serving.terms import Use, constraints, settle
+from service.serving.words import match_initial_case
 from service.work import Source
 
 
@@ -91,6 +92,14 @@ async def run_sources(
     return found, used  # type: ignore[return-value]
 
 
+def initial_case(t: Translation, sentence: str) -> Translation:
+    """The translation (a copy: it may be the cache's) with its first letter cased as the sentence's
+    (service/serving/words.py): a one-word heading is "Welcome", not "welcome"."""
+    text = match_initial_case(sentence, t.text)
+    hypotheses = [(match_initial_case(sentence, h), score, ids) for h, score, ids in t.hypotheses]
+    return dataclasses.replace(t, text=text, hypotheses=hypotheses) if text != t.text else t
+
+
 def mark_truncated(model: LoadedModel, t: Translation, options: TranslateOptions) -> Translation:
     """A sentence's translation that reached its length limit ended without EOS: truncated."""
     [limit] = length_limits([len(t.source_ids)], model.engine.max_source_tokens, options.max_length)
@@ -116,6 +125,8 @@ class Prepared:
         results = [
             settled(used, mark_truncated(self.model, r, options), u) for r, u in zip(results, self.uses, strict=True)
         ]
+        sentences = [s for layout in self.layouts for s in layout.sentences]
+        results = [initial_case(r, s) for r, s in zip(results, sentences, strict=True)]
         target = self.model.languages[1]
         out, k = [], 0
         for layout in self.layouts:
@@ -144,7 +155,9 @@ class PreparedHtml:
             mine = results[k : k + len(sentences)]
             k += len(sentences)
             uses = self.uses[k - len(sentences) : k]
-            aligned = [align_words(used, t, len(s.split()), u) for t, s, u in zip(mine, sentences, uses, strict=True)]
+            aligned = [
+                align_words(used, t, len(s.split()), u, s) for t, s, u in zip(mine, sentences, uses, strict=True)
+            ]
             rendered = plan.render(aligned, target)
             if not mine:
                 out.append(Translation(rendered, 0.0, [], [EOS_ID]))

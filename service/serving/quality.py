@@ -4,12 +4,17 @@ Warnings (``{"code", "message"}``, an empty list when there is nothing to say):
 - ``language_mismatch``: the language detector says the text is not in the model's source language;
 - ``truncated``: the translation stopped at its length limit (max_length, or 2 x source + 10) without ending;
 - ``low_confidence``: the confidence is under LOW_CONFIDENCE;
+- ``confidence_unavailable``: the model has a fitted confidence map, but the text was translated under glossary or
+  do-not-translate constraints, which the map cannot judge (the confidence is left out);
 - ``unknown_characters``: characters the tokenizer never saw went through byte fallback;
 - ``multiple_sentences``: the text holds several sentences and split_sentences was off (the model was trained
   on single sentences).
 The confidence is the bundle's fitted map (core/confidence.py, manifest ``confidence``) of the translation's mean
 log-probability per token: the estimated probability that its chrF against a reference would be >= the
-threshold it was fitted for. None when the bundle has no fitted map, or for an empty text.
+threshold it was fitted for. None when the bundle has no fitted map, for an empty text, and for a translation
+decoded under glossary or do-not-translate constraints (``Translation.constrained``): the forced subwords' low
+log-probabilities say nothing of its quality (every such translation mapped to about 0), and the map was fitted on
+free output only.
 """
 
 from __future__ import annotations
@@ -24,6 +29,10 @@ from service.registry import LoadedModel
 from service.serving.segmentation import split_text
 
 LOW_CONFIDENCE = 0.5
+CONSTRAINED = (
+    "no confidence for a translation placed under glossary or do_not_translate constraints: the forced subwords make "
+    "the model's score no measure of its quality"
+)
 # detect(text, candidates) -> (ISO 639-1 code, its confidence) or None; service/language.py provides one
 Identify = Callable[[str, Sequence[str]], "tuple[str, float] | None"]
 
@@ -37,6 +46,8 @@ class QualityPolicy:
     candidates: tuple[str, ...] = ()
     reject_mismatch: bool = False
     min_detect_confidence: float = MISMATCH_MIN_CONFIDENCE
+    # unserved(text, known) -> (code, confidence) of a language outside ``known`` (service/language.py ``unserved``)
+    unserved: Callable[[str, Sequence[str]], tuple[str, float] | None] | None = None
 
 
 class LanguageMismatch(ValueError):
@@ -53,8 +64,18 @@ def mismatch(model: LoadedModel, text: str, policy: QualityPolicy) -> tuple[str,
     source_language = model.languages[0]
     if policy.identify is None or not policy.candidates or not text.strip():
         return None
+    other = unserved_language(text, policy, [source_language])
+    if other is not None:  # a language none of the candidates is: the detector among them would name a wrong one
+        return other
     found = policy.identify(text, sorted({*policy.candidates, source_language}))
     return found if is_mismatch(found, source_language, policy.min_detect_confidence) else None
+
+
+def unserved_language(text: str, policy: QualityPolicy | None, served: Sequence[str]) -> tuple[str, float] | None:
+    """(code, confidence) when ``text`` is surely in none of the policy's candidates and ``served`` languages."""
+    if policy is None or policy.unserved is None or not text.strip():
+        return None
+    return policy.unserved(text, sorted({*policy.candidates, *served}))
 
 
 def check_languages(models: Sequence[LoadedModel], texts: Sequence[str], policy: QualityPolicy) -> None:
@@ -109,7 +130,9 @@ def assess(
         warnings.append(_warning("truncated", f"the translation stopped at its length limit ({limit}) before it ended"))
     params = model.bundle.manifest.get("confidence")
     value = None
-    if params:
+    if params and translation.constrained:
+        warnings.append(_warning("confidence_unavailable", CONSTRAINED))
+    elif params:
         value = round(confidence(translation.score, len(translation.token_ids), params), 4)
         if value < LOW_CONFIDENCE:
             warnings.append(

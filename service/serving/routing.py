@@ -3,8 +3,9 @@
 - ``model`` given: that model (languages, when also given, must be its pair).
 - ``source_language`` / ``target_language`` (ISO 639-1) given: the model serving that pair; one side alone is
   enough when it names exactly one served pair.
-- ``source_language: "auto"``: each text's language is detected (among the served source languages) and the
-  text goes to the model of (detected, target); texts of one request may go to different models.
+- ``source_language: "auto"``, or left out while the target alone names several models: each text's language is
+  detected (among the served source languages) and the text goes to the model of (detected, target); texts of one
+  request may go to different models.
 - nothing given: the default model.
 A pair nobody serves is an UnservedPair (422) that lists the pairs served.
 """
@@ -64,7 +65,8 @@ def route(
         return [chosen] * len(texts), detected
     if source_language is None and target_language is None:
         return [registry.get(None)] * len(texts), detected
-    if source_language != AUTO:
+    into_target = {name for (_, t), name in registry.pairs().items() if t == target_language}
+    if source_language is not None and source_language != AUTO or source_language is None and len(into_target) < 2:
         return [_pair_model(registry, source_language, target_language)] * len(texts), detected
     if detect is None:
         raise UnservedPair("language detection is not available", registry.pairs())

@@ -180,4 +180,5 @@ def merge(layout: Layout, parts: Sequence[Translation], target_language: str, nu
         hypotheses=hypotheses,
         attention=_block_diagonal(parts),
         missing=[use for p in parts for use in p.missing],
+        constrained=any(p.constrained for p in parts),
     )

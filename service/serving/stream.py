@@ -27,10 +27,11 @@ from service.engine.engine import TranslateOptions, Translation
 from service.registry import LoadedModel, Registry
 from service.serving.common import run_work
 from service.serving.context import RequestContext
-from service.serving.prepared import constrained, mark_truncated, prepare, settled
+from service.serving.prepared import constrained, initial_case, mark_truncated, prepare, settled
 from service.serving.routing import Detector
 from service.serving.segmentation import Layout, gap, merge
 from service.serving.translate import plan, text_out
+from service.serving.words import match_initial_case
 
 
 def stable_text(model: LoadedModel, tokens: list[int]) -> str:
@@ -62,7 +63,7 @@ class _Text:
                     out.append(self.done[k].text.strip() if several else self.done[k].text)
                     continue
                 if streams:
-                    partial = stable_text(model, self.tokens.get(k, []))
+                    partial = match_initial_case(self.layout.sentences[k], stable_text(model, self.tokens.get(k, [])))
                     out.append(partial.lstrip() if several else partial)
                 break
             out.append(gap(str(value), target) if kind == "gap" else str(value))
@@ -85,7 +86,8 @@ class _Listener:
     def result(self, index: int, result: Translation) -> None:
         text, k = self.owner[index]
         result = mark_truncated(self.model, result, self.stream.options)  # type: ignore[arg-type]
-        text.done[k] = settled(self.model, result, self.uses[index])  # type: ignore[arg-type]
+        result = settled(self.model, result, self.uses[index])  # type: ignore[arg-type]
+        text.done[k] = initial_case(result, text.layout.sentences[k])  # as the plain answer has it
         self.stream.guard(self._update, text)
         if len(text.done) == len(text.layout.sentences):
             self.stream.guard(self.stream.finish, self.model, text)

@@ -157,7 +157,7 @@ def constraints(uses: Sequence[Use], encode) -> tuple[Constraint, ...]:
         forms = [use.stand_in] if use.stand_in else [use.target] if use.copy else target_forms(use.target)
         alternatives = tuple(dict.fromkeys(tuple(encode(f)) for f in forms if encode(f)))
         if alternatives:
-            out.append(Constraint(alternatives))
+            out.append(Constraint(alternatives, "" if use.copy else use.found))
     return tuple(out)
 
 
@@ -206,9 +206,10 @@ def recase_words(words: list[str], uses: Sequence[Use]) -> list[str]:
 def settle(t: Translation, uses: Sequence[Use], render) -> Translation:
     """After decoding: a span the tokenizer renders differently (``render``: text -> decode(encode(text))) is
     written back as given, a lower-case term gets its case (``recase``); the uses the text still lacks go to
-    ``missing``."""
+    ``missing``; the translation is marked ``constrained`` (its score is no measure of its quality)."""
     if not uses:
         return t
+    t.constrained = True
 
     def restore(text: str) -> str:
         for use in uses:

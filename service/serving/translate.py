@@ -3,14 +3,16 @@
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
 from service.engine.engine import TranslateOptions, Translation, alignment
 from service.registry import LoadedModel, Registry
 from service.serving.context import RequestContext
+from service.serving.html import plain_text
 from service.serving.prepared import prepare
-from service.serving.quality import check_languages, text_assessment
+from service.serving.quality import check_languages, text_assessment, unserved_language
 from service.serving.routing import Detector, route
 from service.serving.terms import warnings as term_warnings
 
@@ -49,6 +51,7 @@ def plan(registry: Registry, body: Any, ctx: RequestContext, detect: Detector | 
         getattr(body, "target_language", None),
         detect,
     )
+    detected = named(registry, body.texts, detected, ctx)
     if ctx.quality is not None:
         check_languages(models, body.texts, ctx.quality)
     if ctx.terms is not None:
@@ -59,6 +62,21 @@ def plan(registry: Registry, body: Any, ctx: RequestContext, detect: Detector | 
         groups.setdefault(model.name, []).append(i)
     split, fmt = getattr(body, "split_sentences", True), getattr(body, "format", "text")
     return Plan(models, detected, groups, options_of(body), split, fmt)
+
+
+def named(
+    registry: Registry, texts: Sequence[str], detected: list[str | None], ctx: RequestContext
+) -> list[str | None]:
+    """The detected language of each detected text as the language check names it: a language no model serves
+    (French to de-en and zh-en) by its own code, not the served language routing chose (its model still translates
+    it, with the language_mismatch warning, which names the same language)."""
+    served = sorted({s for s, _ in registry.pairs()})
+    out = list(detected)
+    for i, code in enumerate(detected):
+        other = unserved_language(texts[i], ctx.quality, served) if code is not None else None
+        if other is not None:
+            out[i] = other[0]
+    return out
 
 
 async def translate(
@@ -92,11 +110,10 @@ def text_out(
     """The answer object of text ``i`` (also the final event of a streamed text, service/serving/stream.py)."""
     out = translation_out(used, t, body, detected)
     split, fmt = getattr(body, "split_sentences", True), getattr(body, "format", "text")
-    if fmt == "text":
-        value, warnings = text_assessment(used, body.texts[i], t, options, ctx.quality, split)
-        out.update(confidence=value, warnings=warnings + term_warnings(t))
-    elif t.missing:
-        out.update(warnings=term_warnings(t))
+    # HTML is judged by its text (the markup left out) and was split into sentences
+    source = body.texts[i] if fmt == "text" else plain_text(body.texts[i], used.languages[0])
+    value, warnings = text_assessment(used, source, t, options, ctx.quality, split if fmt == "text" else True)
+    out.update(confidence=value, warnings=warnings + term_warnings(t))
     return out
 
 

@@ -115,7 +115,30 @@
     return typeof m.max_source_subwords === "number" ? m.max_source_subwords : m.max_source_tokens - 1;
   }
 
+  // what the source box asks for, in the chosen model's source language
+  const SAMPLES = { de: "Ein Mann fährt mit dem Fahrrad durch die Stadt.", zh: "我们明天去北京。" };
+
+  function languageName(code) {
+    try {
+      return new Intl.DisplayNames(["en"], { type: "language" }).of(code) || code;
+    } catch (err) {
+      return code;
+    }
+  }
+
+  function sourceName() {
+    const m = currentModel();
+    return m ? languageName(m.source_language) : "source";
+  }
+
+  function showSourceLanguage() {
+    const m = currentModel();
+    $("source-label").textContent = `${sourceName()} sentence`;
+    $("source").placeholder = (m && SAMPLES[m.source_language]) || "";
+  }
+
   function showModelInfo() {
+    showSourceLanguage();
     const m = currentModel();
     $("model-info").textContent = m
       ? `${m.name} v${m.version}: ${m.source_language} → ${m.target_language}, ${m.layers.encoder}+${m.layers.decoder} ` +
@@ -236,11 +259,33 @@
     Heatmap.drawLines($("lines"), matrix, rows, cols, describe);
   }
 
+  // what the service says of the translation: a garbled one must not look like a result
+  function showQuality(translation) {
+    const c = translation.confidence;
+    $("confidence").textContent =
+      typeof c === "number"
+        ? `Confidence ${c.toFixed(2)}: the estimated probability that this translation is good.`
+        : "No confidence for this translation (the model has no fitted confidence, or the text was constrained).";
+    const list = $("warnings");
+    list.replaceChildren();
+    for (const w of translation.warnings || []) {
+      const item = list.appendChild(document.createElement("li"));
+      item.textContent = `${w.code}: ${w.message}`;
+    }
+    list.hidden = !list.children.length;
+  }
+
+  function forgetResult() {
+    $("result").hidden = true;
+    state.result = null;
+  }
+
   function render() {
     const { translation, attention } = state.result;
     $("result").hidden = false;
     $("translation").textContent = translation.text;
     $("score").textContent = `(log-probability ${translation.score.toFixed(2)}; attention of ${attention.model})`;
+    showQuality(translation);
     fillViewPickers();
     draw();
   }
@@ -253,11 +298,13 @@
     const source = $("source").value.trim();
     try {
       if (!source) {
-        refuse(errorBox, "Enter a German sentence to translate: nothing was sent.", "source");
+        forgetResult(); // the previous result is not the answer to this
+        refuse(errorBox, `Enter a ${sourceName()} sentence to translate: nothing was sent.`, "source");
         return;
       }
       const beam = Number($("beam-size").value);
       if (!Number.isInteger(beam) || beam < 1) {
+        forgetResult();
         refuse(errorBox, "Beam size must be a whole number of at least 1: nothing was sent.", "beam-size");
         return;
       }

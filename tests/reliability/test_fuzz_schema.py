@@ -14,6 +14,7 @@ import os
 import httpx
 import pytest
 import schemathesis
+from fuzz_checks import no_server_error
 from hypothesis import HealthCheck, Phase, given, seed, settings
 from reliability_helpers import SMALL_LIMITS, start_server
 from schemathesis import GenerationMode
@@ -94,31 +95,6 @@ DEEPL_PATHS = ("/v2/translate", "/v2/languages", "/v2/usage")
 
 def _protocol(path: str) -> bool:
     return path.startswith("/v2") or path in ("/translate", "/detect", "/languages")
-
-
-def _timeout_asked(case) -> float | None:
-    body = case.body if isinstance(case.body, dict) else {}
-    asked = [body.get("timeout_s")]
-    for name, value in (case.headers or {}).items():
-        if name.lower() == "x-request-timeout":
-            asked.append(value)
-    values = []
-    for value in asked:
-        try:
-            values.append(float(value))
-        except (TypeError, ValueError):
-            continue
-    return min(values) if values else None
-
-
-@schemathesis.check
-def no_server_error(ctx, response, case) -> None:
-    """No 5xx, except the documented 504 for a deadline the client set shorter than the work (< 2 s)."""
-    if response.status_code == 504:
-        asked = _timeout_asked(case)
-        assert asked is not None and asked < 2.0, f"504 with a deadline of {asked}: {response.text}"
-        return
-    assert response.status_code < 500, f"server error {response.status_code}: {response.text[:500]}"
 
 
 @schemathesis.check

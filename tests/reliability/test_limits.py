@@ -59,6 +59,8 @@ def test_too_many_texts_422(strict_server, path):
     response = httpx.post(strict_server.url + path, json={"texts": ["der hund"] * (MAX_TEXTS + 1)}, timeout=30)
     assert response.status_code == 422
     assert f"at most {MAX_TEXTS} items" in messages(response)
+    setting = {"/v1/translate": "MT_MAX_TEXTS_TRANSLATE", "/v1/embed": "MT_MAX_TEXTS_EMBED"}[path]
+    assert setting in messages(response)
     ok = httpx.post(strict_server.url + path, json={"texts": ["der hund"] * MAX_TEXTS}, timeout=30)
     assert ok.status_code == 200
 
@@ -72,6 +74,32 @@ def test_too_many_characters_422(strict_server, path, field):
     response = httpx.post(strict_server.url + path, json=body, timeout=30)
     assert response.status_code == 422
     assert f"at most {MAX_CHARS} characters" in messages(response)
+    # what a newcomer meets without warning (issue 55): the message names the setting and the way on
+    assert "MT_MAX_CHARS_PER_TEXT" in messages(response) and "POST /v1/documents" in messages(response)
+
+
+LONG = "Ein Hund. " * (MAX_CHARS // 10 + 1)
+
+
+@pytest.mark.parametrize(
+    "path, body, key, documents",
+    [
+        ("/v2/translate", {"text": [LONG], "target_lang": "EN-US"}, "message", "POST /v2/document"),
+        ("/translate", {"q": LONG, "source": "de", "target": "en"}, "error", "POST /translate_file"),
+        ("/detect", {"q": LONG}, "error", "POST /translate_file"),
+        (
+            "/v2/models/de-en/infer",
+            {"inputs": [{"name": "TEXT", "shape": [1], "datatype": "BYTES", "data": [LONG]}]},
+            "error",
+            "POST /v1/documents",
+        ),
+    ],
+)
+def test_every_protocol_names_the_character_limit_and_the_documents_route(strict_server, path, body, key, documents):
+    response = httpx.post(strict_server.url + path, json=body, timeout=30)
+    assert response.status_code == 400, response.text
+    message = response.json()[key]
+    assert "MT_MAX_CHARS_PER_TEXT" in message and documents in message and str(MAX_CHARS) in message
 
 
 @pytest.mark.parametrize(

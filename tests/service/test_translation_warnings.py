@@ -87,3 +87,20 @@ def test_every_endpoint_takes_an_empty_or_whitespace_text_as_the_empty_sentence(
         assert answer.status_code == 200, answer.text
         body = answer.json()
         assert body["source_tokens"] == ["</s>"] and body["target_text"] == "" and body["target_tokens"] == ["<s>"]
+
+
+def test_constrained_output_has_no_confidence_but_says_why(tiny_bundle_dir, tmp_path):
+    """A glossary's forced subwords made every constrained translation's confidence about 0 with low_confidence,
+    whatever its quality (issue 55): the map was fitted on free output, so none is given, and the warning says so."""
+    repository = tmp_path / "repository"
+    copy_bundle(tiny_bundle_dir, repository / "de-en" / "1", confidence={"a": 1.0, "b": 3.0})  # high for free output
+    with LiveServer(repository, log_path=tmp_path / "log") as server:
+        body = {"texts": ["der hund spielt im park", "ein mann spielt"], "beam_size": 4}
+        free = translate(server.url, body).json()["translations"]
+        bound = translate(server.url, {**body, "glossary": {"hund": "hound"}}).json()["translations"]
+        kept = translate(server.url, {**body, "do_not_translate": ["park"]}).json()["translations"]
+    assert all(t["confidence"] > 0.5 and "low_confidence" not in codes(t) for t in free)
+    for t in (bound[0], kept[0]):  # the texts the terms were found in
+        assert "confidence" not in t and "low_confidence" not in codes(t)
+        assert "confidence_unavailable" in codes(t)
+    assert bound[1]["confidence"] == free[1]["confidence"] and "confidence_unavailable" not in codes(bound[1])

@@ -31,3 +31,17 @@ def test_picker_lists_both_models_and_chinese_tokens_render(browser, shipped_ser
     assert shown and shown.isascii()  # an English translation
     source = tokens(browser, "heatmap", "col-label")
     assert source[-1] == "</s>" and any("\u4e00" <= ch <= "\u9fff" for t in source for ch in t), source
+
+
+def test_the_source_label_and_example_follow_the_chosen_model(browser, shipped_server):
+    shots.open_viewer(browser, shipped_server.url)
+    label = browser.find_element("id", "source-label")
+    for model, name, example in (("zh-en", "Chinese", "我们"), ("de-en", "German", "Ein Mann")):
+        pick(browser, "model", model)
+        assert label.text == f"{name} sentence"
+        assert browser.find_element("id", "source").get_attribute("placeholder").startswith(example)
+    pick(browser, "model", "zh-en")
+    shots.translate(browser, "")  # an empty submit names the language asked for
+    assert "Enter a Chinese sentence" in browser.find_element("id", "error").text
+    shots.translate(browser, "我们明天去北京。", beam_size=1)
+    assert browser.find_element("id", "confidence").text.startswith("Confidence 0.")  # the shipped map

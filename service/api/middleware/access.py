@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from starlette.types import ASGIApp, Receive, Scope, Send
 
-from service.api.middleware.paths import is_deepl, is_protected, is_work_path
+from service.api.middleware.paths import is_deepl, is_protected, is_rate_limited
 from service.api.middleware.replies import discard_body, header, send_error
 from service.keys import match_key
 
@@ -64,15 +64,15 @@ class Auth:
 
 
 class KeyRate:
-    """A key over its rate limit (MT_KEY_RATE_PER_S, MT_KEY_BURST) is refused its work requests before anything
-    is read; with Redis the limit holds across replicas (service/state/rates.py)."""
+    """A key over its rate limit (MT_KEY_RATE_PER_S, MT_KEY_BURST) is refused its work requests and document uploads
+    before anything is read; with Redis the limit holds across replicas (service/state/rates.py)."""
 
     def __init__(self, app: ASGIApp, state) -> None:
         self.app, self.state = app, state
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         label = scope.get("state", {}).get("api_key")
-        if scope["type"] != "http" or not label or scope["method"] != "POST" or not is_work_path(scope["path"]):
+        if scope["type"] != "http" or not label or scope["method"] != "POST" or not is_rate_limited(scope["path"]):
             await self.app(scope, receive, send)
             return
         limited = await self.state.key_rates.check(label)

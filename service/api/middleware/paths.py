@@ -50,6 +50,12 @@ def is_work_path(path: str) -> bool:
     return _V2_ENDPOINTS[0][0].match(path) is not None
 
 
+def is_rate_limited(path: str) -> bool:
+    """POSTs a key's rate limit (MT_KEY_RATE_PER_S) counts: work requests and document uploads (whose work runs in
+    the background). LibreTranslate's key comes in its body: its handlers check the rate themselves."""
+    return is_work_path(path) or path in DOCUMENT_UPLOAD_PATHS
+
+
 def is_deepl(path: str) -> bool:
     """A path of the DeepL API: its errors are {"message": ...} and a missing key is 403."""
     return any(path == p or path.startswith(p + "/") for p in DEEPL_PATHS + DEEPL_PREFIXES)
