@@ -52,7 +52,7 @@ def written_in(text: str, source: str, target: str) -> str | None:
     compact = text.replace("\u202f", "").replace("\u00a0", "").replace(" ", "")
     digits_decimal = compact.split(_decimal(source))
     whole = digits_decimal[0].replace(_group(source), "")
-    grouped = whole if len(whole) <= 4 and not _grouped(text, source) else _group_thousands(whole, group)
+    grouped = _group_thousands(whole, group) if _grouped(text, source) else whole  # 50667 (a postcode) stays so
     return grouped + (decimal + digits_decimal[1] if len(digits_decimal) == 2 else "")
 
 

@@ -3,7 +3,8 @@
 A model trained on ordinary text cuts ``ACHTUNG: BETRETEN VERBOTEN!`` into rare pieces and translates it badly. A
 sentence whose letters are all capitals (four or more of them), or whose words (three or more) all begin with one,
 is truecased first: each word is written in whichever of its lower-case and capitalised forms the model's
-tokenizer cuts into fewer pieces (its frequent form: ``Baustelle``, ``verboten``), the first word capitalised. The
+tokenizer cuts into fewer pieces (its frequent form: ``Baustelle``, ``verboten``; ``ss`` also tried as ``ß``, which
+capitals write as ``SS``), the first word capitalised. The
 translation then gets the sentence's casing back: all capitals, or each word capitalised. Chinese has no case:
 sentences into Chinese keep the model's output, and Chinese sources never match.
 """
@@ -37,10 +38,15 @@ def truecased(sentence: str, pieces: Callable[[str], Sequence[int]]) -> str:
     def form(m: re.Match[str]) -> str:
         nonlocal first
         word = m.group()
-        lower, capital = word.lower(), word[:1].upper() + word[1:].lower()
-        chosen = capital if first or len(pieces(capital)) < len(pieces(lower)) else lower
+        spellings = [word.lower()]
+        if "ss" in spellings[0]:  # capitals write ß as SS: SCHLIESSEN is schließen
+            spellings.append(spellings[0].replace("ss", "ß"))
+        forms = [f for s in spellings for f in (s, s[:1].upper() + s[1:])]  # lower, capitalised; ties: the first
+        costs = [len(pieces(f)) for f in forms]
+        if first:  # the sentence's first word is capitalised whatever its frequent form
+            forms, costs = forms[1::2], costs[1::2]
         first = False
-        return chosen
+        return forms[costs.index(min(costs))]
 
     return _WORD.sub(form, sentence)
 

@@ -206,10 +206,12 @@ def recase_words(words: list[str], uses: Sequence[Use]) -> list[str]:
 def settle(t: Translation, uses: Sequence[Use], render) -> Translation:
     """After decoding: a span the tokenizer renders differently (``render``: text -> decode(encode(text))) is
     written back as given, a lower-case term gets its case (``recase``); the uses the text still lacks go to
-    ``missing``; the translation is marked ``constrained`` (its score is no measure of its quality)."""
+    ``missing``; a translation under the request's own terms is marked ``constrained`` (its score is no measure of
+    its quality: forced words the model would not choose). Spans found in the sentence (spans.py) leave it
+    unmarked: what is forced there is a stand-in the model copies or a number it was given."""
     if not uses:
         return t
-    t.constrained = True
+    t.constrained = t.constrained or any(use.kind == "" for use in uses)
 
     def restore(text: str) -> str:
         for use in uses:

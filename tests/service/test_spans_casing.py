@@ -65,12 +65,13 @@ def test_casing_of_sentences() -> None:
 
 
 def test_truecasing_picks_each_words_frequent_form_and_recasing_restores() -> None:
-    vocabulary = {"Achtung", "Baustelle", "verboten", "der", "betreten"}
+    vocabulary = {"Achtung", "Baustelle", "verboten", "der", "betreten", "schließen", "Bitte"}
 
     def pieces(word: str) -> list[int]:  # a word the vocabulary has is one piece, any other form one per letter
         return [0] if word in vocabulary else [0] * len(word)
 
     assert truecased("ACHTUNG: BETRETEN DER BAUSTELLE VERBOTEN!", pieces) == "Achtung: betreten der Baustelle verboten!"
+    assert truecased("BITTE SCHLIESSEN", pieces) == "Bitte schließen"
     assert recased("Caution: no entry to the site!", "upper") == "CAUTION: NO ENTRY TO THE SITE!"
     assert recased("more information can be found here", "title") == "More Information Can Be Found Here"
     assert recased("unchanged", None) == "unchanged"
