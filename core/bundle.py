@@ -21,6 +21,7 @@ from pathlib import Path
 from typing import Any
 
 MANIFEST = "manifest.json"
+TRAINED_HERE = "trained here"  # a manifest's ``source`` when it has none: every bundle made before imports existed
 FORMAT = "mtserve-bundle/2"  # what the exporter writes
 FORMATS = ("mtserve-bundle/1", FORMAT)  # what loads
 
@@ -93,6 +94,11 @@ class Bundle:
         """The weights files the variant's graphs read (format 2; none in format 1: graphs hold their weights)."""
         self.graph(variant, "encoder")  # refuses an unknown variant
         return [self.path / rel for rel in self.manifest["variants"][variant].get("weights", [])]
+
+    @property
+    def source(self) -> str:
+        """Where the model came from: "trained here", or how it was imported (e.g. "imported: huggingface marian")."""
+        return self.manifest.get("source", TRAINED_HERE)
 
     @property
     def tokenizer_file(self) -> Path:
