@@ -104,6 +104,12 @@ class Bundle:
     def tokenizer_file(self) -> Path:
         return self.path / self.manifest["tokenizer"]["file"]
 
+    @property
+    def target_tokenizer_file(self) -> Path:
+        """The model that cuts target-language text (glossary terms, a given target): an imported model's own
+        (``tokenizer.target_file``), else the one tokenizer that cuts both languages."""
+        return self.path / self.manifest["tokenizer"].get("target_file", self.manifest["tokenizer"]["file"])
+
 
 def load_bundle(path: str | Path, verify: bool = True) -> Bundle:
     path = Path(path)

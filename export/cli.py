@@ -129,7 +129,7 @@ def cmd_import_hf(args: argparse.Namespace) -> int:
     mapping, PyTorch-vs-onnxruntime parity of the graphs)."""
     import tempfile
 
-    from export.marian import SOURCE, ImportRefused, import_marian
+    from export.marian import SOURCE, TARGET_TOKENIZER_FILE, ImportRefused, import_marian
     from export.parity import graph_max_diff
     from model.checkpoint import save_release
 
@@ -175,6 +175,9 @@ def cmd_import_hf(args: argparse.Namespace) -> int:
     if status:
         return status
     bundle = load_bundle(out)
+    (out / TARGET_TOKENIZER_FILE).write_bytes(imported.target_tokenizer_proto)  # listed below, sealed at the end
+    bundle.manifest["tokenizer"]["target_file"] = TARGET_TOKENIZER_FILE
+    bundle.manifest["files"] = [*bundle.manifest["files"], TARGET_TOKENIZER_FILE]
     engine = Engine(bundle, variant="fp32", shortlist=False)
     shapes = [(1, 5, 1, 0), (3, 9, 1, 4), (2, 7, 3, 2)]
     parity = {"max_abs_diff": graph_max_diff(imported.model, engine, shapes), "shapes": shapes}

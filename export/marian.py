@@ -26,6 +26,7 @@ from export.marian_vocab import NORMAL, VocabMap, check_encoding, merged_sentenc
 from model.config import ModelConfig
 from model.transformer import Transformer
 
+TARGET_TOKENIZER_FILE = "target_tokenizer.model"  # the bundle's manifest names it as tokenizer.target_file
 SOURCE = "imported: huggingface marian"  # the manifest's source (core/bundle.py Bundle.source)
 ACTIVATIONS = {"relu": "relu", "gelu": "gelu", "swish": "swish", "silu": "swish"}  # HF ACT2FN name -> ours
 GENERATION_KEYS = ("max_length", "num_beams", "bad_words_ids", "length_penalty", "forced_eos_token_id")
@@ -38,7 +39,8 @@ class ImportRefused(ValueError):
 @dataclass
 class MarianImport:
     model: Transformer
-    tokenizer_proto: bytes  # the merged SentencePiece model (tokenizer.model)
+    tokenizer_proto: bytes  # the source side's merged SentencePiece model (tokenizer.model)
+    target_tokenizer_proto: bytes  # the target side's (target_tokenizer.model): glossary terms, given targets
     vocab: VocabMap
     source_language: str | None
     target_language: str | None
@@ -183,31 +185,38 @@ def import_marian(directory: str | Path) -> MarianImport:
     vocab = _read_json(directory / "vocab.json")
     if len(vocab) != config["vocab_size"]:
         raise ImportRefused(f"vocab.json has {len(vocab)} pieces, config.json vocab_size {config['vocab_size']}")
-    source_proto = (directory / "source.spm").read_bytes()
-    source_pieces = read_pieces(source_proto)
+    protos = {side: (directory / f"{side}.spm").read_bytes() for side in ("source", "target")}
+    pieces = {side: read_pieces(proto) for side, proto in protos.items()}
     pad = config["pad_token_id"]
     try:
-        vmap = vocab_map(vocab, source_pieces, config["eos_token_id"], pad, config.get("decoder_start_token_id", pad))
+        vmap = vocab_map(
+            vocab,
+            pieces["source"] + pieces["target"],
+            config["eos_token_id"],
+            pad,
+            config.get("decoder_start_token_id", pad),
+        )
     except ValueError as exc:  # vocab.json or the special ids do not fit the mapping: the message says how
         raise ImportRefused(str(exc)) from exc
     cfg = model_config(config, vmap.size, banned_ids(generation, vmap.ours()))
     model = Transformer(cfg)
     load_weights(model, read_weights(directory), config, vmap)
     model.eval()
-    proto = merged_sentencepiece(source_proto, vmap)
-    merged = spm.SentencePieceProcessor(model_proto=proto)  # loads, or raises here rather than in the service
-    # every source piece as a word, and all of them as one text: cut as Marian cuts them
-    probe = [p.piece.replace("\u2581", " ") for p in source_pieces if p.type == NORMAL]
-    differing = check_encoding(
-        merged, spm.SentencePieceProcessor(model_proto=source_proto), vocab, vmap, [*probe, " ".join(probe)]
-    )
-    if differing:
-        raise ImportRefused(
-            f"the merged tokenizer cuts {len(differing)} texts unlike source.spm, e.g. {differing[0]!r}"
-        )
+    merged = {side: merged_sentencepiece(proto, vmap) for side, proto in protos.items()}
+    for side, proto in merged.items():
+        tokenizer = spm.SentencePieceProcessor(model_proto=proto)  # loads, or raises here rather than in the service
+        # every piece of the side's model as a word, and all of them as one text: cut as Marian cuts them
+        probe = [p.piece.replace("\u2581", " ") for p in pieces[side] if p.type == NORMAL]
+        own = spm.SentencePieceProcessor(model_proto=protos[side])
+        differing = check_encoding(tokenizer, own, vocab, vmap, [*probe, " ".join(probe)])
+        if differing:
+            raise ImportRefused(
+                f"the merged {side} tokenizer cuts {len(differing)} texts unlike {side}.spm, e.g. {differing[0]!r}"
+            )
     return MarianImport(
         model=model,
-        tokenizer_proto=proto,
+        tokenizer_proto=merged["source"],
+        target_tokenizer_proto=merged["target"],
         vocab=vmap,
         source_language=tokenizer_config.get("source_lang"),
         target_language=tokenizer_config.get("target_lang"),

@@ -11,14 +11,16 @@ pad 0, bos 1, eos 2, unk 3) and the whole service relies on them. So the import 
 - ours 1 (bos, the decoder start): Marian's decoder start (its pad), a real output of the model;
 - ours 2 (eos), 3 (unk): Marian's;
 - ours 4...: every other Marian id in increasing order;
-- then aliases: pieces of source.spm that vocab.json lacks. Marian reads them as ``<unk>``; here they keep their
-  place in the source model (so text is cut exactly as source.spm cuts it), embed as Marian's unk and are never
-  generated.
+- then aliases: pieces of source.spm or target.spm that vocab.json lacks. Marian reads them as ``<unk>``; here they
+  keep their place in their SentencePiece model (so text is cut exactly as that model cuts it), embed as Marian's
+  unk and are never generated.
 
-``merged_sentencepiece`` writes one SentencePiece model with these pieces: the source model's normalizer, scores
-and piece types for source pieces (encoding equals source.spm's), target-only pieces as UNUSED (never produced by
-encoding, decoded as their text). It is written on the protobuf wire format (field numbers of sentencepiece's
-sentencepiece_model.proto) because the installed protobuf runtime may not load sentencepiece's generated module.
+``merged_sentencepiece`` writes one SentencePiece model over these ids for each side: the side's normalizer, scores
+and piece types for its own pieces (its encoding equals the side's model's), the other pieces as UNUSED (never
+produced by encoding, decoded as their text). The source one is the bundle's tokenizer, the target one cuts target
+text (glossary terms, a given target) as target.spm does. Both are written on the protobuf wire format (field
+numbers of sentencepiece's sentencepiece_model.proto) because the installed protobuf runtime may not load
+sentencepiece's generated module.
 ``check_encoding`` compares the two tokenizations on texts.
 """
 
@@ -88,8 +90,9 @@ class VocabMap:
         return out
 
 
-def vocab_map(vocab: dict[str, int], source_pieces: list[SourcePiece], eos: int, pad: int, start: int) -> VocabMap:
-    """Renumber Marian's vocabulary (vocab.json: piece -> id) so that ours has the fixed special ids."""
+def vocab_map(vocab: dict[str, int], spm_pieces: list[SourcePiece], eos: int, pad: int, start: int) -> VocabMap:
+    """Renumber Marian's vocabulary (vocab.json: piece -> id) so that ours has the fixed special ids; ``spm_pieces``:
+    the pieces of both SentencePiece models (those vocab.json lacks become aliases of <unk>)."""
     by_id = {i: p for p, i in vocab.items()}
     if len(by_id) != len(vocab) or sorted(by_id) != list(range(len(vocab))):
         raise ValueError("vocab.json must map its pieces to the ids 0..N-1, each once")
@@ -104,8 +107,8 @@ def vocab_map(vocab: dict[str, int], source_pieces: list[SourcePiece], eos: int,
     marian_ids = [pad, start, eos, unk, *rest]
     pieces = [*SPECIAL_PIECES, *(by_id[i] for i in rest)]
     excluded = [PAD_ID]
-    for sp in source_pieces:
-        if sp.type in (NORMAL, USER_DEFINED, BYTE) and sp.piece not in vocab:
+    for sp in spm_pieces:
+        if sp.type in (NORMAL, USER_DEFINED, BYTE) and sp.piece not in vocab and sp.piece not in pieces:
             excluded.append(len(marian_ids))
             marian_ids.append(unk)
             pieces.append(sp.piece)
@@ -132,22 +135,22 @@ def _field(number: int, value: int | bytes | float) -> bytes:
     return _varint(number << 3) + _varint(value)
 
 
-def merged_sentencepiece(source_proto: bytes, vmap: VocabMap) -> bytes:
-    """One SentencePiece model over our ids: source.spm's cutting, every vocabulary piece's text (see the module
-    docstring)."""
-    source = {sp.piece: sp for sp in read_pieces(source_proto)}
+def merged_sentencepiece(side_proto: bytes, vmap: VocabMap) -> bytes:
+    """One SentencePiece model over our ids: the side's model's cutting, every vocabulary piece's text (see the
+    module docstring)."""
+    own = {sp.piece: sp for sp in read_pieces(side_proto)}
     body = b""
     for our_id, piece in enumerate(vmap.pieces):
         if our_id < len(SPECIAL_PIECES):
             kind, score = (UNKNOWN if our_id == UNK_ID else CONTROL), 0.0
-        elif piece in source and source[piece].type in (NORMAL, USER_DEFINED, BYTE):
-            kind, score = source[piece].type, source[piece].score
-        elif piece in source and source[piece].type == CONTROL:
+        elif piece in own and own[piece].type in (NORMAL, USER_DEFINED, BYTE):
+            kind, score = own[piece].type, own[piece].score
+        elif piece in own and own[piece].type == CONTROL:
             kind, score = CONTROL, 0.0
-        else:  # a target piece (or one source.spm never produces): decoded, never encoded
+        else:  # a piece of the other side's model (or one this model never produces): decoded, never encoded
             kind, score = UNUSED, 0.0
         body += _field(1, _field(1, piece.encode("utf-8")) + _field(2, float(score)) + _field(3, kind))
-    for number, raw in raw_fields(source_proto):
+    for number, raw in raw_fields(side_proto):
         if number == 2:  # trainer spec: our special ids and vocabulary size
             trainer = b"".join(r for n, r in raw_fields(_payload(raw)) if n not in TRAINER_IDS)
             trainer += _field(4, vmap.size)
@@ -156,7 +159,7 @@ def merged_sentencepiece(source_proto: bytes, vmap: VocabMap) -> bytes:
             for number_piece, our_id in ((45, UNK_ID), (46, BOS_ID), (47, EOS_ID), (48, PAD_ID)):
                 trainer += _field(number_piece, SPECIAL_PIECES[our_id].encode())
             body += _field(2, trainer)
-        elif number in (3, 5):  # normalizer and denormalizer: the source model's, unchanged
+        elif number in (3, 5):  # normalizer and denormalizer: the side's model's, unchanged
             body += raw
     return body
 
@@ -167,23 +170,21 @@ def _payload(raw_field: bytes) -> bytes:
     return value  # type: ignore[return-value]
 
 
-def marian_encode(source: spm.SentencePieceProcessor, vocab: dict[str, int], text: str) -> list[int]:
-    """Marian's source ids of a text (MarianTokenizer without its optional Moses punctuation normalizer), EOS
-    excluded."""
+def marian_encode(side: spm.SentencePieceProcessor, vocab: dict[str, int], text: str) -> list[int]:
+    """Marian's ids of a text cut by one side's model (MarianTokenizer without its optional Moses punctuation
+    normalizer), EOS excluded."""
     unk = vocab["<unk>"]
-    return [vocab.get(piece, unk) for piece in source.encode(text, out_type=str)]
+    return [vocab.get(piece, unk) for piece in side.encode(text, out_type=str)]
 
 
 def check_encoding(
     merged: spm.SentencePieceProcessor,
-    source: spm.SentencePieceProcessor,
+    side: spm.SentencePieceProcessor,
     vocab: dict[str, int],
     vmap: VocabMap,
     texts: Sequence[str],
 ) -> list[str]:
     """The texts whose merged-model ids, read as Marian ids, differ from Marian's own: empty when all agree."""
     return [
-        text
-        for text in texts
-        if [vmap.marian_ids[i] for i in merged.encode(text)] != marian_encode(source, vocab, text)
+        text for text in texts if [vmap.marian_ids[i] for i in merged.encode(text)] != marian_encode(side, vocab, text)
     ]

@@ -40,7 +40,7 @@ def tokenize_sentences(
     if not terms:
         return [Source(i) for i in ids], [[] for _ in ids]
     uses = [terms.find(s, model.languages[0]) for s in sentences]
-    encode = model.engine.tokenizer.encode
+    encode = model.engine.target_tokenizer.encode  # the terms' target forms
     return [Source(i, constraints=constraints(u, encode)) for i, u in zip(ids, uses, strict=True)], uses
 
 
@@ -51,7 +51,7 @@ def constrained(options: TranslateOptions, sources: list[Source]) -> TranslateOp
 
 def settled(model: LoadedModel, t: Translation, uses: list[Use]) -> Translation:
     """A sentence's translation checked against its uses (service/serving/terms.py settle)."""
-    tokenizer = model.engine.tokenizer
+    tokenizer = model.engine.target_tokenizer
     return settle(t, uses, lambda text: tokenizer.decode(tokenizer.encode(text)))
 
 

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from marian_checkpoint import SOURCE_WORDS, sentences, write_checkpoint
+from marian_checkpoint import SOURCE_WORDS, TARGET_WORDS, sentences, write_checkpoint
 
 from core.bundle import load_bundle
 from core.tokenizer import BOS_ID, EOS_ID
@@ -75,6 +75,16 @@ def test_source_ids_are_marians(imported):
     theirs = imported.tokenizer(imported.texts).input_ids
     assert [imported.marian(ids) for ids in ours] == theirs
     assert any(1 in ids for ids in theirs), "no <unk> among the sources: the test would not see unknown pieces"
+
+
+def test_target_text_is_cut_as_target_spm_cuts_it(imported):
+    """Glossary terms and given targets: the bundle's target tokenizer gives MarianTokenizer's target ids."""
+    targets = sentences(TARGET_WORDS + ["Zürich", "Hund"], N_SENTENCES, seed=12)
+    ours = [imported.marian(imported.engine.target_tokenizer.encode(t)) for t in targets]
+    theirs = [ids[:-1] for ids in imported.tokenizer(text_target=targets).input_ids]  # EOS left out
+    assert ours == theirs
+    assert ours != [imported.marian(imported.engine.tokenizer.encode(t)) for t in targets]  # not the source cut
+    assert imported.engine.bundle.manifest["tokenizer"]["target_file"] in imported.engine.bundle.manifest["files"]
 
 
 def _generate(imported: Imported, text: str, **kwargs):

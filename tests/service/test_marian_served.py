@@ -60,17 +60,18 @@ def test_translations_are_generates(served):
         assert translation["target_tokens"] == _generate(hf, tokenizer, text), text
 
 
-def test_attention_is_output_attentions(served):
-    """The maps of the model's own translation (a given target would be cut by the source SentencePiece model here,
-    not Marian's target one: export/marian_vocab.py)."""
+@pytest.mark.parametrize("target", [None, "the dog runs over the street"])
+def test_attention_is_output_attentions(served, target):
+    """The maps of the model's own translation, and of a given target (cut by the bundle's target tokenizer)."""
     url, hf, tokenizer = served
     for text in TEXTS:
-        answer = httpx.post(f"{url}/v1/attention", json={"source": text, "model": "marian"}, timeout=60).json()
+        body = {"source": text, "model": "marian", **({"target": target} if target else {})}
+        answer = httpx.post(f"{url}/v1/attention", json=body, timeout=60).json()
         assert answer["target_tokens"][0] == "<s>"
-        decoder_input = [
-            hf.config.decoder_start_token_id,
-            *tokenizer.convert_tokens_to_ids(answer["target_tokens"][1:]),
-        ]
+        pieces = answer["target_tokens"][1:]
+        if target:
+            assert pieces == tokenizer.convert_ids_to_tokens(tokenizer(text_target=target).input_ids[:-1])
+        decoder_input = [hf.config.decoder_start_token_id, *tokenizer.convert_tokens_to_ids(pieces)]
         with torch.no_grad():
             inputs = tokenizer([text], return_tensors="pt")
             out = hf(**inputs, decoder_input_ids=torch.tensor([decoder_input]), output_attentions=True)
@@ -84,11 +85,18 @@ def test_attention_is_output_attentions(served):
             np.testing.assert_allclose(np.asarray(answer[kind]), expected, atol=1e-5, err_msg=f"{text}: {kind}")
 
 
-def test_glossary_term_is_placed(served):
-    url, _, _ = served
-    body = {"texts": [TEXTS[0]], "model": "marian", "glossary": {"Hund": "dog"}, "max_length": MAX_LENGTH}
+@pytest.mark.parametrize("beam_size", [1, 4])
+def test_glossary_term_is_placed(served, beam_size):
+    """The term in the target side's pieces (target.spm's cut), whatever the model would have said. A capitalised
+    term has one form (a lower-case one also gets its capitalised form as a second alternative)."""
+    url, _, tokenizer = served
+    body = {"texts": [TEXTS[2]], "model": "marian", "glossary": {"Berlin": "Berlin"}, "max_length": MAX_LENGTH}
+    body["beam_size"] = beam_size
     translation = httpx.post(f"{url}/v1/translate", json=body, timeout=60).json()["translations"][0]
-    assert "dog" in translation["text"].lower().split()  # the term, capitalized where it starts the sentence
+    term = tokenizer.convert_ids_to_tokens(tokenizer(text_target="Berlin").input_ids[:-1])
+    tokens = translation["target_tokens"]
+    assert any(tokens[i : i + len(term)] == term for i in range(len(tokens))), (term, tokens)
+    assert "Berlin" in translation["text"]
     assert not [w for w in translation["warnings"] if w["code"] == "glossary_term_missing"]
 
 
