@@ -122,6 +122,41 @@ def test_greedy_translations_are_generates(imported):
     assert 0 < ended < len(ours), f"{ended} of {len(ours)} translations ended with EOS: the test needs both kinds"
 
 
+def test_beam_translations_are_generates(imported):
+    """Beam 4, four hypotheses each: the same tokens and order as generate's num_beams=4, num_return_sequences=4 on
+    every sentence, scores (sums of log-probabilities) within SCORE_TOLERANCE per token. Our beam takes the 2 * beam
+    best candidates, ends a hypothesis on EOS among the first beam of them and stops a sentence once beam hypotheses
+    ended: generate with early_stopping=True. Equal with length_penalty 0 (raw scores); with another penalty the
+    formulas differ (ours GNMT's ((5 + n) / 6) ** a, generate's n ** a)."""
+    options = TranslateOptions(beam_size=4, num_hypotheses=4, length_penalty=0.0, max_length=MAX_LENGTH - 1)
+    ours = imported.engine.translate(imported.texts, options)
+    pad, eos = imported.hf.config.pad_token_id, imported.hf.config.eos_token_id
+    ended = 0
+    for text, translation in zip(imported.texts, ours, strict=True):
+        inputs = imported.tokenizer([text], return_tensors="pt")
+        with torch.no_grad():
+            out = imported.hf.generate(
+                **inputs,
+                num_beams=4,
+                num_return_sequences=4,
+                length_penalty=0.0,
+                early_stopping=True,
+                max_length=MAX_LENGTH,
+                forced_eos_token_id=None,
+                output_scores=True,
+                return_dict_in_generate=True,
+            )
+        theirs = []
+        for sequence in out.sequences.tolist():
+            generated = [t for t in sequence[1:] if t != pad]  # shorter hypotheses are padded
+            ended += generated[-1:] == [eos]
+            theirs.append(generated[:-1] if generated[-1:] == [eos] else generated)
+        assert [imported.marian(ids) for _, _, ids in translation.hypotheses] == theirs, text
+        for (_, score, ids), reference in zip(translation.hypotheses, out.sequences_scores.tolist(), strict=True):
+            assert score == pytest.approx(reference, abs=SCORE_TOLERANCE * (len(ids) + 1)), text
+    assert 0 < ended < 4 * len(ours), f"{ended} hypotheses ended with EOS: the test needs both kinds"
+
+
 def test_attention_is_output_attentions(imported):
     """/v1/attention's maps (the engine's attention_ids) equal transformers' output_attentions for the same source and
     target: encoder self-attention, decoder self-attention and cross-attention, every layer and head."""
