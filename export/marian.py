@@ -183,6 +183,9 @@ def import_marian(directory: str | Path) -> MarianImport:
         if not (directory / name).is_file():
             raise ImportRefused(f"{directory}: no {name}")
     vocab = _read_json(directory / "vocab.json")
+    codes = sorted(p for p in vocab if p.startswith(">>") and p.endswith("<<"))
+    if codes:  # MarianTokenizer takes a leading >>xx<< of the text as one token; our tokenizer would spell it out
+        raise ImportRefused(f"target language tokens {codes[:3]}...: multilingual models are not imported yet")
     if len(vocab) != config["vocab_size"]:
         raise ImportRefused(f"vocab.json has {len(vocab)} pieces, config.json vocab_size {config['vocab_size']}")
     protos = {side: (directory / f"{side}.spm").read_bytes() for side in ("source", "target")}

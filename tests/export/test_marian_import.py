@@ -4,6 +4,7 @@ bundles, served by our engine: tokens, greedy translations, scores and attention
 from __future__ import annotations
 
 import json
+import shutil
 from pathlib import Path
 
 import numpy as np
@@ -235,10 +236,45 @@ def test_bad_words_of_several_tokens_are_refused():
         banned_ids({"bad_words_ids": [[5, 6]]}, {5: 7, 6: 8})
 
 
-def test_cli_names_what_is_missing(tmp_path, capsys):
-    write_checkpoint(tmp_path / "checkpoint")
-    (tmp_path / "checkpoint" / "vocab.json").unlink()
-    args = ["import-hf", "--from", str(tmp_path / "checkpoint"), "--name", "m", "--version", "1"]
+@pytest.mark.parametrize(
+    ("edit", "message"),
+    [
+        (lambda d: (d / "vocab.json").unlink(), "no vocab.json"),
+        (lambda d: (d / "tokenizer_config.json").write_text('{"separate_vocabs": true}'), "separate vocabularies"),
+        (lambda d: _add_piece(d, ">>fra<<"), "multilingual"),
+        (lambda d: _add_piece(d, "<s>"), "<s> piece"),
+    ],
+)
+def test_cli_refuses_with_a_message(tmp_path, capsys, edit, message):
+    checkpoint = write_checkpoint(tmp_path / "checkpoint")
+    edit(checkpoint)
+    args = ["import-hf", "--from", str(checkpoint), "--name", "m", "--version", "1"]
     assert main([*args, "--repository", str(tmp_path / "repository")]) == 2
-    assert "no vocab.json" in capsys.readouterr().err
+    assert message in capsys.readouterr().err
     assert not (tmp_path / "repository").exists()
+
+
+def _add_piece(checkpoint: Path, piece: str) -> None:
+    """vocab.json with one more piece (and config.json's vocab_size to match)."""
+    vocab = json.loads((checkpoint / "vocab.json").read_text())
+    vocab[piece] = len(vocab)
+    (checkpoint / "vocab.json").write_text(json.dumps(vocab))
+    config = json.loads((checkpoint / "config.json").read_text())
+    config["vocab_size"] = len(vocab)
+    (checkpoint / "config.json").write_text(json.dumps(config))
+
+
+def test_pytorch_weights_file_imports_as_safetensors_does(tmp_path):
+    """pytorch_model.bin (read with weights_only=True) gives the same weights as model.safetensors."""
+    from safetensors.torch import load_file
+
+    from export.marian import import_marian
+
+    checkpoint = write_checkpoint(tmp_path / "safetensors")
+    other = Path(shutil.copytree(checkpoint, tmp_path / "pytorch"))
+    torch.save(load_file(str(other / "model.safetensors")), other / "pytorch_model.bin")
+    (other / "model.safetensors").unlink()
+    from_bin, from_safetensors = import_marian(other).model.state_dict(), import_marian(checkpoint).model.state_dict()
+    assert list(from_bin) == list(from_safetensors)
+    for name, tensor in from_bin.items():
+        assert torch.equal(tensor, from_safetensors[name]), name
