@@ -4,12 +4,13 @@ What Marian has that our Transformer names in its config (model/config.py): post
 out in halves (``sinusoidal_layout``), ``scale_embedding``, ``final_logits_bias`` (``output_bias``), the FFN
 activation the config names (OPUS-MT: swish), the pad token as decoder start and ``bad_words_ids`` of one token
 (``banned_ids``, after the log-softmax, as ``generate`` bans them). The vocabulary is renumbered to our special ids
-and the two SentencePiece models become one (export/marian_vocab.py).
+and each SentencePiece model is rewritten over our ids (export/marian_vocab.py).
 
 Read: config.json, generation_config.json (optional), model.safetensors or pytorch_model.bin (loaded with
 ``weights_only=True``: nothing is unpickled), source.spm, target.spm, vocab.json, tokenizer_config.json (optional:
 the languages). Refused with a message naming the field: anything this mapping does not compute exactly (separate
-source/target vocabularies, encoder and decoder of different widths, other activations, multi-token bad words).
+source/target vocabularies, multilingual target tokens, encoder and decoder of different widths, other activations,
+multi-token bad words).
 """
 
 from __future__ import annotations
