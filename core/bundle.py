@@ -21,6 +21,7 @@ from pathlib import Path
 from typing import Any
 
 MANIFEST = "manifest.json"
+TRAINED_HERE = "trained here"  # a manifest's ``source`` when it has none: every bundle made before imports existed
 FORMAT = "mtserve-bundle/2"  # what the exporter writes
 FORMATS = ("mtserve-bundle/1", FORMAT)  # what loads
 
@@ -95,8 +96,19 @@ class Bundle:
         return [self.path / rel for rel in self.manifest["variants"][variant].get("weights", [])]
 
     @property
+    def source(self) -> str:
+        """Where the model came from: "trained here", or how it was imported (e.g. "imported: huggingface marian")."""
+        return self.manifest.get("source", TRAINED_HERE)
+
+    @property
     def tokenizer_file(self) -> Path:
         return self.path / self.manifest["tokenizer"]["file"]
+
+    @property
+    def target_tokenizer_file(self) -> Path:
+        """The model that cuts target-language text (glossary terms, a given target): an imported model's own
+        (``tokenizer.target_file``), else the one tokenizer that cuts both languages."""
+        return self.path / self.manifest["tokenizer"].get("target_file", self.manifest["tokenizer"]["file"])
 
 
 def load_bundle(path: str | Path, verify: bool = True) -> Bundle:

@@ -198,7 +198,12 @@ def build_decoder_step(model: Transformer, interface: int = STEP_INTERFACE) -> o
         x = b.norm(x, model.decoder_norm, "decoder.final_norm")
     x = b.one("Reshape", [x, "shape_rows_d"])  # (rows, d)
     logits = b.linear(x, model.output, "output")
-    b.nodes.append(helper.make_node("LogSoftmax", [logits], ["log_probs"], name="LogSoftmax_out", axis=-1))
+    if cfg.banned_ids:  # -inf after the log-softmax (Transformer.log_probs): no search path can pick them
+        normalized = b.one("LogSoftmax", [logits], axis=-1)
+        banned = np.where(weights(model.banned), -np.inf, 0.0).astype(np.float32)
+        b.nodes.append(helper.make_node("Add", [normalized, b.const("banned", banned)], ["log_probs"], name="Banned"))
+    else:
+        b.nodes.append(helper.make_node("LogSoftmax", [logits], ["log_probs"], name="LogSoftmax_out", axis=-1))
     # top_k 0 gives (rows, 0) outputs at no cost: greedy takes numpy's argmax of log_probs, cheaper than TopK
     top_k_meta = add_top_k(b, "log_probs", cfg.vocab_size)
 

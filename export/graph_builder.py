@@ -7,8 +7,6 @@ block mirrors a module of ``model/`` and is checked against it by export/parity.
 
 from __future__ import annotations
 
-import math
-
 import numpy as np
 import onnx
 from onnx import TensorProto, helper, numpy_helper
@@ -71,14 +69,15 @@ class GraphBuilder:
 
     # --- model blocks ------------------------------------------------------------------------------
     def embed(self, tokens: str, embedding, position: str) -> str:
-        """embedding(tokens) * sqrt(d) + the positional table's row ``position`` (1,), as Transformer._embed."""
-        cfg = self.cfg
+        """embedding(tokens) * scale (sqrt(d), or 1 without scale_embedding) + the positional table's row
+        ``position`` (1,), as Transformer._embed."""
+        cfg, model = self.cfg, self.model
         if cfg.positional_encoding == "sinusoidal":
-            table = sinusoidal_table(cfg.max_positions, cfg.d_model).numpy()
+            table = sinusoidal_table(cfg.max_positions, cfg.d_model, cfg.sinusoidal_layout).numpy()
         else:
-            table = weights(self.model.positions.embedding.weight)
+            table = weights(model.positions.embedding.weight)
         x = self.one("Gather", [self.const(f"{tokens}.embedding", weights(embedding.weight)), tokens], axis=0)
-        x = self.one("Mul", [x, self.const(f"{tokens}.scale", np.array(math.sqrt(cfg.d_model), dtype=np.float32))])
+        x = self.one("Mul", [x, self.const(f"{tokens}.scale", np.array(model.embed_scale, dtype=np.float32))])
         return self.one("Add", [x, self.one("Gather", [self.const(f"{tokens}.positions", table), position], axis=0)])
 
     def linear(self, h: str, layer, name: str) -> str:
@@ -105,7 +104,7 @@ class GraphBuilder:
         hidden = self.linear(h, ffn.w1, f"{name}.w1")
         if self.cfg.activation == "relu":
             hidden = self.one("Relu", [hidden])
-        elif self.cfg.activation == "swiglu":  # silu(a) = a * sigmoid(a)
+        elif self.cfg.activation in ("swish", "swiglu"):  # silu(a) = a * sigmoid(a)
             hidden = self.one("Mul", [hidden, self.one("Sigmoid", [hidden])])
         else:  # gelu, geglu: exact (erf) gelu, as torch.nn.functional.gelu
             hidden = self.one("Gelu", [hidden], domain=MS_DOMAIN)

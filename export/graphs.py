@@ -58,7 +58,7 @@ class DecoderGraph(nn.Module):
         cache = [(past_keys[i], past_values[i]) for i in range(n_layers)]
         out = self.model.decode(tokens, kv, src_mask, cache)
         return (
-            torch.log_softmax(out.logits.float(), dim=-1),
+            self.model.log_probs(out.logits),
             torch.stack([k for k, _ in out.cache]),
             torch.stack([v for _, v in out.cache]),
             torch.stack(out.self_attention),
@@ -88,7 +88,7 @@ class LinearStateDecoderGraph(nn.Module):
         state = [(past_kv_sums[i], past_k_sums[i]) for i in range(n_layers)]
         out = self.model.decode(tokens, kv, src_mask, state, n_past=past_length)
         return (
-            torch.log_softmax(out.logits.float(), dim=-1),
+            self.model.log_probs(out.logits),
             torch.stack([s for s, _ in out.cache]),
             torch.stack([z for _, z in out.cache]),
             torch.stack(out.self_attention),

@@ -81,7 +81,7 @@ def step_max_diff(model: Transformer, session, shapes: Sequence[tuple[int, int, 
         cache = [(rows["past_keys"][i], rows["past_values"][i]) for i in range(n_layers)]
         row_cross = [(per_row(k), per_row(v)) for k, v in cross] if per_source else cross
         out = model.decode(rows["tokens"], row_cross, per_row(ex["src_mask"]), cache)
-        ref = torch.log_softmax(out.logits[:, -1].float(), dim=-1).numpy()
+        ref = model.log_probs(out.logits[:, -1]).numpy()
         top_k = min(8, model.cfg.vocab_size)  # > 0: interface-2 graphs run their TopK
         feeds = {"tokens": rows["tokens"].numpy(), "src_mask": ex["src_mask"].numpy(), "top_k": np.array([top_k])}
         for i in range(n_layers):
@@ -159,7 +159,7 @@ def ragged_step_max_diff(model: Transformer, session, seed: int = 0, max_past: i
         cross = [(ex["cross_keys"][i][s : s + 1], ex["cross_values"][i][s : s + 1]) for i in range(n_layers)]
         cache = [(k[r : r + 1, :, real(r)], v[r : r + 1, :, real(r)]) for k, v in padded]
         out = model.decode(tokens[r : r + 1], cross, ex["src_mask"][s : s + 1], cache)
-        ref = torch.log_softmax(out.logits[0, -1].float(), dim=-1).numpy()
+        ref = model.log_probs(out.logits[0, -1]).numpy()
         keep = ref > -30
         diff = float(np.abs(got["log_probs"][r][keep] - ref[keep]).max())
         worst["ragged.log_probs"] = max(worst["ragged.log_probs"], diff)

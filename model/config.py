@@ -13,7 +13,8 @@ from core.tokenizer import BOS_ID, EOS_ID, PAD_ID, UNK_ID
 POSITIONAL_ENCODINGS = ("sinusoidal", "learned", "relative", "xl_relative")
 ATTENTIONS = ("vanilla", "sparse", "linear")
 NORM_PLACEMENTS = ("post", "pre")
-ACTIVATIONS = ("relu", "gelu", "swiglu", "geglu")
+ACTIVATIONS = ("relu", "gelu", "swish", "swiglu", "geglu")
+SINUSOIDAL_LAYOUTS = ("interleaved", "halves")
 AUTOCASTS = ("", "bf16", "fp16", "auto")
 DEVICES = ("", "cpu", "cuda")
 
@@ -41,7 +42,15 @@ class ModelConfig:
     sparse_stride: int = 0  # sparse: and keys whose distance |i - j| is a multiple of the stride (0: none)
     sparse_global: int = 0  # sparse: the first n positions see and are seen by every position (0: none)
     norm_placement: str = "post"  # post (original) | pre (with final LayerNorm)
-    activation: str = "relu"  # relu | gelu | swiglu | geglu
+    activation: str = "relu"  # relu | gelu | swish (silu, OPUS-MT) | swiglu | geglu
+    # the sinusoidal table's columns: interleaved PE(i, 2j) = sin, PE(i, 2j+1) = cos (Vaswani et al.) | halves: the
+    # sines of every frequency, then the cosines (Marian, fairseq; imported models)
+    sinusoidal_layout: str = "interleaved"
+    scale_embedding: bool = True  # embeddings times sqrt(d_model) before the positions are added (Marian may not)
+    output_bias: bool = False  # a bias on the output projection (Marian's final_logits_bias)
+    # target ids never generated: their log-probabilities are set to -inf after the log-softmax, so the others keep
+    # their values (Hugging Face's bad_words_ids of one token; an imported Marian model's pad, its decoder start)
+    banned_ids: list[int] = field(default_factory=list)
     tie_embeddings: bool = True  # shared source/target/output embedding over a joint vocabulary
     pad_id: int = PAD_ID  # the special ids are the tokenizer's (core/tokenizer.py)
     bos_id: int = BOS_ID
@@ -56,6 +65,7 @@ class ModelConfig:
             ("norm_placement", self.norm_placement, NORM_PLACEMENTS),
             ("activation", self.activation, ACTIVATIONS),
             ("attention", self.attention, ATTENTIONS),
+            ("sinusoidal_layout", self.sinusoidal_layout, SINUSOIDAL_LAYOUTS),
         ):
             if value not in allowed:
                 raise ValueError(f"{name} must be one of {allowed}, got {value!r}")
@@ -66,6 +76,8 @@ class ModelConfig:
             )
         if self.attention == "linear" and self.attention_dropout > 0:
             raise ValueError("attention_dropout drops attention weights; linear attention computes none: set it to 0")
+        if any(not 0 <= i < self.vocab_size for i in self.banned_ids):
+            raise ValueError(f"banned_ids {self.banned_ids} must be ids of the {self.vocab_size}-token vocabulary")
         if self.sparse_window < 0 or self.sparse_stride < 0 or self.sparse_global < 0:
             raise ValueError("sparse_window, sparse_stride and sparse_global must be >= 0")
 

@@ -27,8 +27,8 @@ def _limits(model: Transformer, src: Tensor, max_length: int | None) -> list[int
     return length_limits(lengths, model.cfg.max_positions, max_length)
 
 
-def _step_log_probs(logits: Tensor) -> Tensor:
-    return torch.log_softmax(logits[:, -1].float(), dim=-1).double()  # (rows, vocab)
+def _step_log_probs(model: Transformer, logits: Tensor) -> Tensor:
+    return model.log_probs(logits[:, -1]).double()  # (rows, vocab)
 
 
 @torch.no_grad()
@@ -46,7 +46,7 @@ def greedy_search(model: Transformer, src: Tensor, max_length: int | None = None
     for step in range(int(limits.max())):
         out = model.decode(last, kv, enc.src_mask, cache, n_past=step)
         cache = out.cache
-        best_lp, best = _step_log_probs(out.logits).max(dim=-1)
+        best_lp, best = _step_log_probs(model, out.logits).max(dim=-1)
         best = best.masked_fill(finished, cfg.pad_id)
         scores += torch.where(finished, torch.zeros_like(best_lp), best_lp)
         generated.append(best)
@@ -89,7 +89,7 @@ def beam_search(
     cache = None
     for step in range(max(limits)):
         out = model.decode(tokens[:, -1:], kv, src_mask, cache, n_past=step)
-        log_probs = _step_log_probs(out.logits)  # (batch*k, vocab)
+        log_probs = _step_log_probs(model, out.logits)  # (batch*k, vocab)
         vocab = log_probs.size(-1)
         candidates = (beam_scores.view(-1, 1) + log_probs).view(batch, k * vocab)
         top_scores, top_index = candidates.topk(2 * k, dim=-1)  # (batch, 2k)

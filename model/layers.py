@@ -14,12 +14,13 @@ from model.positional import RelativePositions, XLRelativePositions
 
 
 class FeedForward(nn.Module):
-    """FFN(x) = W2 act(W1 x + b1) + b2; gated variants (GLU family): W2 (act(W1 x) * W3 x)."""
+    """FFN(x) = W2 act(W1 x + b1) + b2 (act: ReLU, GELU or swish x * sigmoid(x)); gated variants (GLU family):
+    W2 (act(W1 x) * W3 x)."""
 
     def __init__(self, d_model: int, d_ff: int, activation: str, dropout: float) -> None:
         super().__init__()
         self.gated = activation in ("swiglu", "geglu")
-        self.act = {"relu": F.relu, "gelu": F.gelu, "swiglu": F.silu, "geglu": F.gelu}[activation]
+        self.act = {"relu": F.relu, "gelu": F.gelu, "swish": F.silu, "swiglu": F.silu, "geglu": F.gelu}[activation]
         self.w1 = nn.Linear(d_model, d_ff)
         self.w3 = nn.Linear(d_model, d_ff) if self.gated else None
         self.w2 = nn.Linear(d_ff, d_model)

@@ -9,9 +9,16 @@ import torch
 from torch import Tensor, nn
 
 
-def sinusoidal_table(n_positions: int, d_model: int) -> Tensor:
-    """PE(i, 2j) = sin(i / 10000^(2j/d)), PE(i, 2j+1) = cos(i / 10000^(2j/d)); shape (n_positions, d_model)."""
-    return sinusoids(torch.arange(n_positions), d_model)
+def sinusoidal_table(n_positions: int, d_model: int, layout: str = "interleaved") -> Tensor:
+    """PE(i, 2j) = sin(i / 10000^(2j/d)), PE(i, 2j+1) = cos(i / 10000^(2j/d)); shape (n_positions, d_model).
+
+    ``layout`` "halves" holds the same values with the sines in the first d/2 columns and the cosines in the last
+    (column j: sin of frequency j, column d/2 + j: its cos), as Marian and fairseq lay them out.
+    """
+    table = sinusoids(torch.arange(n_positions), d_model)
+    if layout == "halves":
+        return torch.cat([table[:, 0::2], table[:, 1::2]], dim=1)
+    return table
 
 
 def sinusoids(positions: Tensor, d_model: int) -> Tensor:
@@ -26,9 +33,9 @@ def sinusoids(positions: Tensor, d_model: int) -> Tensor:
 
 
 class SinusoidalPositions(nn.Module):
-    def __init__(self, n_positions: int, d_model: int) -> None:
+    def __init__(self, n_positions: int, d_model: int, layout: str = "interleaved") -> None:
         super().__init__()
-        self.register_buffer("table", sinusoidal_table(n_positions, d_model), persistent=False)
+        self.register_buffer("table", sinusoidal_table(n_positions, d_model, layout), persistent=False)
 
     def forward(self, positions: Tensor) -> Tensor:
         return self.table[positions]  # (len, d_model)

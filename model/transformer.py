@@ -45,7 +45,8 @@ class Transformer(nn.Module):
             self.src_embed if cfg.tie_embeddings else nn.Embedding(cfg.vocab_size, cfg.d_model, padding_idx=cfg.pad_id)
         )
         if cfg.positional_encoding == "sinusoidal":
-            self.positions: nn.Module | None = SinusoidalPositions(cfg.max_positions, cfg.d_model)
+            layout = cfg.sinusoidal_layout
+            self.positions: nn.Module | None = SinusoidalPositions(cfg.max_positions, cfg.d_model, layout)
         elif cfg.positional_encoding == "learned":
             self.positions = LearnedPositions(cfg.max_positions, cfg.d_model)
         else:  # relative, xl_relative: positions enter inside self-attention only
@@ -61,7 +62,11 @@ class Transformer(nn.Module):
         pre = cfg.norm_placement == "pre"
         self.encoder_norm = nn.LayerNorm(cfg.d_model) if pre else nn.Identity()
         self.decoder_norm = nn.LayerNorm(cfg.d_model) if pre else nn.Identity()
-        self.output = nn.Linear(cfg.d_model, cfg.vocab_size, bias=False)
+        self.output = nn.Linear(cfg.d_model, cfg.vocab_size, bias=cfg.output_bias)
+        self.embed_scale = embedding_scale(cfg.d_model) if cfg.scale_embedding else 1.0
+        banned = torch.zeros(cfg.vocab_size, dtype=torch.bool)
+        banned[cfg.banned_ids] = True
+        self.register_buffer("banned", banned, persistent=False)  # (vocab,) True: never generated
         self._init_weights()
         if cfg.tie_embeddings:
             self.output.weight = self.tgt_embed.weight
@@ -74,9 +79,11 @@ class Transformer(nn.Module):
             nn.init.normal_(emb.weight, std=self.cfg.d_model**-0.5)
             with torch.no_grad():
                 emb.weight[self.cfg.pad_id].zero_()
+        if self.output.bias is not None:
+            nn.init.zeros_(self.output.bias)
 
     def _embed(self, tokens: Tensor, embedding: nn.Embedding, start: int | Tensor = 0) -> Tensor:
-        x = embedding(tokens) * embedding_scale(self.cfg.d_model)  # (batch, len, d_model)
+        x = embedding(tokens) * self.embed_scale  # (batch, len, d_model)
         if self.positions is not None:
             x = x + self.positions(torch.arange(tokens.size(1)) + start)
         return self.embed_dropout(x)
@@ -131,6 +138,14 @@ class Transformer(nn.Module):
             cross_attention.append(cross_probs)
         logits = self.output(self.decoder_norm(x))
         return DecoderOutput(logits, new_cache, self_attention, cross_attention)
+
+    def log_probs(self, logits: Tensor) -> Tensor:
+        """Float32 log-softmax over the vocabulary, -inf at the config's ``banned_ids`` (after the softmax: the other
+        tokens keep the probabilities the model gives them)."""
+        out = torch.log_softmax(logits.float(), dim=-1)
+        if self.cfg.banned_ids:
+            out = out.masked_fill(self.banned, float("-inf"))
+        return out
 
     def forward(self, src: Tensor, tgt_in: Tensor) -> Tensor:
         """Teacher forcing: logits (batch, tgt, vocab) for every target prefix in one pass."""

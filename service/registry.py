@@ -63,6 +63,7 @@ class LoadedModel:
             "source_language": m["source_language"],
             "target_language": m["target_language"],
             "parameters": m["parameters"],
+            "source": self.bundle.source,
             "variant": self.variant,
             "variants": self.bundle.variants,
             "bleu": variant.get("bleu"),

@@ -7,6 +7,7 @@ from typing import Annotated, Literal
 
 from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, StringConstraints, model_validator
 
+from core.bundle import TRAINED_HERE
 from service.settings import LimitSettings
 
 Matrix = list[list[float]]
@@ -87,6 +88,11 @@ class ModelInfo(BaseModel):
     source_language: str
     target_language: str
     parameters: int
+    source: str = Field(
+        TRAINED_HERE,
+        description=f'where the model came from: "{TRAINED_HERE}", or how it was imported '
+        '("imported: huggingface marian")',
+    )
     variant: str
     variants: list[str]
     bleu: dict | None

@@ -308,6 +308,10 @@ class Engine:
         self.decoding = decoding_defaults(bundle.manifest)  # for options left None
         self.config = bundle.model_config
         self.tokenizer = Tokenizer(bundle.tokenizer_file)
+        # target-language text (glossary terms, a given target) is cut by the target side's model where the bundle
+        # has one (imported models: export/marian_vocab.py); the ids and pieces are the same vocabulary's
+        target = bundle.target_tokenizer_file
+        self.target_tokenizer = self.tokenizer if target == bundle.tokenizer_file else Tokenizer(target)
         normalizer = source_normalizer(bundle.manifest.get("source_normalization"), bundle.manifest["source_language"])
         # then the characters the vocabulary lacks as equivalents it has (typographic quotes, dashes, full-width
         # forms: core/normalize.py fold_unknown), for every bundle
@@ -467,8 +471,15 @@ class Engine:
     def source_ids(self, texts: Sequence[str], max_subwords: int | None = None) -> list[list[int]]:
         """Subword ids + EOS; raises SourceTooLongError naming the first text with more than ``max_subwords``
         subwords (EOS excluded; at most the model's limit, max_source_tokens - 1, which is also the default)."""
+        return self._ids(self.tokenizer, texts, max_subwords)
+
+    def target_ids(self, texts: Sequence[str], max_subwords: int | None = None) -> list[list[int]]:
+        """As ``source_ids``, for target-language text (a given target): cut by the target tokenizer."""
+        return self._ids(self.target_tokenizer, texts, max_subwords)
+
+    def _ids(self, tokenizer: Tokenizer, texts: Sequence[str], max_subwords: int | None) -> list[list[int]]:
         limit = self.max_source_tokens - 1 if max_subwords is None else min(max_subwords, self.max_source_tokens - 1)
-        ids = self.tokenizer.encode_batch([self.normalize_source(t) for t in texts])
+        ids = tokenizer.encode_batch([self.normalize_source(t) for t in texts])
         for i, seq in enumerate(ids):
             if len(seq) > limit:
                 raise SourceTooLongError(i, len(seq), limit)
@@ -774,7 +785,7 @@ class Engine:
     # --- attention ---------------------------------------------------------------------------
     def attention(self, source: str, target: str | None = None) -> dict[str, object]:
         src_ids = self.source_ids([source])[0]
-        tgt_ids = None if target is None else self.tokenizer.encode(target)[: self.max_source_tokens - 1]
+        tgt_ids = None if target is None else self.target_tokenizer.encode(target)[: self.max_source_tokens - 1]
         return self.attention_ids(src_ids, tgt_ids)
 
     def search_score(self, enc: dict[str, np.ndarray], tgt_ids: list[int]) -> float | None:

@@ -61,7 +61,7 @@ def select(matrix: np.ndarray, layers: list[int] | None, heads: list[int] | None
 async def attention(model: LoadedModel, body: Any, ctx: RequestContext) -> dict[str, Any]:
     check_selection(model, body.layers, body.heads, body.kinds)
     [src] = tokenize(model, [body.source], ctx, "source")
-    target = None if body.target is None else tokenize(model, [body.target], ctx, "target")[0][:-1]
+    target = None if body.target is None else tokenize(model, [body.target], ctx, "target", target=True)[0][:-1]
     [result], used = await run_work(model, AttentionOptions(), [Source(src, target)], ctx)
     keys = ("source_tokens", "target_tokens", "target_text", "score")
     out = {"model": used.name, "version": used.version, **{k: result[k] for k in keys}}

@@ -13,14 +13,18 @@ from service.serving.context import RequestContext
 from service.work import Source, WorkOptions
 
 
-def tokenize(model: LoadedModel, texts: Sequence[str], ctx: RequestContext, field: str = "texts") -> list[list[int]]:
-    """Subword ids + EOS of each text. A text over ``model.max_source_subwords`` raises SourceTooLongError with
-    ``field`` (the request field it came from) and ``indexed`` (whether the field is a list) set on it."""
+def tokenize(
+    model: LoadedModel, texts: Sequence[str], ctx: RequestContext, field: str = "texts", target: bool = False
+) -> list[list[int]]:
+    """Subword ids + EOS of each text (``target``: target-language texts, cut by the model's target tokenizer). A
+    text over ``model.max_source_subwords`` raises SourceTooLongError with ``field`` (the request field it came
+    from) and ``indexed`` (whether the field is a list) set on it."""
     if ctx.logged_texts is not None:
         ctx.logged_texts.extend(texts)
     texts = [text if text.strip() else "" for text in texts]  # whitespace only: the empty sentence, everywhere
     try:
-        return model.engine.source_ids(texts, model.max_source_subwords)
+        ids = model.engine.target_ids if target else model.engine.source_ids
+        return ids(texts, model.max_source_subwords)
     except SourceTooLongError as exc:
         exc.field, exc.indexed = field, field == "texts"
         raise

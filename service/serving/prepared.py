@@ -55,7 +55,8 @@ def tokenize_sentences(
     except SourceTooLongError as exc:
         exc.index = owners[exc.index]
         raise
-    return [Source(i, constraints=constraints(u, encode)) for i, u in zip(ids, uses, strict=True)], uses
+    target_encode = model.engine.target_tokenizer.encode  # the terms' and spans' target forms
+    return [Source(i, constraints=constraints(u, target_encode)) for i, u in zip(ids, uses, strict=True)], uses
 
 
 def constrained(options: TranslateOptions, sources: list[Source]) -> TranslateOptions:
@@ -65,7 +66,7 @@ def constrained(options: TranslateOptions, sources: list[Source]) -> TranslateOp
 
 def settled(model: LoadedModel, t: Translation, uses: list[Use]) -> Translation:
     """A sentence's translation checked against its uses (service/serving/terms.py settle)."""
-    tokenizer = model.engine.tokenizer
+    tokenizer = model.engine.target_tokenizer
     return settle(t, uses, lambda text: tokenizer.decode(tokenizer.encode(text)))
 
 

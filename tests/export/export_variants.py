@@ -47,6 +47,10 @@ ARCHITECTURES: dict[str, dict[str, Any]] = {
         activation="gelu",
     ),
     "linear-learned-post-2dec": dict(attention="linear", positional_encoding="learned", n_decoder_layers=2),
+    # an imported Marian model's options (export/marian.py)
+    "halves-swish-unscaled-bias-banned": dict(
+        activation="swish", sinusoidal_layout="halves", scale_embedding=False, output_bias=True, banned_ids=[1, 5]
+    ),
 }
 MAX_POSITIONS = 160  # source 100 and cache 50 (+ a few new tokens) fit
 

@@ -29,6 +29,14 @@ def test_sinusoidal_known_values():
     assert table[0].tolist() == [0.0, 1.0, 0.0, 1.0]
 
 
+def test_sinusoidal_halves_layout_holds_the_sines_then_the_cosines():
+    """Marian's (and fairseq's) layout: column j the sine of frequency j, column d/2 + j its cosine."""
+    table = sinusoidal_table(3, 4, layout="halves")
+    assert table[1].tolist() == pytest.approx([math.sin(1.0), math.sin(0.01), math.cos(1.0), math.cos(0.01)], abs=1e-7)
+    interleaved = sinusoidal_table(50, 16)
+    torch.testing.assert_close(sinusoidal_table(50, 16, "halves"), interleaved[:, [*range(0, 16, 2), *range(1, 16, 2)]])
+
+
 def test_sinusoidal_module_looks_up_rows_and_is_not_saved():
     module = SinusoidalPositions(10, 8)
     torch.testing.assert_close(module(torch.tensor([3, 5])), sinusoidal_table(10, 8)[[3, 5]])

@@ -22,6 +22,8 @@ VARIANTS = {
     "gelu": {"activation": "gelu"},
     "swiglu": {"activation": "swiglu"},
     "geglu": {"activation": "geglu"},
+    "swish": {"activation": "swish"},
+    "marian_options": {"sinusoidal_layout": "halves", "output_bias": True},
     "untied": {"tie_embeddings": False},
     "everything": {
         "norm_placement": "pre",
@@ -92,8 +94,38 @@ def test_variants_have_the_modules_they_claim():
     assert isinstance(Transformer(tiny_config()).encoder_norm, torch.nn.Identity)
 
 
+def test_banned_ids_are_never_generated_and_the_rest_keep_their_probabilities():
+    """banned_ids: -inf after the log-softmax (as generate's bad_words_ids), the other ids' values unchanged."""
+    torch.manual_seed(0)
+    free = Transformer(tiny_config(n_encoder_layers=1, n_decoder_layers=1)).eval()
+    banned = Transformer(tiny_config(n_encoder_layers=1, n_decoder_layers=1, banned_ids=[5, 6])).eval()
+    banned.load_state_dict(free.state_dict())
+    src, _, _ = toy_batch(toy_pairs(4, "copy", torch.Generator().manual_seed(5)))
+    logits = free(src, src[:, :3])
+    allowed, masked = free.log_probs(logits), banned.log_probs(logits)
+    assert torch.isneginf(masked[..., [5, 6]]).all()
+    keep = [i for i in range(logits.size(-1)) if i not in (5, 6)]
+    torch.testing.assert_close(masked[..., keep], allowed[..., keep], rtol=0, atol=0)
+    for hyp in greedy_search(banned, src, max_length=8) + [
+        h for hs in beam_search(banned, src, 3, max_length=8) for h in hs
+    ]:
+        assert not {5, 6} & set(hyp.tokens)
+    with pytest.raises(ValueError, match="banned_ids"):
+        tiny_config(banned_ids=[TOY_VOCAB])
+
+
+def test_output_bias_and_unscaled_embeddings():
+    cfg = tiny_config(output_bias=True, scale_embedding=False)
+    model = Transformer(cfg)
+    assert model.output.bias is not None and model.embed_scale == 1.0
+    assert Transformer(tiny_config()).output.bias is None
+    assert Transformer(tiny_config()).embed_scale == pytest.approx(cfg.d_model**0.5)
+
+
 def test_invalid_config_values_are_rejected():
     with pytest.raises(ValueError, match="activation"):
         tiny_config(activation="tanh")
+    with pytest.raises(ValueError, match="sinusoidal_layout"):
+        tiny_config(sinusoidal_layout="shuffled")
     with pytest.raises(ValueError, match="divisible"):
         tiny_config(d_model=30, n_heads=4)
