@@ -15,6 +15,7 @@ check kind and the total pass rate, and the failures.
 from __future__ import annotations
 
 import argparse
+import unicodedata
 from collections import Counter
 from pathlib import Path
 
@@ -39,7 +40,8 @@ def checks_of(sentence: str, language: str) -> list[tuple[str, str]]:
     claimed = "".join(m.group() for m in TIME_OR_DATE.finditer(sentence)) + " ".join(spans)
     for m in NUMBER.finditer(sentence):
         if m.group() not in claimed:
-            out.append(("number", written_in(m.group(), language, "en") or m.group()))
+            plain = unicodedata.normalize("NFKC", m.group())
+            out.append(("number", written_in(plain, language, "en") or plain))
     if casing_of(sentence) == "upper":
         out.append(("all_caps", ""))
     if any(ch in TYPOGRAPHIC for ch in sentence):

@@ -17,8 +17,11 @@ NUMBER = re.compile(
 )
 # times and numeric dates are copied as written (16:45, 12.05.2024, 2024-05-12)
 TIME_OR_DATE = re.compile(
-    r"(?<![A-Za-z0-9.,:])(?:\d{1,2}:\d{2}(?::\d{2})?|\d{1,2}\.\d{1,2}\.\d{2,4}|\d{4}-\d{2}-\d{2})(?![A-Za-z0-9])"
-)
+    r"(?<![A-Za-z0-9.,:])(?:\d{1,3}:\d{1,3}(?::\d{2})?|\d{1,2}\.\d{1,2}\.\d{2,4}|\d{4}-\d{2}-\d{2})(?![A-Za-z0-9])"
+)  # 16:45, a score (2:2) or a ratio (1:100), 12.05.2024, 2024-05-12
+# a German ordinal ("am 27. Juli", "der 50. Etage") or a number inside a compound ("90-ern", "3-jährige"): not a
+# number the translation writes as such
+NOT_A_QUANTITY = re.compile(r"\.\s+[^\W\d_]|-[^\W\d_]")
 
 
 def number_value(text: str, language: str) -> float | None:

@@ -101,6 +101,39 @@ def initial_case(t: Translation, sentence: str) -> Translation:
     return dataclasses.replace(t, text=text, hypotheses=hypotheses) if text != t.text else t
 
 
+async def repair_numbers(
+    model: LoadedModel,
+    sources: list[Source],
+    uses: list[list[Use]],
+    results: list[Translation],
+    options: TranslateOptions,
+    ctx: RequestContext,
+) -> list[Translation]:
+    """The sentences whose free translation lost a number (spans.py: numbers are left to the model) searched again
+    with each of their numbers required in the target's convention; the new translation is taken where it holds
+    them all. Only those sentences pay for the constrained search, which costs the others' words more than it
+    gains (docs/real-world-text.md)."""
+    lost = [i for i, t in enumerate(results) if any(u.kind == "number" for u in t.missing)]
+    if not lost:
+        return results
+    encode = model.engine.target_tokenizer.encode
+    # a number's target form as the text the search must write (constraints() places stand-ins)
+    required = [[_required(u) for u in uses[i]] for i in lost]
+    pairs = zip(lost, required, strict=True)
+    again = [dataclasses.replace(sources[i], constraints=constraints(r, encode)) for i, r in pairs]
+    retried, _ = await run_sources(model, again, options, ctx)
+    out = list(results)
+    for i, t in zip(lost, retried, strict=True):
+        t = settled(model, mark_truncated(model, t, options), uses[i])
+        if not any(u.kind == "number" for u in t.missing):
+            out[i] = t
+    return out
+
+
+def _required(use: Use) -> Use:
+    return dataclasses.replace(use, stand_in=use.target) if use.kind == "number" and not use.stand_in else use
+
+
 def mark_truncated(model: LoadedModel, t: Translation, options: TranslateOptions) -> Translation:
     """A sentence's translation that reached its length limit ended without EOS: truncated."""
     [limit] = length_limits([len(t.source_ids)], model.engine.max_source_tokens, options.max_length)
@@ -126,6 +159,7 @@ class Prepared:
         results = [
             settled(used, mark_truncated(self.model, r, options), u) for r, u in zip(results, self.uses, strict=True)
         ]
+        results = await repair_numbers(used, self.sources, self.uses, results, options, ctx)
         sentences = [s for layout in self.layouts for s in layout.sentences]
         results = [initial_case(r, s) for r, s in zip(results, sentences, strict=True)]
         target = self.model.languages[1]

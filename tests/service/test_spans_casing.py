@@ -27,6 +27,7 @@ def _found(sentence: str, source: str = "de", target: str = "en") -> list[tuple[
         ("Alles zum Thema #Energiewende hier.", "#Energiewende"),
         ("Installieren Sie Version 2.3.1 jetzt.", "2.3.1"),
         ("Ihre Bestellung A-2024-88731 ist unterwegs.", "A-2024-88731"),
+        ("Die Lieferung SKU-7B-2 fehlt.", "SKU-7B-2"),
         ("Die Lücke CVE-2024-1234 ist geschlossen.", "CVE-2024-1234"),
         ("Führen Sie `pip install mtserve` aus.", "`pip install mtserve`"),
         ("Das hat Spaß gemacht 🎉 danke!", "🎉"),
@@ -118,3 +119,13 @@ def test_decoded_byte_pieces_never_give_an_invalid_character(tmp_path) -> None:
         text = tok.decode(ids)
         assert "\ufffd" not in text
         text.encode("utf-8")
+
+
+def test_german_ordinals_and_number_compounds_are_no_spans_or_checked_numbers() -> None:
+    assert _found("Am 27. Juli kamen in den 1970-er Jahren 100-prozentig alle.") == []
+
+
+def test_a_number_the_model_wrote_in_the_sources_convention_is_rewritten() -> None:
+    uses = find_spans("Es kamen 81.360 Zuschauer.", "de", "en")
+    t = settle(Translation("There were 81.360 spectators.", -1.0, [], [2]), uses, lambda text: text)
+    assert t.text == "There were 81,360 spectators." and warnings(t) == []
