@@ -51,6 +51,9 @@ class _Text:
     tokens: dict[int, list[int]] = field(default_factory=dict)
     done: dict[int, Translation] = field(default_factory=dict)
     sent: str = ""
+    # sentences whose words change after decoding (a stand-in put back, a number rewritten, capitals given back:
+    # service/serving/spans.py, casing.py): shown only when done, so that the deltas still add up to the text
+    held: set[int] = field(default_factory=set)
 
     def visible(self, model: LoadedModel, target: str, streams: bool) -> str:
         """What can be shown now: the text up to the first sentence not done, and that sentence's stable words."""
@@ -62,7 +65,7 @@ class _Text:
                 if k in self.done:
                     out.append(self.done[k].text.strip() if several else self.done[k].text)
                     continue
-                if streams:
+                if streams and k not in self.held:
                     partial = match_initial_case(self.layout.sentences[k], stable_text(model, self.tokens.get(k, [])))
                     out.append(partial.lstrip() if several else partial)
                 break
@@ -76,6 +79,9 @@ class _Listener:
     def __init__(self, texts: list[_Text], owner: list[tuple[_Text, int]], stream: _Stream, uses: list) -> None:
         self.texts, self.owner, self.stream = texts, owner, stream
         self.uses = uses  # per sentence: the request's terms found in it (service/serving/terms.py)
+        for index, (text, k) in enumerate(owner):
+            if uses[index]:
+                text.held.add(k)
         self.model: LoadedModel | None = None  # set by run_work to the version that runs the sentences
 
     def progress(self, index: int, tokens: list[int]) -> None:

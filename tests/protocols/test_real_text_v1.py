@@ -9,10 +9,11 @@ import pytest
 from live_server import LiveServer
 
 
-@pytest.fixture(scope="module")
-def api(tiny_repository, tmp_path_factory):
+@pytest.fixture(scope="module", params=["dynamic", "continuous"])
+def api(request, tiny_repository, tmp_path_factory):
+    """The server under each scheduler: the continuous one streams sentences token by token (the live decode)."""
     log = tmp_path_factory.mktemp("real-text-server") / "service.log"
-    live = LiveServer(tiny_repository, env={"MT_MAX_WAIT_MS": "5"}, log_path=log).start()
+    live = LiveServer(tiny_repository, env={"MT_MAX_WAIT_MS": "5", "MT_SCHEDULER": request.param}, log_path=log).start()
     with httpx.Client(base_url=live.url, timeout=60.0) as client:
         yield client
     live.stop()
@@ -55,3 +56,20 @@ def test_no_answer_holds_an_invalid_character(api):
     texts = ["„der hund“ – läuft … im park", "der hund 🎉 läuft", "ＤＥＲ hund"]
     for t in translate(api, texts):
         assert "\ufffd" not in t["text"]
+
+
+def test_streamed_deltas_add_up_to_the_final_text(api):
+    """Sentences whose words change after decoding (stand-ins put back, numbers rewritten, capitals given back) are
+    streamed when done, so that the deltas still add up to each final text."""
+    import json
+
+    texts = ["DER HUND LÄUFT IM PARK.", "der hund läuft zu https://a.de/x mit 1.250 katzen. der hund spielt.",
+             "der hund spielt im park"]  # fmt: skip
+    with api.stream("POST", "/v1/translate", json={"texts": texts, "stream": True}) as r:
+        assert r.status_code == 200
+        data = [json.loads(line[6:]) for line in r.iter_lines() if line.startswith("data: ")]
+    for i in range(len(texts)):
+        deltas = "".join(d["text"] for d in data if d.get("index") == i and "text" in d and "translation" not in d)
+        [final] = [d["translation"] for d in data if d.get("index") == i and "translation" in d]
+        assert deltas == final["text"], (i, deltas, final["text"])
+    assert "https://a.de/x" in [d["translation"] for d in data if d.get("index") == 1 and "translation" in d][0]["text"]
