@@ -1,5 +1,7 @@
 """BLEU of a test set through a running server with span protection on and off, side by side
-(docs/real-world-text.md: protection must not cost more than 0.3 BLEU on general-domain text).
+(docs/real-world-text.md: protection must not cost more than 0.3 BLEU on general-domain text), and how many of the
+source's names survive: a capitalised word of the source (not its first) that the reference has as written, found
+as written in the translation.
 
     python -m bench.protect_bleu --url http://127.0.0.1:8000 --source ../shared/data/wmt-news-de-en/newstest2018.de \
         --reference ../shared/data/wmt-news-de-en/newstest2018.en --language de [--limit 1000] [--batch 16]
@@ -8,6 +10,7 @@
 from __future__ import annotations
 
 import argparse
+import re
 from pathlib import Path
 
 import httpx
@@ -26,6 +29,20 @@ def translate_all(client: httpx.Client, sources: list[str], language: str, prote
     return out
 
 
+# a capitalised word (letters, an inner hyphen or apostrophe), not after sentence-ending punctuation
+CANDIDATE = re.compile(r"(?<![\w.!?])(?<![.!?] )([A-ZÄÖÜ][a-zäöüß]{2,}(?:[-'][A-ZÄÖÜ]?[a-zäöüß]+)*)(?![\w])")
+
+
+def _names(source: str, reference: str) -> list[str]:
+    """Capitalised words of ``source`` (not its first) that ``reference`` has as written, not at a sentence start."""
+    out = []
+    for m in CANDIDATE.finditer(source):
+        word = m.group(1)
+        if m.start() > 0 and re.search(rf"(?<!^)(?<![.!?] )(?<!\w){re.escape(word)}(?!\w)", reference):
+            out.append(word)
+    return out
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--url", default="http://127.0.0.1:8000")
@@ -37,14 +54,18 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     sources, references = read_lines(args.source)[: args.limit], read_lines(args.reference)[: args.limit]
     print(f"# {args.source.name}, first {len(sources)} sentences, {args.language}->en, {args.url}")
-    print("| protect_spans | BLEU | chrF |")
-    print("|---|---:|---:|")
+    names = [_names(s, r) for s, r in zip(sources, references, strict=True)]
+    print("| protect_spans | BLEU | chrF | names kept |")
+    print("|---|---:|---:|---:|")
     with httpx.Client(base_url=args.url, timeout=600) as client:
         for protect in (False, True):
             hyps = translate_all(client, sources, args.language, protect, args.batch)
             bleu = sacrebleu.corpus_bleu(hyps, [references]).score
             chrf = sacrebleu.corpus_chrf(hyps, [references]).score
-            print(f"| {'on' if protect else 'off'} | {bleu:.2f} | {chrf:.2f} |")
+            pairs = zip(names, hyps, strict=True)
+            kept = sum(bool(re.search(rf"(?<!\w){re.escape(n)}(?!\w)", h)) for ns, h in pairs for n in ns)
+            total = sum(len(ns) for ns in names)
+            print(f"| {'on' if protect else 'off'} | {bleu:.2f} | {chrf:.2f} | {kept}/{total} |")
     return 0
 
 
