@@ -38,11 +38,11 @@ from model.augment import all_caps, with_placeholders
 from model.corpus_split import read_tatoeba, split_of
 from model.data import read_lines, read_parallel
 from model.directions import held_key, tagged, wrong_language
-from model.readers import direction_of, read_hyp, read_wiki, read_wmt, wmt_stems
+from model.readers import direction_of, read_freedict, read_hyp, read_wiki, read_wmt, wmt_stems
 
 TARGET = "en"
 SPLITS = ("train", "val", "test")
-READERS = ("parallel", "tatoeba", "cedict", "wiki", "wmt", "hyp")
+READERS = ("parallel", "tatoeba", "cedict", "wiki", "wmt", "hyp", "freedict")
 # target chars / source chars, 0.1% - 99.9% of the clean corpora (Multi30k, Tatoeba, TICO-19) widened a little
 RATIO_BANDS = {"de": (0.4, 2.5), "zh": (0.9, 12.0)}
 RATIO_MIN_CHARS = 16  # shorter pairs ("Hi." / "Hallo!") are not ratio-checked
@@ -133,6 +133,11 @@ def read_corpus(spec: CorpusSpec, root: Path) -> dict[str, Pairs]:
         return _hash_split([(p.other, p.english) for p in read_tatoeba(path)], spec.held_out)
     if spec.reader == "cedict":
         return {"train": _capped(read_cedict(path), spec)}
+    if spec.reader == "freedict":  # files: "sentences" (its example sentences), "words" (the rest), or "*" (all)
+        pairs = read_freedict(path)
+        if spec.files != "*":
+            pairs = [p for p in pairs if p[0].endswith((".", "!", "?")) == (spec.files == "sentences")]
+        return {"train": _capped(pairs, spec)}
     if spec.reader == "wiki":
         return read_wiki(path)
     if spec.reader == "wmt":

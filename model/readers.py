@@ -8,11 +8,15 @@ Every reader returns pairs as (foreign text, English text), whatever the corpus'
 - ``wmt``: WMT21-23 test sets, ``<set>.<pair>.src.<l>`` with one or more ``<set>.<pair>.ref.<id>.<l>``: one pair
   per reference; which sets are validation or test is the recipe's (stems ``<set>.<pair>``);
 - ``hyp``: research systems' outputs of those sets, ``<set>.<pair>.hyp.<system>.<l>``, paired with the set's
-  source read from the ``wmt`` folder: synthetic targets (sequence-level distillation), one pair per system.
+  source read from the ``wmt`` folder: synthetic targets (sequence-level distillation), one pair per system;
+- ``freedict``: the FreeDict German-English dictionary as Debian's ``dict-freedict-deu-eng`` installs it (dictd
+  format: ``freedict-deu-eng.index`` beside ``freedict-deu-eng.dict.dz``): each headword (a word, a phrase or an
+  example sentence) with its first translation, entries in dictionary notation (etw., jdm., sth., sb.) skipped.
 """
 
 from __future__ import annotations
 
+import gzip
 import re
 from pathlib import Path
 
@@ -84,3 +88,38 @@ def read_hyp(path: Path, sources: Path, language: str, exclude: set[str]) -> dic
 def direction_of(stem: str) -> str:
     """``newstest2021.en-de`` -> ``en-de``."""
     return stem.split(".")[-1]
+
+
+_B64 = "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/"
+_TAGS = re.compile(r"\s*(<[^>]*>|\[[^\]]*\]|\{[^}]*\})")
+_NOTATION = re.compile(r"\b(etw|jdm|jdn|jds|jd|sth|sb|so|sth's|sb's)\.", re.IGNORECASE)
+
+
+def _b64(text: str) -> int:
+    value = 0
+    for ch in text:
+        value = value * 64 + _B64.index(ch)
+    return value
+
+
+def read_freedict(dict_file: Path) -> Pairs:
+    """(German headword, English translation) of a dictd dictionary (``X.dict.dz`` with ``X.index`` beside it)."""
+    index = dict_file.with_name(dict_file.name.removesuffix(".dict.dz") + ".index")
+    with gzip.open(dict_file) as f:
+        raw = f.read()
+    pairs: Pairs = []
+    for line in read_lines(index):
+        cells = line.split("\t")
+        if len(cells) != 3 or cells[0].startswith("00-database"):
+            continue
+        start, length = _b64(cells[1]), _b64(cells[2])
+        entry = raw[start : start + length].decode("utf-8", errors="replace").split("\n")
+        if len(entry) < 2:
+            continue
+        head = _TAGS.sub("", entry[0].split(" /", 1)[0]).strip()
+        gloss = _TAGS.sub("", entry[1]).strip()
+        if not head.endswith((".", "!", "?")):  # a word or phrase: its first translation
+            gloss = gloss.split(", ")[0].split("; ")[0].strip()
+        if head and gloss and not _NOTATION.search(head + " " + gloss) and "\ufffd" not in head + gloss:
+            pairs.append((head, gloss))
+    return pairs

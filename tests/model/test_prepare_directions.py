@@ -146,3 +146,42 @@ def test_wrong_language_judges_script_and_long_texts_only() -> None:
     assert wrong_language(["今天天气很好。", "This is an English sentence, not Chinese."], "zh") == [False, True]
     assert wrong_language(["Kurz.", "Das ist ein ganz normaler deutscher Satz."], "de") == [False, False]
     assert wrong_language(["This is clearly an English sentence about the weather."], "de") == [True]
+
+
+def test_freedict_entries_become_headword_translation_pairs(tmp_path: Path) -> None:
+    """A dictd dictionary as Debian's dict-freedict-deu-eng installs it: the index names each entry's offset and
+    length (base64) in the gzipped dictionary."""
+    import gzip
+
+    from model.readers import read_freedict
+
+    entries = [
+        "00-database-info\nGerman - English\n",
+        "Hund /hʊnt/ <masc, n, sg>\ndog <n>, hound <n>\n   Synonym: {Köter}\n",
+        "Sie hatte viel Wut aufgestaut. /ziː/\nShe had stored up a lot of anger.\n",
+        "etw. aufstauen /x/\nto dam sth. up\n",
+        "Ases /a/ <neut, n, sg>\n [mus.] A <n>, A flat <n>\n",
+    ]
+    alphabet = "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/"
+
+    def b64(n: int) -> str:
+        out = ""
+        while True:
+            out = alphabet[n % 64] + out
+            n //= 64
+            if not n:
+                return out
+
+    data, index, at = b"", [], 0
+    for entry in entries:
+        raw = entry.encode("utf-8")
+        index.append(f"{entry.split(' ', 1)[0].split(chr(10))[0]}\t{b64(at)}\t{b64(len(raw))}")
+        data, at = data + raw, at + len(raw)
+    with gzip.open(tmp_path / "fd.dict.dz", "wb") as f:
+        f.write(data)
+    (tmp_path / "fd.index").write_text("\n".join(index) + "\n", encoding="utf-8")
+    assert read_freedict(tmp_path / "fd.dict.dz") == [
+        ("Hund", "dog"),
+        ("Sie hatte viel Wut aufgestaut.", "She had stored up a lot of anger."),
+        ("Ases", "A"),
+    ]
