@@ -63,8 +63,11 @@ class SourceTooLongError(ValueError):
 class TranslateOptions:
     """Decoding options of a translation; frozen, as the scheduler batches by equal options."""
 
-    beam_size: int = 1
-    max_length: int | None = None  # generated tokens; default 2 * source tokens + 10
+    # None (a request that leaves it out): the bundle's default (``Engine.resolved``: its manifest's "decoding", an
+    # imported checkpoint's num_beams; DEFAULT_BEAM when it has none), at least num_hypotheses
+    beam_size: int | None = 1
+    # generated tokens; None: the bundle's default (an imported checkpoint's max_length), else 2 * source tokens + 10
+    max_length: int | None = None
     num_hypotheses: int = 1
     length_penalty: float = 0.6
     return_attention: bool = False
@@ -98,9 +101,13 @@ def _guarded(state: _DecoderState, options: TranslateOptions):
     return NoRepeatNgram(state.step, options.no_repeat_ngram_size)  # every log-probability comes anyway
 
 
+DEFAULT_BEAM = 4  # the beam of a request that leaves it out, when the bundle names none (/v1's default)
+
+
 def decoding_defaults(manifest: dict) -> dict:
     """A bundle's defaults of the decoding options a request leaves None: its manifest's "decoding" (written by
-    ``python -m export.cli decoding``) over the engine's own (no n-gram block)."""
+    ``python -m export.cli decoding``; an imported checkpoint's ``beam_size`` and ``max_length`` by ``import-hf``)
+    over the engine's own (no n-gram block)."""
     return {"no_repeat_ngram_size": 0, **manifest.get("decoding", {})}
 
 
@@ -511,10 +518,17 @@ class Engine:
 
     # --- translate ---------------------------------------------------------------------------
     def resolved(self, options: TranslateOptions) -> TranslateOptions:
-        """``options`` with what it leaves None set to the bundle's decoding defaults (``self.decoding``)."""
-        if options.no_repeat_ngram_size is not None:
-            return options
-        return replace(options, no_repeat_ngram_size=int(self.decoding["no_repeat_ngram_size"]))
+        """``options`` with what it leaves None set to the bundle's decoding defaults (``self.decoding``): the
+        n-gram block, the beam (at least num_hypotheses; DEFAULT_BEAM when the bundle names none) and the length
+        limit (when the bundle names one)."""
+        changes: dict = {}
+        if options.no_repeat_ngram_size is None:
+            changes["no_repeat_ngram_size"] = int(self.decoding["no_repeat_ngram_size"])
+        if options.beam_size is None:
+            changes["beam_size"] = max(int(self.decoding.get("beam_size", DEFAULT_BEAM)), options.num_hypotheses)
+        if options.max_length is None and self.decoding.get("max_length") is not None:
+            changes["max_length"] = int(self.decoding["max_length"])
+        return replace(options, **changes) if changes else options
 
     def translate(
         self,

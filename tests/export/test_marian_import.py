@@ -278,3 +278,23 @@ def test_pytorch_weights_file_imports_as_safetensors_does(tmp_path):
     assert list(from_bin) == list(from_safetensors)
     for name, tensor in from_bin.items():
         assert torch.equal(tensor, from_safetensors[name]), name
+
+
+def test_the_checkpoints_num_beams_and_max_length_are_the_bundles_defaults(imported):
+    """generate's defaults come from the checkpoint (num_beams 4, max_length 40 here): a request that leaves beam and
+    length out gets them too, so it decodes as generate does without arguments (length_penalty 0: see above)."""
+    manifest = load_bundle(imported.bundle).manifest
+    assert manifest["decoding"]["beam_size"] == 4 and manifest["decoding"]["max_length"] == MAX_LENGTH - 1
+    resolved = imported.engine.resolved(TranslateOptions(beam_size=None, length_penalty=0.0))
+    assert (resolved.beam_size, resolved.max_length) == (4, MAX_LENGTH - 1)
+    assert imported.engine.resolved(TranslateOptions(beam_size=None, num_hypotheses=6)).beam_size == 6
+    texts = imported.texts[:20]
+    ours = imported.engine.translate(texts, TranslateOptions(beam_size=None, length_penalty=0.0))
+    for text, translation in zip(texts, ours, strict=True):
+        inputs = imported.tokenizer([text], return_tensors="pt")
+        with torch.no_grad():  # no num_beams, no max_length: the checkpoint's
+            sequence = imported.hf.generate(**inputs, length_penalty=0.0, early_stopping=True, forced_eos_token_id=None)
+        generated = [t for t in sequence[0].tolist()[1:] if t != imported.hf.config.pad_token_id]
+        if generated[-1:] == [imported.hf.config.eos_token_id]:
+            generated = generated[:-1]
+        assert imported.marian(translation.token_ids) == generated, text
