@@ -205,10 +205,11 @@ def cmd_import_hf(args: argparse.Namespace) -> int:
     return 0 if worst <= 1e-4 else 1
 
 
-def imported_decoding(generation: dict) -> dict[str, int]:
+def imported_decoding(generation: dict) -> dict[str, int | str]:
     """A checkpoint's generation defaults as the bundle's decoding defaults (what a request leaves out):
-    ``num_beams`` the beam, ``max_length`` the generated tokens less one (generate counts the decoder start)."""
-    out = {}
+    ``num_beams`` the beam, ``max_length`` the generated tokens less one (generate counts the decoder start), and
+    beam hypotheses ranked by generate's length penalty n ** a (core/search.py LengthPenalty)."""
+    out: dict = {"length_penalty_form": "hf"}
     if generation.get("num_beams"):
         out["beam_size"] = int(generation["num_beams"])
     if generation.get("max_length"):

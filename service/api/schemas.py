@@ -122,11 +122,12 @@ class ModelInfo(BaseModel):
     scheduler: str | None = Field(
         None, description="continuous, dynamic or off (continuous needs a bundle with an interface-3 step graph)"
     )
-    decoding: dict[str, int] | None = Field(
+    decoding: dict[str, int | str] | None = Field(
         None,
         description="the model's defaults of decoding options a request leaves out (no_repeat_ngram_size: 0 = off; "
         "a model with a repeated-n-gram block decodes whole batches, not continuously; an imported model's "
-        "beam_size and max_length)",
+        "beam_size and max_length, and length_penalty_form: hf, beams ranked by score / n ** length_penalty as "
+        "transformers' generate does, where others use GNMT's ((5 + n) / 6) ** length_penalty)",
     )
     versions_available: list[str] | None = Field(None, description="version folders on disk, lowest first")
     version_reason: str | None = Field(None, description="why this version is served")

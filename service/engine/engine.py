@@ -31,7 +31,7 @@ from core.graphs import (
     step_present_names,
 )
 from core.normalize import fold_unknown, source_normalizer
-from core.search import Hypothesis, length_limits
+from core.search import Hypothesis, LengthPenalty, length_limits
 from core.shortlist import Shortlist, load_shortlist
 from core.tokenizer import BOS_ID, EOS_ID, PAD_ID, Tokenizer
 from service.engine.constrained import Constraint, constrained_beam_search, constrained_beam_size
@@ -517,6 +517,10 @@ class Engine:
         return dict(zip(names, self.decoder.run(names, feeds), strict=True))
 
     # --- translate ---------------------------------------------------------------------------
+    def penalty(self, options: TranslateOptions) -> LengthPenalty:
+        """The options' length penalty in the bundle's form (``decoding.length_penalty_form``; GNMT's by default)."""
+        return LengthPenalty(options.length_penalty, self.decoding.get("length_penalty_form", "gnmt"))
+
     def resolved(self, options: TranslateOptions) -> TranslateOptions:
         """``options`` with what it leaves None set to the bundle's decoding defaults (``self.decoding``): the
         n-gram block, the beam (at least num_hypotheses; DEFAULT_BEAM when the bundle names none) and the length
@@ -625,7 +629,7 @@ class Engine:
             BOS_ID,
             EOS_ID,
             k,
-            options.length_penalty,
+            self.penalty(options),
             min(options.num_hypotheses, k),
             cons,
             self.max_source_tokens - 1,
@@ -717,7 +721,7 @@ class Engine:
     ) -> list[list[Hypothesis]]:
         if self.device_runner is not None and not options.no_repeat_ngram_size:  # encoder outputs, cache on the device
             limits = length_limits([len(s) for s in sources], self.max_source_tokens, options.max_length)
-            return device_search(self.device_runner, pad_batch(sources), limits, options, stats)
+            return device_search(self.device_runner, pad_batch(sources), limits, options, stats, self.penalty(options))
         started = time.perf_counter()
         enc = self.run_encoder(sources)
         stats["encode"] = stats.get("encode", 0.0) + time.perf_counter() - started
@@ -737,7 +741,7 @@ class Engine:
         block = options.no_repeat_ngram_size
         loop = self.search_loop if lean else None
         if loop is not None and (len(sources) == 1 or loop.batched) and loop.serves(k, vocab["vocab_ids"]):
-            args = (k, options.length_penalty, options.num_hypotheses, vocab["vocab_ids"], block or 0)
+            args = (k, self.penalty(options), options.num_hypotheses, vocab["vocab_ids"], block or 0)
             # the fused search takes the whole batch in one call, each source as it would be alone
             found = loop.search_batch(enc, limits, *args) if loop.batched else [loop.search(enc, limits[0], *args)]
             # with the block: None when the unblocked search took a token the block bans; searched again step by
@@ -764,7 +768,7 @@ class Engine:
         rows = np.repeat(np.arange(len(limits)), k)
         state = _DecoderState(session, keys, values, mask, lean, row_sources=rows, top_k=2 * k, **vocab)
         step = _guarded(state, options)
-        return beam_search(step, limits, BOS_ID, EOS_ID, k, options.length_penalty, options.num_hypotheses)
+        return beam_search(step, limits, BOS_ID, EOS_ID, k, self.penalty(options), options.num_hypotheses)
 
     def attach_attention(self, results: list[Translation]) -> None:
         """Cross-attention of each best hypothesis: row j is the step that generated token j."""

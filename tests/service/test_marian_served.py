@@ -115,7 +115,12 @@ def test_a_request_without_beam_and_length_gets_the_checkpoints(served):
     # names none, and a request without beam_size still gets /v1's 4 there
     url, _, _ = served
     models = {m["name"]: m for m in httpx.get(f"{url}/v1/models").json()["models"]}
-    assert models["marian"]["decoding"] == {"no_repeat_ngram_size": 0, "beam_size": 4, "max_length": 39}
+    assert models["marian"]["decoding"] == {
+        "no_repeat_ngram_size": 0,
+        "beam_size": 4,
+        "max_length": 39,
+        "length_penalty_form": "hf",
+    }
     assert "beam_size" not in models["de-en"]["decoding"]
 
     def tokens(model: str, **options) -> list[list[str]]:
