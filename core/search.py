@@ -4,7 +4,8 @@
 - log-probabilities are computed in float32 and summed in float64; a hypothesis score is the sum of the
   log-probabilities of its generated tokens, EOS included when generated;
 - each sentence has its own length limit (``length_limits``), so a sentence decodes the same alone or in a batch;
-- beam hypotheses are ranked by score / ``length_penalty`` (Wu et al. 2016), length counting EOS.
+- beam hypotheses are ranked by score / ``length_penalty`` (Wu et al. 2016), length counting EOS; a bundle may name
+  transformers' form instead (``LengthPenalty``: imported checkpoints rank as ``generate`` does).
 """
 
 from __future__ import annotations
@@ -19,7 +20,7 @@ class Hypothesis:
     normalized: float  # score / length penalty (equals score for greedy)
 
     @classmethod
-    def beam(cls, tokens: list[int], score: float, length: int, alpha: float) -> Hypothesis:
+    def beam(cls, tokens: list[int], score: float, length: int, alpha: float | LengthPenalty) -> Hypothesis:
         """A beam hypothesis: normalized = score / length_penalty(length, alpha), length counting a generated EOS."""
         return cls(tokens, score, score / length_penalty(length, alpha))
 
@@ -31,6 +32,27 @@ def length_limits(src_lengths: list[int], max_positions: int, max_length: int | 
     return [min(max_length if max_length is not None else 2 * n + 10, cap) for n in src_lengths]
 
 
-def length_penalty(length: int, alpha: float) -> float:
-    """GNMT length penalty lp = ((5 + length) / 6) ** alpha; alpha 0 ranks by raw score."""
+PENALTY_FORMS = ("gnmt", "hf")
+
+
+@dataclass(frozen=True)
+class LengthPenalty:
+    """A length penalty of a bundle's form (its manifest's ``decoding.length_penalty_form``): "gnmt" ((5 + n) / 6)
+    ** alpha (Wu et al. 2016; our models), "hf" n ** alpha (transformers' ``generate``: imported checkpoints)."""
+
+    alpha: float
+    form: str = "gnmt"
+
+    def __post_init__(self) -> None:
+        if self.form not in PENALTY_FORMS:
+            raise ValueError(f"length penalty form {self.form!r}: one of {', '.join(PENALTY_FORMS)}")
+
+
+def length_penalty(length: int, alpha: float | LengthPenalty) -> float:
+    """GNMT length penalty lp = ((5 + length) / 6) ** alpha, or n ** alpha for a LengthPenalty of form "hf"; alpha 0
+    ranks by raw score."""
+    if isinstance(alpha, LengthPenalty):
+        if alpha.form == "hf":
+            return float(length) ** alpha.alpha
+        alpha = alpha.alpha
     return ((5.0 + length) / 6.0) ** alpha

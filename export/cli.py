@@ -198,10 +198,23 @@ def cmd_import_hf(args: argparse.Namespace) -> int:
         },
         "parity": parity,
     }
+    manifest["decoding"] = {**manifest.get("decoding", {}), **imported_decoding(imported.generation)}
     seal(bundle.path, manifest)
     worst = max(parity["max_abs_diff"].values())
     print(f"imported {args.source} as {out}; graph parity max |diff| {worst:.2e}", file=sys.stderr)
     return 0 if worst <= 1e-4 else 1
+
+
+def imported_decoding(generation: dict) -> dict[str, int | str]:
+    """A checkpoint's generation defaults as the bundle's decoding defaults (what a request leaves out):
+    ``num_beams`` the beam, ``max_length`` the generated tokens less one (generate counts the decoder start), and
+    beam hypotheses ranked by generate's length penalty n ** a (core/search.py LengthPenalty)."""
+    out: dict = {"length_penalty_form": "hf"}
+    if generation.get("num_beams"):
+        out["beam_size"] = int(generation["num_beams"])
+    if generation.get("max_length"):
+        out["max_length"] = int(generation["max_length"]) - 1
+    return out
 
 
 def _source_ids(engine: Engine, sources: list[str]) -> tuple[list[list[int]], int]:

@@ -190,7 +190,8 @@ def parse_translate(fields: dict, registry, max_texts: int, max_chars: int, beam
 def build_deepl_router(app: FastAPI) -> APIRouter:
     s = app.state.mt.settings
     router = APIRouter(prefix="/v2", route_class=DeepLRoute, tags=["DeepL API"])
-    beam = min(serving.DEFAULT_BEAM, s.limits.max_beam_size)
+    # the model's default beam (None: Engine.resolved), unless the service allows less than /v1's default
+    beam = None if s.limits.max_beam_size >= serving.DEFAULT_BEAM else s.limits.max_beam_size
 
     @router.post(
         "/translate",

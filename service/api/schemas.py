@@ -122,10 +122,12 @@ class ModelInfo(BaseModel):
     scheduler: str | None = Field(
         None, description="continuous, dynamic or off (continuous needs a bundle with an interface-3 step graph)"
     )
-    decoding: dict[str, int] | None = Field(
+    decoding: dict[str, int | str] | None = Field(
         None,
         description="the model's defaults of decoding options a request leaves out (no_repeat_ngram_size: 0 = off; "
-        "a model with a repeated-n-gram block decodes whole batches, not continuously)",
+        "a model with a repeated-n-gram block decodes whole batches, not continuously; an imported model's "
+        "beam_size and max_length, and length_penalty_form: hf, beams ranked by score / n ** length_penalty as "
+        "transformers' generate does, where others use GNMT's ((5 + n) / 6) ** length_penalty)",
     )
     versions_available: list[str] | None = Field(None, description="version folders on disk, lowest first")
     version_reason: str | None = Field(None, description="why this version is served")
@@ -181,9 +183,17 @@ def request_models(limits: LimitSettings) -> RequestModels:
             "serving (source_language, target_language) when `model` is absent",
         )
         target_language: str | None = Field(None, pattern="^[a-z]{2}$", description="ISO 639-1 code to translate into")
-        beam_size: Int = Field(4, ge=1, le=limits.max_beam_size)
+        beam_size: Int | None = Field(
+            None,
+            ge=1,
+            le=limits.max_beam_size,
+            description="absent: the model's default (`decoding` in GET /v1/models: an imported checkpoint's "
+            "num_beams), else 4; at least num_hypotheses",
+        )
         max_length: Annotated[int, Field(ge=1, le=limits.max_length_cap), BeforeValidator(_integral)] | None = Field(
-            None, description="generated tokens per text"
+            None,
+            description="generated tokens per text; absent: the model's default (an imported checkpoint's "
+            "max_length), else 2 * source subwords + 10",
         )
         num_hypotheses: Int = Field(1, ge=1, le=limits.max_beam_size, description="n-best size, at most beam_size")
         length_penalty: float = Field(0.6, ge=0.0, le=5.0)
@@ -236,7 +246,7 @@ def request_models(limits: LimitSettings) -> RequestModels:
 
         @model_validator(mode="after")
         def _n_best(self) -> TranslateRequest:
-            if self.num_hypotheses > self.beam_size:
+            if self.beam_size is not None and self.num_hypotheses > self.beam_size:
                 raise ValueError(f"num_hypotheses ({self.num_hypotheses}) must not exceed beam_size ({self.beam_size})")
             return self
 

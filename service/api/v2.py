@@ -72,7 +72,7 @@ def request_models(limits: LimitSettings) -> tuple[type[BaseModel], type[BaseMod
     class Parameters(BaseModel):
         model_config = ConfigDict(extra="allow", strict=True)  # clients send their own (Triton: priority, ...)
         __pydantic_extra__: dict[str, Scalar] = Field(init=False)  # the protocol's parameters are scalars
-        beam_size: Int = Field(4, ge=1, le=limits.max_beam_size)
+        beam_size: Int | None = Field(None, ge=1, le=limits.max_beam_size, description="absent: the model's default")
         max_length: Int | None = Field(None, ge=1, le=limits.max_length_cap, description="generated tokens per text")
         length_penalty: float = Field(0.6, ge=0.0, le=5.0)
         split_sentences: bool = True

@@ -6,8 +6,10 @@ must be copied); it is met when the hypothesis contains one of them, contiguous.
 
 - each beam's candidates are its 2 * k best tokens plus, for every constraint it has not met, the next token of
   that constraint (the first token, or the next one of a constraint it is in the middle of);
-- a candidate's *bank* is how many constraint tokens its hypothesis has produced (tokens of constraints met, plus
-  the tokens of the one in progress); leaving a constraint in the middle drops its partial tokens;
+- a candidate's *bank* is how many constraint tokens its hypothesis has produced (the shortest alternative of each
+  constraint met, plus the tokens of the one in progress, short of its shortest alternative, so that a longer
+  alternative half placed never outranks a term placed); leaving a constraint in the middle drops its partial
+  tokens;
 - the k places of a sentence go to the banks in turn, fullest bank first, each taking its best candidate, so a
   hypothesis that has placed its terms is never pushed out by freer ones, and vice versa;
 - EOS ends a hypothesis only when every constraint is met (and none is half placed): the EOS candidates among the
@@ -61,7 +63,13 @@ class _State:
     just_met: bool = False  # its last token completed a constraint: the next one must end the word
 
     def bank(self, constraints: list[Constraint]) -> int:
-        return sum(constraints[c].size for c in self.met) + len(self.prefix)
+        """Constraint tokens placed: a met constraint counts its shortest alternative; one in progress counts its
+        tokens so far, short of that size, so a longer alternative in progress (a capitalised term cut into more
+        pieces) never sits in a fuller bank than the term placed, and the full bank holds only the complete."""
+        placed = sum(constraints[c].size for c in self.met)
+        if self.doing >= 0:
+            placed += min(len(self.prefix), constraints[self.doing].size - 1)
+        return placed
 
     def complete(self, constraints: list[Constraint]) -> bool:
         return len(self.met) == len(constraints) and self.doing < 0
@@ -227,8 +235,8 @@ def constrained_beam_search(
         s_bank, s_valid = key_bank[sentence, order], flat_valid[sentence, order]
         s_rows = sentence * k + order // c
         full_bank = np.asarray([memos[i].full for i in active.tolist()])[:, None]
-        # the banks are contiguous, fullest first (the full bank need not be the first: a longer alternative of a
-        # term in progress can hold more tokens); a candidate's rank in its bank counts the valid ones before it
+        # the banks are contiguous, fullest first (the full bank is the fullest: State.bank); a candidate's rank in
+        # its bank counts the valid ones before it
         starts = np.ones_like(s_valid)
         starts[:, 1:] = s_bank[:, 1:] != s_bank[:, :-1]
         first = np.maximum.accumulate(np.where(starts, np.arange(k * c)[None, :], 0), axis=1)
@@ -339,7 +347,7 @@ def _search_one(
                 bank = memo.facts(memo.advance(st, token))[0] if token in memo.token_set else plain
                 candidates.append((-bank, -(base + lp), beam, token))
         candidates.sort()
-        # EOS among the k best of the full bank (a bank can be fuller: a term's longer alternative in progress)
+        # EOS among the k best of the full bank
         for _, negative, beam, token in [c for c in candidates if c[0] == full_bank][:k]:
             if token == eos:
                 finished.append((Hypothesis.beam(history[beam][:], -negative, t + 1, alpha), True))

@@ -58,15 +58,28 @@ class _Row:
             need += min(len(a) - n for a in self.constraints[self.doing].alternatives if a[:n] == self.prefix)
         return need
 
-    def forced(self, lp: np.ndarray) -> int:
-        """The next token of the constraint in progress (the likelier one where alternatives part)."""
-        n = len(self.prefix)
-        nexts = {a[n] for a in self.constraints[self.doing].alternatives if len(a) > n and a[:n] == self.prefix}
-        return max(sorted(nexts), key=lambda t: lp[t])
+    def others(self, c: int) -> int:
+        """Tokens the unmet constraints other than ``c`` still need (shortest alternatives)."""
+        return sum(self.constraints[o].size for o in self.unmet if o != c)
 
-    def starts(self) -> list[tuple[int, int]]:
-        """(token, constraint) of every unmet constraint's first tokens."""
-        return [(a[0], c) for c in sorted(self.unmet) for a in self.constraints[c].alternatives]
+    def forced(self, lp: np.ndarray, room: int) -> int:
+        """The next token of the constraint in progress (the likelier one where alternatives part, among those that
+        still fit in the ``room`` tokens left with the other unmet constraints' needs, if any do)."""
+        n = len(self.prefix)
+        going = [a for a in self.constraints[self.doing].alternatives if len(a) > n and a[:n] == self.prefix]
+        fitting = [a for a in going if len(a) - n + self.others(self.doing) <= room] or going
+        return max(sorted({a[n] for a in fitting}), key=lambda t: lp[t])
+
+    def starts(self, room: int) -> list[tuple[int, int]]:
+        """(token, constraint) of the first tokens of every unmet constraint's alternatives that fit in the ``room``
+        tokens left with the other unmet constraints' needs: a longer alternative (a capitalised term cut into more
+        pieces) is not begun where only the shorter one can end."""
+        return [
+            (a[0], c)
+            for c in sorted(self.unmet)
+            for a in self.constraints[c].alternatives
+            if len(a) + self.others(c) <= room
+        ]
 
     def advance(self, token: int) -> None:
         """The row emitted ``token``: a constraint in progress goes on or completes."""
@@ -144,12 +157,13 @@ def constrained_greedy_search(
                 lp[eos] = -np.inf  # EOS is refused while a constraint is unmet
             else:
                 wanted_eos = False
+            room = int(limit[i]) - t  # tokens left, this one included
             if row.doing >= 0:
-                token = row.forced(lp)
+                token = row.forced(lp, room)
             else:
                 token = int(lp.argmax())
                 if row.unmet:
-                    starts = [(s, c) for s, c in row.starts() if np.isfinite(lp[s])]
+                    starts = [(s, c) for s, c in row.starts(room) if np.isfinite(lp[s])]
                     if starts:
                         values = lp[[s for s, _ in starts]]
                         first = int(np.argmax(values))
@@ -161,9 +175,9 @@ def constrained_greedy_search(
                                 if c not in row.spots or gap < row.spots[c][0]:
                                     row.spots[c] = (gap, t)
                         near = int(np.count_nonzero(lp > values[first])) < top_k  # among the top_k best
-                        late = row.needed() >= int(limit[i]) - t
+                        late = row.needed() >= room
                         if planned:
-                            token = starts[planned[0]][0]
+                            token = starts[max(planned, key=lambda j: values[j])][0]
                         elif near or late:
                             token = starts[first][0]
                         elif wanted_eos:

@@ -31,7 +31,7 @@ from core.graphs import (
     step_present_names,
 )
 from core.normalize import fold_unknown, source_normalizer
-from core.search import Hypothesis, length_limits
+from core.search import Hypothesis, LengthPenalty, length_limits
 from core.shortlist import Shortlist, load_shortlist
 from core.tokenizer import BOS_ID, EOS_ID, PAD_ID, Tokenizer
 from service.engine.constrained import Constraint, constrained_beam_search, constrained_beam_size
@@ -63,8 +63,11 @@ class SourceTooLongError(ValueError):
 class TranslateOptions:
     """Decoding options of a translation; frozen, as the scheduler batches by equal options."""
 
-    beam_size: int = 1
-    max_length: int | None = None  # generated tokens; default 2 * source tokens + 10
+    # None (a request that leaves it out): the bundle's default (``Engine.resolved``: its manifest's "decoding", an
+    # imported checkpoint's num_beams; DEFAULT_BEAM when it has none), at least num_hypotheses
+    beam_size: int | None = 1
+    # generated tokens; None: the bundle's default (an imported checkpoint's max_length), else 2 * source tokens + 10
+    max_length: int | None = None
     num_hypotheses: int = 1
     length_penalty: float = 0.6
     return_attention: bool = False
@@ -98,9 +101,13 @@ def _guarded(state: _DecoderState, options: TranslateOptions):
     return NoRepeatNgram(state.step, options.no_repeat_ngram_size)  # every log-probability comes anyway
 
 
+DEFAULT_BEAM = 4  # the beam of a request that leaves it out, when the bundle names none (/v1's default)
+
+
 def decoding_defaults(manifest: dict) -> dict:
     """A bundle's defaults of the decoding options a request leaves None: its manifest's "decoding" (written by
-    ``python -m export.cli decoding``) over the engine's own (no n-gram block)."""
+    ``python -m export.cli decoding``; an imported checkpoint's ``beam_size`` and ``max_length`` by ``import-hf``)
+    over the engine's own (no n-gram block)."""
     return {"no_repeat_ngram_size": 0, **manifest.get("decoding", {})}
 
 
@@ -510,11 +517,22 @@ class Engine:
         return dict(zip(names, self.decoder.run(names, feeds), strict=True))
 
     # --- translate ---------------------------------------------------------------------------
+    def penalty(self, options: TranslateOptions) -> LengthPenalty:
+        """The options' length penalty in the bundle's form (``decoding.length_penalty_form``; GNMT's by default)."""
+        return LengthPenalty(options.length_penalty, self.decoding.get("length_penalty_form", "gnmt"))
+
     def resolved(self, options: TranslateOptions) -> TranslateOptions:
-        """``options`` with what it leaves None set to the bundle's decoding defaults (``self.decoding``)."""
-        if options.no_repeat_ngram_size is not None:
-            return options
-        return replace(options, no_repeat_ngram_size=int(self.decoding["no_repeat_ngram_size"]))
+        """``options`` with what it leaves None set to the bundle's decoding defaults (``self.decoding``): the
+        n-gram block, the beam (at least num_hypotheses; DEFAULT_BEAM when the bundle names none) and the length
+        limit (when the bundle names one)."""
+        changes: dict = {}
+        if options.no_repeat_ngram_size is None:
+            changes["no_repeat_ngram_size"] = int(self.decoding["no_repeat_ngram_size"])
+        if options.beam_size is None:
+            changes["beam_size"] = max(int(self.decoding.get("beam_size", DEFAULT_BEAM)), options.num_hypotheses)
+        if options.max_length is None and self.decoding.get("max_length") is not None:
+            changes["max_length"] = int(self.decoding["max_length"])
+        return replace(options, **changes) if changes else options
 
     def translate(
         self,
@@ -611,7 +629,7 @@ class Engine:
             BOS_ID,
             EOS_ID,
             k,
-            options.length_penalty,
+            self.penalty(options),
             min(options.num_hypotheses, k),
             cons,
             self.max_source_tokens - 1,
@@ -703,7 +721,7 @@ class Engine:
     ) -> list[list[Hypothesis]]:
         if self.device_runner is not None and not options.no_repeat_ngram_size:  # encoder outputs, cache on the device
             limits = length_limits([len(s) for s in sources], self.max_source_tokens, options.max_length)
-            return device_search(self.device_runner, pad_batch(sources), limits, options, stats)
+            return device_search(self.device_runner, pad_batch(sources), limits, options, stats, self.penalty(options))
         started = time.perf_counter()
         enc = self.run_encoder(sources)
         stats["encode"] = stats.get("encode", 0.0) + time.perf_counter() - started
@@ -723,7 +741,7 @@ class Engine:
         block = options.no_repeat_ngram_size
         loop = self.search_loop if lean else None
         if loop is not None and (len(sources) == 1 or loop.batched) and loop.serves(k, vocab["vocab_ids"]):
-            args = (k, options.length_penalty, options.num_hypotheses, vocab["vocab_ids"], block or 0)
+            args = (k, self.penalty(options), options.num_hypotheses, vocab["vocab_ids"], block or 0)
             # the fused search takes the whole batch in one call, each source as it would be alone
             found = loop.search_batch(enc, limits, *args) if loop.batched else [loop.search(enc, limits[0], *args)]
             # with the block: None when the unblocked search took a token the block bans; searched again step by
@@ -750,7 +768,7 @@ class Engine:
         rows = np.repeat(np.arange(len(limits)), k)
         state = _DecoderState(session, keys, values, mask, lean, row_sources=rows, top_k=2 * k, **vocab)
         step = _guarded(state, options)
-        return beam_search(step, limits, BOS_ID, EOS_ID, k, options.length_penalty, options.num_hypotheses)
+        return beam_search(step, limits, BOS_ID, EOS_ID, k, self.penalty(options), options.num_hypotheses)
 
     def attach_attention(self, results: list[Translation]) -> None:
         """Cross-attention of each best hypothesis: row j is the step that generated token j."""

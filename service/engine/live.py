@@ -466,7 +466,7 @@ class LiveBatch:
                 next_rows[i].tolist(), next_ids[i].tolist(), next_scores[i].tolist(), strict=True
             ):
                 seq = self.history[row, width - t[i] : width].tolist() + [token]
-                s.finished.append(Hypothesis.beam(seq, score, len(seq), s.options.length_penalty))
+                s.finished.append(Hypothesis.beam(seq, score, len(seq), self.engine.penalty(s.options)))
         still = ~(done | at_limit)
         for i in np.flatnonzero(~still).tolist():
             s = group.sentences[i]
@@ -491,7 +491,7 @@ class LiveBatch:
         for i, row, score in ended:
             s = group.sentences[i]
             seq = self.history[group.offset + row, width - t[i] : width].tolist()
-            s.finished.append(Hypothesis.beam(seq, score, int(t[i]) + 1, s.options.length_penalty))
+            s.finished.append(Hypothesis.beam(seq, score, int(t[i]) + 1, self.engine.penalty(s.options)))
             group.ended[i] += 1
         return group.offset + rows, tokens, scores
 
@@ -503,7 +503,7 @@ class LiveBatch:
         ended, going = rank_one(group.score[0].tolist(), lps.tolist(), ids.tolist(), k, EOS_ID)
         for beam, score in ended:
             seq = self.history[group.offset + beam, width - t : width].tolist()
-            s.finished.append(Hypothesis.beam(seq, score, t + 1, s.options.length_penalty))
+            s.finished.append(Hypothesis.beam(seq, score, t + 1, self.engine.penalty(s.options)))
         group.ended[0] += len(ended)
         rows = np.array([[group.offset + beam for beam, _, _ in going]], dtype=np.int64)
         tokens = np.array([[token for _, token, _ in going]], dtype=np.int64)

@@ -110,7 +110,7 @@ class Request:
     split: bool | str  # False, True or "nonewlines"
     fmt: str  # "text" or "html" (markup: HTML's or XML's rules)
     rules: Markup
-    beam_size: int
+    beam_size: int | None  # None: the model's default
 
 
 def _best_guess(text: str, candidates: Sequence[str]) -> str | None:

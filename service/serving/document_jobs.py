@@ -50,7 +50,7 @@ LEASE_S = 10.0  # a lease not renewed for this long is taken over (its process d
 POLL_S = LEASE_S / 2  # how often the runner looks for jobs it did not hear of (another process, an expired lease)
 UNFINISHED_TTL_S = 7 * 86400.0  # a queued or running job's record; a finished one keeps MT_DOCUMENT_RETENTION_S
 ACTIVE, ENDED = ("queued", "translating"), ("done", "failed")
-OPTIONS = TranslateOptions(beam_size=4)  # /v1's default search
+OPTIONS = TranslateOptions(beam_size=None)  # /v1's default search: the model's beam (engine.DEFAULT_BEAM if none)
 
 
 class JobNotFound(LookupError):

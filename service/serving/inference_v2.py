@@ -135,7 +135,7 @@ async def infer(
         vectors, used = await run_work(view.model, options, sources, ctx)
         return {"EMBEDDING": np.stack(vectors).astype(np.float32)}, used
     options = TranslateOptions(
-        beam_size=parameters.get("beam_size", 4),
+        beam_size=parameters.get("beam_size"),  # None: the model's default
         max_length=parameters.get("max_length"),
         length_penalty=parameters.get("length_penalty", 0.6),
     )

@@ -101,7 +101,9 @@ async def translate(
         if ctx.quality is not None:
             check_languages(models, texts, ctx.quality)
     n_best = alternatives + 1 if fmt == "text" else 1
-    options = TranslateOptions(beam_size=min(max(DEFAULT_BEAM, n_best), max_beam_size), num_hypotheses=n_best)
+    # the model's default beam (None: Engine.resolved, at least n_best) unless the service allows less than /v1's
+    beam = None if max_beam_size >= DEFAULT_BEAM else max_beam_size
+    options = TranslateOptions(beam_size=beam, num_hypotheses=n_best)
     groups: dict[str, list[int]] = {}
     for i, model in enumerate(models):
         groups.setdefault(model.name, []).append(i)

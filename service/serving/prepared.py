@@ -136,7 +136,8 @@ def _required(use: Use) -> Use:
 
 def mark_truncated(model: LoadedModel, t: Translation, options: TranslateOptions) -> Translation:
     """A sentence's translation that reached its length limit ended without EOS: truncated."""
-    [limit] = length_limits([len(t.source_ids)], model.engine.max_source_tokens, options.max_length)
+    max_length = model.engine.resolved(options).max_length  # the model's default when the request left it out
+    [limit] = length_limits([len(t.source_ids)], model.engine.max_source_tokens, max_length)
     return dataclasses.replace(t, truncated=True) if t.token_ids and len(t.token_ids) >= limit else t
 
 

@@ -135,3 +135,39 @@ def test_engine_greedy_reports_a_term_it_cannot_place(engine):
     # a target term longer than the decoder's positions cannot be placed: named in a warning, never dropped silently
     [out] = serve(engine, ["der hund"], Terms({"hund": "Q" + "-z8" * 40}))
     assert [w["code"] for w in warnings(out)] == ["glossary_term_missing"]
+
+
+def two_forms_step():
+    """The model says 5 6 and then wants EOS; of a term's two forms the long one's first token (8) is likelier
+    than the short one (9) everywhere, and neither is ever among the 3 best."""
+    base = scripted_step([5, 6])
+
+    def step(tokens, rows):
+        out = base(tokens, rows)
+        out[:, 8], out[:, 9] = -5.0, -7.0
+        return out
+
+    return step
+
+
+@pytest.mark.parametrize("limit, max_limit", [(4, None), (4, 6), (2, 4)])
+def test_at_the_limit_the_form_that_fits_is_placed(limit, max_limit):
+    # a term as given (9, like '▁dog') and capitalised in more pieces (8 10 7 10, like '▁ D o g'): forced at the
+    # length limit, only the short form still fits, even though the long one's first token is likelier
+    term = Constraint(((9,), (8, 10, 7, 10)))
+    best, stuck = greedy(two_forms_step(), [term], limit=limit, max_limit=max_limit)
+    assert best.tokens[-1] == 9 and 8 not in best.tokens and not stuck
+
+
+def test_a_long_form_is_begun_where_it_fits():
+    # with room for it, the likelier long form is placed as before
+    term = Constraint(((9,), (8, 10, 7, 10)))
+    best, _ = greedy(scripted_step([5, 6, 7], {1: (8, -1.0)}), [term])
+    assert best.tokens[:5] == [5, 8, 10, 7, 10]
+
+
+def test_a_constraint_in_progress_takes_the_branch_that_fits():
+    # two forms that share a first token and part after it: the likelier branch (11) no longer fits at the limit
+    term = Constraint(((8, 9), (8, 11, 10, 10)))
+    best, _ = greedy(two_forms_step(), [term], limit=2, max_limit=4)
+    assert best.tokens[-2:] == [8, 9]

@@ -143,7 +143,7 @@ def random_step(seed: int):
 @pytest.mark.parametrize("seed", range(6))
 def test_one_sentence_and_a_batch_choose_the_same(seed):
     # the one-sentence path (Python scalars) and the batched numpy ranking must agree, also with a longer
-    # alternative of a term in progress (its bank is fuller than a placed term's) and tokens barred after a term
+    # alternative of a term in progress and tokens barred after a term
     rng = np.random.default_rng(seed)
     cons = [Constraint(((int(rng.integers(3, VOCAB)),), tuple(int(x) for x in rng.integers(3, VOCAB, 3))))]
     if seed % 2:
@@ -159,8 +159,8 @@ def test_one_sentence_and_a_batch_choose_the_same(seed):
 
 @pytest.mark.parametrize("seed", [229, 242, 266])
 def test_eos_ends_among_the_best_of_the_full_bank_not_of_all(seed):
-    # seeds where a 4-token alternative in progress (a bank fuller than the placed term's) outranks hypotheses
-    # that could end: EOS must count among the k best of the full bank only, on both paths
+    # seeds where a 4-token alternative in progress outranked hypotheses that could end (when its bank counted
+    # all its tokens): EOS must count among the k best of the full bank only, on both paths
     rng = np.random.default_rng(seed)
     term = int(rng.integers(3, VOCAB))
     cons = [Constraint(((term,), tuple(int(x) for x in rng.integers(3, VOCAB, 4))))]
@@ -168,3 +168,23 @@ def test_eos_ends_among_the_best_of_the_full_bank_not_of_all(seed):
     [[one]] = constrained_beam_search(random_step(seed), [8], *args, [cons])
     [batch, _] = constrained_beam_search(random_step(seed), [8, 5], *args, [cons, cons])
     assert (one.tokens, one.score) == (batch[0].tokens, batch[0].score)
+
+
+@pytest.mark.parametrize("k", [1, 2, 3])
+def test_a_longer_form_in_progress_does_not_outrank_the_term_placed(k):
+    # a term as given (9, like '▁dog') and capitalised in more pieces (8 10 7 10, like '▁ D o g'), the long form's
+    # first token likelier (-5 against -8, the long form's other tokens -8 too): a hypothesis half way through the
+    # long form must not sit in a fuller bank than one that placed the short form, or it pushes that one out and
+    # the search ends at its length limit without the term
+    base = scripted_step([5, 6])
+
+    def step(tokens, rows):
+        out = base(tokens, rows)
+        out[:, 8] = np.maximum(out[:, 8], -5.0)
+        return out
+
+    term = Constraint(((9,), (8, 10, 7, 10)))
+    for limits in ([4], [4, 4]):
+        hyps = constrained_beam_search(step, limits, BOS, EOS, k, 0.6, 1, [[term]] * len(limits))
+        for [best] in hyps:
+            assert contains(best.tokens, (9,)) or contains(best.tokens, (8, 10, 7, 10)), best.tokens

@@ -123,38 +123,44 @@ def test_greedy_translations_are_generates(imported):
     assert 0 < ended < len(ours), f"{ended} of {len(ours)} translations ended with EOS: the test needs both kinds"
 
 
-def test_beam_translations_are_generates(imported):
+@pytest.mark.parametrize("alpha", [0.0, 0.6, 1.0])
+def test_beam_translations_are_generates(imported, alpha):
     """Beam 4, four hypotheses each: the same tokens and order as generate's num_beams=4, num_return_sequences=4 on
-    every sentence, scores (sums of log-probabilities) within SCORE_TOLERANCE per token. Our beam takes the 2 * beam
-    best candidates, ends a hypothesis on EOS among the first beam of them and stops a sentence once beam hypotheses
-    ended: generate with early_stopping=True. Equal with length_penalty 0 (raw scores); with another penalty the
-    formulas differ (ours GNMT's ((5 + n) / 6) ** a, generate's n ** a)."""
-    options = TranslateOptions(beam_size=4, num_hypotheses=4, length_penalty=0.0, max_length=MAX_LENGTH - 1)
-    ours = imported.engine.translate(imported.texts, options)
+    every sentence (the first 40 with a length penalty), scores (sums of log-probabilities) within SCORE_TOLERANCE per
+    token. Our beam takes the 2 * beam best candidates, ends a hypothesis on EOS among the first beam of them and stops
+    a sentence once beam hypotheses ended: generate with early_stopping=True. An imported bundle ranks by generate's
+    length penalty n ** a (its manifest's decoding.length_penalty_form "hf"), not GNMT's ((5 + n) / 6) ** a."""
+    assert imported.engine.decoding["length_penalty_form"] == "hf"
+    options = TranslateOptions(beam_size=4, num_hypotheses=4, length_penalty=alpha, max_length=MAX_LENGTH - 1)
+    texts = imported.texts if alpha == 0 else imported.texts[:40]
+    ours = imported.engine.translate(texts, options)
     pad, eos = imported.hf.config.pad_token_id, imported.hf.config.eos_token_id
     ended = 0
-    for text, translation in zip(imported.texts, ours, strict=True):
+    for text, translation in zip(texts, ours, strict=True):
         inputs = imported.tokenizer([text], return_tensors="pt")
         with torch.no_grad():
             out = imported.hf.generate(
                 **inputs,
                 num_beams=4,
                 num_return_sequences=4,
-                length_penalty=0.0,
+                length_penalty=alpha,
                 early_stopping=True,
                 max_length=MAX_LENGTH,
                 forced_eos_token_id=None,
                 output_scores=True,
                 return_dict_in_generate=True,
             )
-        theirs = []
+        theirs, lengths = [], []
         for sequence in out.sequences.tolist():
             generated = [t for t in sequence[1:] if t != pad]  # shorter hypotheses are padded
             ended += generated[-1:] == [eos]
             theirs.append(generated[:-1] if generated[-1:] == [eos] else generated)
+            lengths.append(len(generated))  # EOS counted, as both penalties count it
         assert [imported.marian(ids) for _, _, ids in translation.hypotheses] == theirs, text
-        for (_, score, ids), reference in zip(translation.hypotheses, out.sequences_scores.tolist(), strict=True):
-            assert score == pytest.approx(reference, abs=SCORE_TOLERANCE * (len(ids) + 1)), text
+        for (_, score, ids), reference, n in zip(
+            translation.hypotheses, out.sequences_scores.tolist(), lengths, strict=True
+        ):  # generate's sequence score is divided by n ** alpha; ours is the sum
+            assert score == pytest.approx(reference * n**alpha, abs=SCORE_TOLERANCE * (len(ids) + 1) * n**alpha), text
     assert 0 < ended < 4 * len(ours), f"{ended} hypotheses ended with EOS: the test needs both kinds"
 
 
@@ -278,3 +284,68 @@ def test_pytorch_weights_file_imports_as_safetensors_does(tmp_path):
     assert list(from_bin) == list(from_safetensors)
     for name, tensor in from_bin.items():
         assert torch.equal(tensor, from_safetensors[name]), name
+
+
+def test_the_checkpoints_num_beams_and_max_length_are_the_bundles_defaults(imported):
+    """generate's defaults come from the checkpoint (num_beams 4, max_length 40 here): a request that leaves beam and
+    length out gets them too, so it decodes as generate does without arguments (length_penalty 0: see above)."""
+    manifest = load_bundle(imported.bundle).manifest
+    assert manifest["decoding"]["beam_size"] == 4 and manifest["decoding"]["max_length"] == MAX_LENGTH - 1
+    resolved = imported.engine.resolved(TranslateOptions(beam_size=None, length_penalty=0.0))
+    assert (resolved.beam_size, resolved.max_length) == (4, MAX_LENGTH - 1)
+    assert imported.engine.resolved(TranslateOptions(beam_size=None, num_hypotheses=6)).beam_size == 6
+    texts = imported.texts[:20]
+    ours = imported.engine.translate(texts, TranslateOptions(beam_size=None, length_penalty=0.0))
+    for text, translation in zip(texts, ours, strict=True):
+        inputs = imported.tokenizer([text], return_tensors="pt")
+        with torch.no_grad():  # no num_beams, no max_length: the checkpoint's
+            sequence = imported.hf.generate(**inputs, length_penalty=0.0, early_stopping=True, forced_eos_token_id=None)
+        generated = [t for t in sequence[0].tolist()[1:] if t != imported.hf.config.pad_token_id]
+        if generated[-1:] == [imported.hf.config.eos_token_id]:
+            generated = generated[:-1]
+        assert imported.marian(translation.token_ids) == generated, text
+
+
+def _generated_beams(imported: Imported, text: str, alpha: float) -> list[list[int]]:
+    """generate's four beam hypotheses (Marian ids, EOS left out), best first."""
+    inputs = imported.tokenizer([text], return_tensors="pt")
+    with torch.no_grad():
+        sequences = imported.hf.generate(
+            **inputs,
+            num_beams=4,
+            num_return_sequences=4,
+            length_penalty=alpha,
+            early_stopping=True,
+            max_length=MAX_LENGTH,
+            forced_eos_token_id=None,
+        ).tolist()
+    pad, eos = imported.hf.config.pad_token_id, imported.hf.config.eos_token_id
+    out = [[t for t in sequence[1:] if t != pad] for sequence in sequences]
+    return [ids[:-1] if ids[-1:] == [eos] else ids for ids in out]
+
+
+def test_every_search_path_ranks_by_generates_penalty(imported):
+    """Length penalty 1.0 through each search that ranks finished hypotheses: the search loop graph (a lone sentence),
+    the step-by-step numpy beam (a batch, the loop off) and the live decode (continuous batching): generate's
+    hypotheses in generate's order on each."""
+    from service.engine.live import LiveBatch, supports_live
+
+    options = TranslateOptions(beam_size=4, num_hypotheses=4, length_penalty=1.0, max_length=MAX_LENGTH - 1)
+    texts = imported.texts[:12]
+    theirs = [_generated_beams(imported, text, 1.0) for text in texts]
+    engine = imported.engine
+    assert engine.search_loop is not None  # the imported bundle has the loop graph: a lone sentence runs in it
+    paths = {
+        "search loop": [engine.translate([text], options)[0] for text in texts],
+        "numpy beam": Engine(load_bundle(imported.bundle), variant="fp32", search_loop=False).translate(texts, options),
+    }
+    assert supports_live(engine)
+    live, results = LiveBatch(engine), {}
+    done, _ = live.add([(i, engine.source_ids([text])[0], options, False) for i, text in enumerate(texts)])
+    results.update(done)
+    while len(live):
+        results.update(live.step().finished)
+    paths["live"] = [results[i] for i in range(len(texts))]
+    for name, translations in paths.items():
+        for text, translation, want in zip(texts, translations, theirs, strict=True):
+            assert [imported.marian(ids) for _, _, ids in translation.hypotheses] == want, (name, text)

@@ -108,3 +108,27 @@ def test_deepl_api_serves_it(served):
     )
     assert deepl.status_code == 200, deepl.text
     assert [t["text"] for t in deepl.json()["translations"]] == [t["text"] for t in v1["translations"]]
+
+
+def test_a_request_without_beam_and_length_gets_the_checkpoints(served):
+    # the checkpoint's generation config: num_beams 4, max_length 40 (39 generated tokens); the model trained here
+    # names none, and a request without beam_size still gets /v1's 4 there
+    url, _, _ = served
+    models = {m["name"]: m for m in httpx.get(f"{url}/v1/models").json()["models"]}
+    assert models["marian"]["decoding"] == {
+        "no_repeat_ngram_size": 0,
+        "beam_size": 4,
+        "max_length": 39,
+        "length_penalty_form": "hf",
+    }
+    assert "beam_size" not in models["de-en"]["decoding"]
+
+    def tokens(model: str, **options) -> list[list[str]]:
+        body = {"texts": TEXTS, "model": model, "split_sentences": False, **options}
+        answer = httpx.post(f"{url}/v1/translate", json=body, timeout=60)
+        assert answer.status_code == 200, answer.text
+        return [t["target_tokens"] for t in answer.json()["translations"]]
+
+    assert tokens("marian") == tokens("marian", beam_size=4, max_length=39)
+    assert tokens("marian", num_hypotheses=2) == tokens("marian", beam_size=4, max_length=39, num_hypotheses=2)
+    assert tokens("de-en") == tokens("de-en", beam_size=4)
