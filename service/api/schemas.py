@@ -183,10 +183,8 @@ def request_models(limits: LimitSettings) -> RequestModels:
             "serving (source_language, target_language) when `model` is absent",
         )
         target_language: str | None = Field(None, pattern="^[a-z]{2}$", description="ISO 639-1 code to translate into")
-        beam_size: Int | None = Field(
+        beam_size: Annotated[int, Field(ge=1, le=limits.max_beam_size), BeforeValidator(_integral)] | None = Field(
             None,
-            ge=1,
-            le=limits.max_beam_size,
             description="absent: the model's default (`decoding` in GET /v1/models: an imported checkpoint's "
             "num_beams), else 4; at least num_hypotheses",
         )

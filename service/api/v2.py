@@ -67,32 +67,35 @@ def _integral(value: object) -> object:
 
 
 def request_models(limits: LimitSettings) -> tuple[type[BaseModel], type[BaseModel]]:
-    Int = Annotated[int, BeforeValidator(_integral), Field(strict=True)]
+    def bounded(ge: int, le: int | None = None):
+        """An integer within bounds that /openapi.json states (minimum, maximum): the bounds come before the
+        validator, where pydantic can put them on the integer's own schema."""
+        return Annotated[int, Field(ge=ge, le=le), BeforeValidator(_integral), Field(strict=True)]
 
     class Parameters(BaseModel):
         model_config = ConfigDict(extra="allow", strict=True)  # clients send their own (Triton: priority, ...)
         __pydantic_extra__: dict[str, Scalar] = Field(init=False)  # the protocol's parameters are scalars
-        beam_size: Int | None = Field(None, ge=1, le=limits.max_beam_size, description="absent: the model's default")
-        max_length: Int | None = Field(None, ge=1, le=limits.max_length_cap, description="generated tokens per text")
+        beam_size: bounded(1, limits.max_beam_size) | None = Field(None, description="absent: the model's default")
+        max_length: bounded(1, limits.max_length_cap) | None = Field(None, description="generated tokens per text")
         length_penalty: float = Field(0.6, ge=0.0, le=5.0)
         split_sentences: bool = True
         format: Literal["text", "html"] = "text"
         pooling: Literal["mean", "max"] = "mean"
         normalize: bool = True
         binary_data_output: bool = False
-        timeout: Int | None = Field(None, ge=1, le=3_600_000_000, description="deadline in microseconds (Triton)")
+        timeout: bounded(1, 3_600_000_000) | None = Field(None, description="deadline in microseconds (Triton)")
 
     class TensorParameters(BaseModel):
         model_config = ConfigDict(extra="allow", strict=True)
         __pydantic_extra__: dict[str, Scalar] = Field(init=False)
-        binary_data_size: Int | None = Field(None, ge=0)
+        binary_data_size: bounded(0) | None = None
         binary_data: bool | None = None
 
     class InputTensor(BaseModel):
         model_config = ConfigDict(extra="forbid", strict=True)
         name: Literal["TEXT"]
         # any rank the protocol allows (its element count is the number of texts); 8 dimensions bound the work
-        shape: list[Annotated[Int, Field(ge=0)]] = Field(min_length=1, max_length=8)
+        shape: list[bounded(0)] = Field(min_length=1, max_length=8)
         datatype: Literal["BYTES"]
         parameters: TensorParameters | None = None
         data: list[str | list[Any]] | None = Field(None, description="strings, row-major (flat, or nested by shape)")
