@@ -10,6 +10,9 @@ import schemathesis
 def _timeout_asked(case) -> float | None:
     body = case.body if isinstance(case.body, dict) else {}
     asked = [body.get("timeout_s")]
+    parameters = body.get("parameters")
+    if isinstance(parameters, dict) and isinstance(parameters.get("timeout"), int | float):
+        asked.append(parameters["timeout"] / 1e6)  # the Open Inference Protocol's deadline, in microseconds
     for name, value in (case.headers or {}).items():
         if name.lower() == "x-request-timeout":
             asked.append(value)
