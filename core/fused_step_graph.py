@@ -27,7 +27,18 @@ from core.graphs import (
     step_interface,
     step_output_names,
 )
-from core.onnx_wire import Node, Tensor, attribute, fields, initializers, nodes, raw_fields, string, varint
+from core.onnx_wire import (
+    Node,
+    Tensor,
+    attribute,
+    encode_varint,
+    fields,
+    initializers,
+    nodes,
+    raw_fields,
+    string,
+    varint,
+)
 from core.tokenizer import EOS_ID
 
 DOMAIN = "mtserve.fused"
@@ -70,24 +81,11 @@ def _tensor_bytes(tensor: Tensor, folder: Path) -> bytes:
 
 
 def _key(number: int, wire: int) -> bytes:
-    return _encode_varint(number << 3 | wire)
-
-
-def _encode_varint(value: int) -> bytes:
-    value &= (1 << 64) - 1
-    out = bytearray()
-    while True:
-        byte = value & 0x7F
-        value >>= 7
-        if value:
-            out.append(byte | 0x80)
-        else:
-            out.append(byte)
-            return bytes(out)
+    return encode_varint(number << 3 | wire)
 
 
 def _length_delimited(number: int, payload: bytes) -> bytes:
-    return _key(number, 2) + _encode_varint(len(payload)) + payload
+    return _key(number, 2) + encode_varint(len(payload)) + payload
 
 
 def _node_bytes(op_type: str, inputs: list[str], outputs: list[str], domain: str = "", **attributes) -> bytes:
@@ -99,9 +97,9 @@ def _node_bytes(op_type: str, inputs: list[str], outputs: list[str], domain: str
     for name, value in attributes.items():
         attr = _length_delimited(1, name.encode())
         if isinstance(value, float):
-            attr += _key(2, 5) + struct.pack("<f", value) + _key(20, 0) + _encode_varint(1)  # FLOAT
+            attr += _key(2, 5) + struct.pack("<f", value) + _key(20, 0) + encode_varint(1)  # FLOAT
         else:
-            attr += _key(3, 0) + _encode_varint(int(value)) + _key(20, 0) + _encode_varint(2)  # INT
+            attr += _key(3, 0) + encode_varint(int(value)) + _key(20, 0) + encode_varint(2)  # INT
         body += _length_delimited(5, attr)
     return _length_delimited(1, body)
 
@@ -112,7 +110,7 @@ def _node_bytes(op_type: str, inputs: list[str], outputs: list[str], domain: str
 def _empty_ids(name: str) -> bytes:
     """An initializer (graph field 5): an empty int64 vector (TensorProto dims 1, data_type 2 = 7, name 8)."""
     return _length_delimited(
-        5, _key(1, 0) + _encode_varint(0) + _key(2, 0) + _encode_varint(7) + _length_delimited(8, name.encode())
+        5, _key(1, 0) + encode_varint(0) + _key(2, 0) + encode_varint(7) + _length_delimited(8, name.encode())
     )
 
 
@@ -120,7 +118,7 @@ def _int64_value(name: str, dim: str | None) -> bytes:
     """A ValueInfoProto: ``name``, an int64 tensor of shape (dim,), or a scalar for None (type 2: tensor_type 1:
     elem_type 1 = 7, shape 2: dim 1: dim_param 2)."""
     shape = _length_delimited(1, _length_delimited(2, dim.encode())) if dim else b""
-    tensor_type = _key(1, 0) + _encode_varint(7) + _length_delimited(2, shape)
+    tensor_type = _key(1, 0) + encode_varint(7) + _length_delimited(2, shape)
     return _length_delimited(1, name.encode()) + _length_delimited(2, _length_delimited(1, tensor_type))
 
 
@@ -287,7 +285,7 @@ def _with_graph(model: bytes, graph: bytes) -> bytes:
     out = b"".join(
         _length_delimited(7, graph) if number == 7 else field_bytes for number, field_bytes in raw_fields(model)
     )
-    out += _length_delimited(8, _length_delimited(1, DOMAIN.encode()) + _key(2, 0) + _encode_varint(1))
+    out += _length_delimited(8, _length_delimited(1, DOMAIN.encode()) + _key(2, 0) + encode_varint(1))
     return out + _length_delimited(14, _length_delimited(1, FUSED_STEP_KEY.encode()) + _length_delimited(2, b"1"))
 
 

@@ -48,6 +48,20 @@ def varint(buf: bytes, i: int) -> tuple[int, int]:
         shift += 7
 
 
+def encode_varint(value: int) -> bytes:
+    """``value`` as a protobuf varint (``varint``'s inverse; a negative int64 as its 64-bit two's complement)."""
+    value &= (1 << 64) - 1
+    out = bytearray()
+    while True:
+        byte = value & 0x7F
+        value >>= 7
+        if value:
+            out.append(byte | 0x80)
+        else:
+            out.append(byte)
+            return bytes(out)
+
+
 def _scan(buf: bytes) -> Iterator[tuple[int, int, int | bytes]]:
     """(field number, start of the field's encoding, value) of one message: an int for varints, the bytes otherwise."""
     i, end = 0, len(buf)

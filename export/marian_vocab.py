@@ -32,7 +32,7 @@ from dataclasses import dataclass
 
 import sentencepiece as spm
 
-from core.onnx_wire import fields, raw_fields
+from core.onnx_wire import encode_varint, fields, raw_fields
 from core.tokenizer import BOS_ID, EOS_ID, PAD_ID, UNK_ID
 
 # sentencepiece_model.proto: ModelProto.pieces (1), .trainer_spec (2), .normalizer_spec (3), .self_test_data (4),
@@ -115,24 +115,12 @@ def vocab_map(vocab: dict[str, int], spm_pieces: list[SourcePiece], eos: int, pa
     return VocabMap(marian_ids, pieces, excluded)
 
 
-def _varint(value: int) -> bytes:
-    out = bytearray()
-    while True:
-        byte = value & 0x7F
-        value >>= 7
-        if value:
-            out.append(byte | 0x80)
-        else:
-            out.append(byte)
-            return bytes(out)
-
-
 def _field(number: int, value: int | bytes | float) -> bytes:
     if isinstance(value, bytes):
-        return _varint(number << 3 | 2) + _varint(len(value)) + value
+        return encode_varint(number << 3 | 2) + encode_varint(len(value)) + value
     if isinstance(value, float):
-        return _varint(number << 3 | 5) + struct.pack("<f", value)
-    return _varint(number << 3) + _varint(value)
+        return encode_varint(number << 3 | 5) + struct.pack("<f", value)
+    return encode_varint(number << 3) + encode_varint(value)
 
 
 def merged_sentencepiece(side_proto: bytes, vmap: VocabMap) -> bytes:
