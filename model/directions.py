@@ -31,13 +31,25 @@ def split_tag(text: str) -> tuple[str | None, str]:
 
 def direction_of_line(source: str) -> str | None:
     """The direction of a tagged source line (``<2en> 你好`` -> ``zh-en``, ``<2de> Hello`` -> ``en-de``); None when it
-    has no tag. Into English the source language is told by its script: Chinese, else German."""
+    has no tag. Chinese is told by its script; into Chinese, German from English by lingua (the likelier of the two)."""
     target, text = split_tag(source)
     if target is None:
         return None
-    if target != "en":
-        return f"en-{target}"
-    return f"{'zh' if _cjk_share(text) >= 0.3 else 'de'}-en"
+    if _cjk_share(text) >= 0.3:
+        return f"zh-{target}"
+    if target == "de":
+        return "en-de"
+    if target == "en":
+        return "de-en"
+    return f"{'de' if _likelier_german(text) else 'en'}-{target}"
+
+
+def _likelier_german(text: str) -> bool:
+    from lingua import Language
+
+    return _detector().compute_language_confidence(text, Language.GERMAN) > _detector().compute_language_confidence(
+        text, Language.ENGLISH
+    )
 
 
 def bleu_tokenizer(direction: str | None) -> str | None:

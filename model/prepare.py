@@ -38,13 +38,24 @@ from model.augment import all_caps, with_placeholders
 from model.corpus_split import read_tatoeba, split_of
 from model.data import read_lines, read_parallel
 from model.directions import held_key, tagged, wrong_language
-from model.readers import direction_of, read_freedict, read_hyp, read_wiki, read_wmt, wmt_stems
+from model.readers import (
+    direction_of,
+    read_bridge_tatoeba,
+    read_bridge_wmt,
+    read_freedict,
+    read_hyp,
+    read_wiki,
+    read_wmt,
+    wmt_stems,
+)
 
 TARGET = "en"
 SPLITS = ("train", "val", "test")
-READERS = ("parallel", "tatoeba", "cedict", "wiki", "wmt", "hyp", "freedict")
+READERS = ("parallel", "tatoeba", "cedict", "wiki", "wmt", "hyp", "freedict", "bridge-tatoeba", "bridge-wmt")
 # target chars / source chars, 0.1% - 99.9% of the clean corpora (Multi30k, Tatoeba, TICO-19) widened a little
 RATIO_BANDS = {"de": (0.4, 2.5), "zh": (0.9, 12.0)}
+# Chinese chars / German chars of the Tatoeba German-Chinese bridge (0.1%: 0.11, 99.9%: 0.62), widened a little
+PAIR_RATIO_BANDS = {"de-zh": (0.1, 0.8)}
 RATIO_MIN_CHARS = 16  # shorter pairs ("Hi." / "Hallo!") are not ratio-checked
 COPY_MIN_CHARS = 16
 
@@ -53,8 +64,10 @@ COPY_MIN_CHARS = 16
 class CorpusSpec:
     name: str
     source: str
-    reader: str  # parallel | tatoeba | cedict
+    reader: str  # one of READERS
     path: str
+    target: str = TARGET  # the other side of its pairs: English, or Chinese for a German-Chinese bridge
+    other: str = ""  # bridge-tatoeba: the second Tatoeba file (the first is ``path``)
     weight: float = 1.0
     files: list[str] | str = "*"  # parallel: file stems of the training split ("*": every stem not val/test)
     val: list[str] = field(default_factory=list)  # parallel: stems that are the validation split
@@ -72,7 +85,7 @@ class CorpusSpec:
             raise ValueError(f"corpus {spec.name}: unknown reader {spec.reader!r}; choose from {READERS}")
         if spec.weight < 0:
             raise ValueError(f"corpus {spec.name}: weight must be >= 0")
-        both = [f"{spec.source}-en", f"en-{spec.source}"]
+        both = [f"{spec.source}-{spec.target}", f"{spec.target}-{spec.source}"]
         if not set(spec.directions) <= set(both):
             raise ValueError(f"corpus {spec.name}: directions must be among {both}, got {spec.directions}")
         spec.directions = spec.directions or both
@@ -131,6 +144,15 @@ def read_corpus(spec: CorpusSpec, root: Path) -> dict[str, Pairs]:
     path = root / spec.path
     if spec.reader == "tatoeba":
         return _hash_split([(p.other, p.english) for p in read_tatoeba(path)], spec.held_out)
+    if spec.reader == "bridge-tatoeba":  # split by the English sentence the two translations share
+        triples = read_bridge_tatoeba(path, root / spec.other)
+        fraction = spec.held_out / max(len(triples), 1)
+        out: dict[str, Pairs] = {s: [] for s in SPLITS}
+        for a, b, english in triples:
+            out[split_of(english, fraction, fraction)].append((a, b))
+        return out
+    if spec.reader == "bridge-wmt":
+        return {"train": [(a, b) for a, b, _ in read_bridge_wmt(path, spec.source, spec.target)]}
     if spec.reader == "cedict":
         return {"train": _capped(read_cedict(path), spec)}
     if spec.reader == "freedict":  # files: "sentences" (its example sentences), "words" (the rest), or "*" (all)
@@ -218,40 +240,42 @@ def read_cedict(path: Path) -> Pairs:
 # --- 3-4: normalising and filtering --------------------------------------------------------------------
 
 
-def _outside_band(src: str, tgt: str, source: str) -> bool:
+def _outside_band(src: str, tgt: str, source: str, target: str = TARGET) -> bool:
     if max(len(src), len(tgt)) < RATIO_MIN_CHARS:
         return False
-    low, high = RATIO_BANDS.get(source, (0.4, 2.5))
+    band = RATIO_BANDS.get(source) if target == TARGET else PAIR_RATIO_BANDS.get(f"{source}-{target}")
+    low, high = band or (0.4, 2.5)
     return not low <= len(tgt) / max(len(src), 1) <= high
 
 
-def clean(pairs: Pairs, source: str, recipe: Recipe, counts: Counter) -> Pairs:
+def clean(pairs: Pairs, source: str, recipe: Recipe, counts: Counter, target: str = TARGET) -> Pairs:
     """Normalised pairs that pass the filters; ``counts`` gets one entry per reason a pair was dropped."""
     kept: Pairs = []
     for raw_src, raw_tgt in pairs:
         src = normalize_for(raw_src, source, recipe.simplify_chinese)
-        tgt = normalize_for(raw_tgt, TARGET)
+        tgt = normalize_for(raw_tgt, target, recipe.simplify_chinese)
         if not src or not tgt:
             counts["empty"] += 1
         elif len(src) > recipe.max_chars or len(tgt) > recipe.max_chars:
             counts["too_long"] += 1
         elif src == tgt and len(src) >= COPY_MIN_CHARS:
             counts["copy"] += 1
-        elif _outside_band(src, tgt, source):
+        elif _outside_band(src, tgt, source, target):
             counts["ratio"] += 1
         else:
             kept.append((src, tgt))
     if recipe.language_id and kept:
         wrong_src = wrong_language([s for s, _ in kept], source)
-        wrong_tgt = wrong_language([t for _, t in kept], TARGET)
+        wrong_tgt = wrong_language([t for _, t in kept], target)
         counts["language"] += sum(a or b for a, b in zip(wrong_src, wrong_tgt, strict=True))
         kept = [p for p, a, b in zip(kept, wrong_src, wrong_tgt, strict=True) if not (a or b)]
     return kept
 
 
-def normalized(pairs: Pairs, source: str, recipe: Recipe) -> Pairs:
+def normalized(pairs: Pairs, source: str, recipe: Recipe, target: str = TARGET) -> Pairs:
     """Validation and test pairs: normalised, never filtered (an evaluation set stays whole)."""
-    return [(normalize_for(s, source, recipe.simplify_chinese), normalize_for(t, TARGET)) for s, t in pairs]
+    return [(normalize_for(s, source, recipe.simplify_chinese), normalize_for(t, target, recipe.simplify_chinese))
+            for s, t in pairs]  # fmt: skip
 
 
 # --- 5-6: de-duplication and the mix -------------------------------------------------------------------
@@ -284,9 +308,9 @@ def prepare(recipe: Recipe, root: str | Path, out: str | Path) -> dict[str, Any]
         splits = read_corpus(spec, root)
         read_counts = {s: len(p) for s, p in splits.items()}
         cleaned[spec.name] = {
-            split: clean(pairs, spec.source, recipe, dropped)
+            split: clean(pairs, spec.source, recipe, dropped, spec.target)
             if split == "train"
-            else normalized(pairs, spec.source, recipe)
+            else normalized(pairs, spec.source, recipe, spec.target)
             for split, pairs in splits.items()
         }
         report[spec.name] = {"source": spec.source, "weight": spec.weight, "read": read_counts, "dropped": dropped}
@@ -296,7 +320,11 @@ def prepare(recipe: Recipe, root: str | Path, out: str | Path) -> dict[str, Any]
     key = held_key if recipe.near_duplicates else (lambda text: text)
     held = {key(text) for c in cleaned.values() for split in ("val", "test") for pair in c.get(split, [])
             for text in pair if len(text) >= 20} - {""}  # fmt: skip
+    # and exactly, whatever their length: held-out sources, and both sides of held-out pairs without English (a
+    # German-Chinese test pair's Chinese is not seen as any pair's target)
     held_src = {s for c in cleaned.values() for split in ("val", "test") for s, _ in c.get(split, [])}
+    held_src |= {t for spec in recipe.corpora if spec.target != TARGET for split in ("val", "test")
+                 for _, t in cleaned[spec.name].get(split, [])}  # fmt: skip
     seen: set[tuple[str, str]] = set()
     mixed: Pairs = []
     valid: Pairs = []
@@ -304,7 +332,7 @@ def prepare(recipe: Recipe, root: str | Path, out: str | Path) -> dict[str, Any]
         counts = report[spec.name]
         train: Pairs = []
         for pair in cleaned[spec.name]["train"]:
-            if pair[0] in held_src or key(pair[0]) in held or key(pair[1]) in held:
+            if pair[0] in held_src or pair[1] in held_src or key(pair[0]) in held or key(pair[1]) in held:
                 counts["dropped"]["in_val_or_test"] += 1
             elif pair in seen:
                 counts["dropped"]["duplicate"] += 1
@@ -314,7 +342,7 @@ def prepare(recipe: Recipe, root: str | Path, out: str | Path) -> dict[str, Any]
         cleaned[spec.name]["train"] = train
         for split, pairs in cleaned[spec.name].items():
             if pairs:
-                _write(out, f"{spec.name}.{split}", spec.source, pairs)
+                _write(out, f"{spec.name}.{split}", spec.source, pairs, spec.target)
         counts["kept"] = {s: len(p) for s, p in cleaned[spec.name].items() if p or s == "train"}
         counts["dropped"] = dict(sorted(counts["dropped"].items()))
         val_sample = _spread_sample(cleaned[spec.name].get("val", []), recipe.valid_sample)
@@ -328,7 +356,7 @@ def prepare(recipe: Recipe, root: str | Path, out: str | Path) -> dict[str, Any]
         counts["in_mix"], counts["target_words_in_mix"] = {}, {}
         for direction in [d for d in spec.directions if d in recipe.directions]:
             weight = spec.weight * recipe.direction_weights.get(direction, 1.0)
-            pairs = _oriented(train, direction)
+            pairs = _oriented(train, direction, spec.source)
             in_mix = _weighted(pairs, weight, f"{recipe.seed}:{spec.name}:{direction}:")
             extra = augmented(pairs, direction, recipe.augment, f"{recipe.seed}:{spec.name}:{direction}:")
             counts.setdefault("augmented", {})[direction] = {kind: len(v) for kind, v in extra.items()}
@@ -336,7 +364,7 @@ def prepare(recipe: Recipe, root: str | Path, out: str | Path) -> dict[str, Any]
             counts["in_mix"][direction] = len(in_mix)
             counts["target_words_in_mix"][direction] = sum(len(t.split()) for _, t in in_mix)
             mixed.extend((tagged(src, direction), tgt) for src, tgt in in_mix)
-            valid.extend((tagged(src, direction), tgt) for src, tgt in _oriented(val_sample, direction))
+            valid.extend((tagged(src, direction), tgt) for src, tgt in _oriented(val_sample, direction, spec.source))
     random.Random(recipe.seed).shuffle(mixed)
     _write(out, "train", recipe.mixed_suffix, mixed, recipe.mixed_target)
     _write(out, "val", recipe.mixed_suffix, valid, recipe.mixed_target)
@@ -388,9 +416,10 @@ def augmented(pairs: Pairs, direction: str, shares: dict[str, float], seed: str)
 AUGMENTATIONS = {"placeholders": with_placeholders, "all_caps": lambda s, t, _a, _b: all_caps(s, t)}
 
 
-def _oriented(pairs: Pairs, direction: str) -> Pairs:
-    """(foreign, English) pairs as (source, target) of ``direction`` (``de-en`` as they are, ``en-de`` swapped)."""
-    return list(pairs) if direction.endswith("-en") else [(e, f) for f, e in pairs]
+def _oriented(pairs: Pairs, direction: str, source: str) -> Pairs:
+    """A corpus's (source, target) pairs as (source, target) of ``direction``: as they are when ``direction`` starts
+    with the corpus's source language (``de-en`` of a German corpus), else swapped (``en-de``)."""
+    return list(pairs) if direction.startswith(f"{source}-") else [(t, s) for s, t in pairs]
 
 
 def _write(out: Path, prefix: str, source: str, pairs: Pairs, target: str = TARGET) -> None:

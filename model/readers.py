@@ -9,6 +9,9 @@ Every reader returns pairs as (foreign text, English text), whatever the corpus'
   per reference; which sets are validation or test is the recipe's (stems ``<set>.<pair>``);
 - ``hyp``: research systems' outputs of those sets, ``<set>.<pair>.hyp.<system>.<l>``, paired with the set's
   source read from the ``wmt`` folder: synthetic targets (sequence-level distillation), one pair per system;
+- ``bridge-tatoeba`` / ``bridge-wmt``: pairs between two foreign languages (German-Chinese) joined through the
+  same English sentence: two Tatoeba files' translations of one English sentence, or two WMT sets' references of one
+  English source (newstest2021 en-de and en-zh translate the same 1,002 English sentences); every combination;
 - ``freedict``: the FreeDict German-English dictionary as Debian's ``dict-freedict-deu-eng`` installs it (dictd
   format: ``freedict-deu-eng.index`` beside ``freedict-deu-eng.dict.dz``): each headword (a word, a phrase or an
   example sentence) with its first translation, entries in dictionary notation (etw., jdm., sth., sb.) skipped.
@@ -20,6 +23,7 @@ import gzip
 import re
 from pathlib import Path
 
+from model.corpus_split import read_tatoeba
 from model.data import read_lines
 
 Pairs = list[tuple[str, str]]
@@ -83,6 +87,34 @@ def read_hyp(path: Path, sources: Path, language: str, exclude: set[str]) -> dic
             pairs.extend(_oriented(stem, language, source, read_lines(hyp)))
         out[stem] = pairs
     return out
+
+
+def read_bridge_tatoeba(path: Path, other: Path) -> list[tuple[str, str, str]]:
+    """(first file's translation, second file's translation, English) for each English sentence both translate."""
+    others: dict[str, list[str]] = {}
+    for pair in read_tatoeba(other):
+        others.setdefault(pair.english, []).append(pair.other)
+    return [(p.other, o, p.english) for p in read_tatoeba(path) for o in others.get(p.english, [])]
+
+
+def read_bridge_wmt(path: Path, first: str, second: str) -> list[tuple[str, str, str]]:
+    """(``first`` reference, ``second`` reference, English source) for the English sources that two sets of one
+    year, ``<set>.en-<first>`` and ``<set>.en-<second>``, both translate, every reference of each."""
+    triples: list[tuple[str, str, str]] = []
+    for stem in wmt_stems(path, first):
+        test_set, pair = stem.rsplit(".", 1)
+        twin = f"{test_set}.en-{second}"
+        if pair != f"en-{first}" or not (path / f"{twin}.src.en").exists():
+            continue
+        refs = {}
+        for name, lang in ((stem, first), (twin, second)):
+            source = read_lines(path / f"{name}.src.en")
+            for ref in sorted(path.glob(f"{name}.ref.*.{lang}")):
+                for english, text in zip(source, read_lines(ref), strict=True):
+                    refs.setdefault(english, {}).setdefault(lang, []).append(text)
+        for english, by_lang in refs.items():
+            triples += [(a, b, english) for a in by_lang.get(first, []) for b in by_lang.get(second, [])]
+    return triples
 
 
 def direction_of(stem: str) -> str:
