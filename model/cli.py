@@ -12,6 +12,7 @@ import torch
 from model.checkpoint import TOKENIZER_FILE, load_release
 from model.config import RunConfig
 from model.data import read_parallel, split_language
+from model.directions import tagged
 from model.evaluate import evaluate, score_line, translate, write_hypotheses
 from model.tokenizer import Tokenizer
 
@@ -50,16 +51,21 @@ def cmd_train(args: argparse.Namespace) -> int:
 def cmd_evaluate(args: argparse.Namespace) -> int:
     torch.set_num_threads(args.threads) if args.threads else None
     model, meta = load_release(args.model)
-    tokenizer = Tokenizer(Path(args.model) / TOKENIZER_FILE)
+    tokenizer = Tokenizer(_tokenizer_of(args.model))
     run = meta.get("run", {})
-    tgt_lang = run.get("target_lang", "en")
-    src_lang = split_language(args.data, args.split, args.source_lang or run.get("source_lang", "de"), tgt_lang)
+    if args.direction:  # a multilingual model: the split's files are named by language
+        src_lang, tgt_lang = args.direction.split("-")
+    else:
+        tgt_lang = run.get("target_lang", "en")
+        src_lang = split_language(args.data, args.split, args.source_lang or run.get("source_lang", "de"), tgt_lang)
     sources, references = read_parallel(args.data, args.split, src_lang, tgt_lang)
     if args.limit:
         sources, references = sources[: args.limit], references[: args.limit]
     results = {}
     for beam in args.beam:
-        result, hyps = evaluate(model, tokenizer, sources, references, beam, args.length_penalty, progress=True)
+        result, hyps = evaluate(
+            model, tokenizer, sources, references, beam, args.length_penalty, True, args.direction, args.pivot
+        )
         results[f"beam{beam}"] = result
         print(score_line(f"{args.split} beam={beam}", result), file=sys.stderr)
         if args.hypotheses:
@@ -72,10 +78,18 @@ def cmd_evaluate(args: argparse.Namespace) -> int:
     return 0
 
 
+def _tokenizer_of(model_dir: str) -> Path:
+    """A release's tokenizer, or its run's (a run's ``best/`` and ``averaged/`` folders hold only the weights)."""
+    path = Path(model_dir) / TOKENIZER_FILE
+    return path if path.exists() else Path(model_dir).parent / TOKENIZER_FILE
+
+
 def cmd_translate(args: argparse.Namespace) -> int:
     model, _ = load_release(args.model)
-    tokenizer = Tokenizer(Path(args.model) / TOKENIZER_FILE)
+    tokenizer = Tokenizer(_tokenizer_of(args.model))
     texts = args.text or [line.rstrip("\n") for line in sys.stdin]
+    if args.direction:
+        texts = [tagged(t, args.direction) for t in texts]
     for line in translate(model, tokenizer, texts, args.beam, args.length_penalty):
         print(line)
     return 0
@@ -160,12 +174,16 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument(
         "--source-lang", help="suffix of the split's source file (default: the model's, or the split's only one)"
     )
+    p.add_argument("--direction", help="a multilingual model's direction, e.g. de-zh: sources tagged <2zh>, files "
+                   "<split>.de / <split>.zh, BLEU with the target's tokenizer")  # fmt: skip
+    p.add_argument("--pivot", help="translate through this language (e.g. en), two legs, as a pivoting service does")
     p.set_defaults(func=cmd_evaluate)
 
     p = sub.add_parser("translate", help="translate text arguments or stdin lines")
     p.add_argument("--model", required=True)
     p.add_argument("--beam", type=int, default=4)
     p.add_argument("--length-penalty", type=float, default=0.6)
+    p.add_argument("--direction", help="a multilingual model's direction, e.g. en-de (the source gets its tag)")
     p.add_argument("text", nargs="*")
     p.set_defaults(func=cmd_translate)
 

@@ -12,6 +12,7 @@ from tqdm import tqdm
 
 from model.data import pad
 from model.decoding import beam_search, greedy_search
+from model.directions import bleu_tokenizer, tagged
 from model.tokenizer import EOS_ID, Tokenizer
 from model.transformer import Transformer
 
@@ -99,9 +100,27 @@ def evaluate(
     beam_size: int = 1,
     alpha: float = 0.6,
     progress: bool = False,
+    direction: str | None = None,
+    pivot: str | None = None,
 ) -> tuple[dict[str, object], list[str]]:
+    """Translate ``sources`` and score them. A multilingual model is told the ``direction`` (``de-zh``) by the target
+    tag; with ``pivot`` (``en``) it translates into the pivot language first and from there into the target, as a
+    service without the direct direction would."""
+    legs = [None] if direction is None else _legs(direction, pivot)
+    texts = list(sources)
     with torch.inference_mode():
-        hyps = translate(model, tokenizer, sources, beam_size, alpha, progress=progress)
-    result = bleu(hyps, references)
+        for leg in legs:
+            tagged_texts = texts if leg is None else [tagged(t, leg) for t in texts]
+            texts = translate(model, tokenizer, tagged_texts, beam_size, alpha, progress=progress)
+    result = bleu(texts, references, bleu_tokenizer(direction))
     result.update(beam_size=beam_size, length_penalty=alpha if beam_size > 1 else None)
-    return result, hyps
+    if direction is not None:
+        result.update(direction=direction, legs=legs)
+    return result, texts
+
+
+def _legs(direction: str, pivot: str | None) -> list[str]:
+    source, target = direction.split("-")
+    if pivot is None or pivot in (source, target):
+        return [direction]
+    return [f"{source}-{pivot}", f"{pivot}-{target}"]
