@@ -11,7 +11,7 @@ import torch
 
 from model.checkpoint import TOKENIZER_FILE, load_release
 from model.config import RunConfig
-from model.data import read_parallel, split_language
+from model.data import read_lines, read_parallel, split_language
 from model.directions import tagged
 from model.evaluate import evaluate, score_line, translate, write_hypotheses
 from model.tokenizer import Tokenizer
@@ -92,6 +92,18 @@ def cmd_translate(args: argparse.Namespace) -> int:
         texts = [tagged(t, args.direction) for t in texts]
     for line in translate(model, tokenizer, texts, args.beam, args.length_penalty):
         print(line)
+    return 0
+
+
+def cmd_backtranslate(args: argparse.Namespace) -> int:
+    from model.backtranslate import backtranslate
+
+    torch.set_num_threads(args.threads) if args.threads else None
+    model, _ = load_release(args.model)
+    texts = read_lines(args.input)
+    texts = texts[: args.limit] if args.limit else texts
+    counts = backtranslate(model, Tokenizer(_tokenizer_of(args.model)), texts, args.direction, args.out, args.beam)
+    print(json.dumps(counts))
     return 0
 
 
@@ -186,6 +198,16 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--direction", help="a multilingual model's direction, e.g. en-de (the source gets its tag)")
     p.add_argument("text", nargs="*")
     p.set_defaults(func=cmd_translate)
+
+    p = sub.add_parser("backtranslate", help="synthetic sources for monolingual target text (tagged back-translation)")
+    p.add_argument("--model", required=True, help="a multilingual release (or a run's best/ folder)")
+    p.add_argument("--input", required=True, help="monolingual text, one sentence a line (e.g. news-en-mono/news.en)")
+    p.add_argument("--direction", required=True, help="the reverse direction to translate in, e.g. en-de")
+    p.add_argument("--out", required=True, help="folder for bt.<lang> files (appended to: a rerun continues)")
+    p.add_argument("--beam", type=int, default=1)
+    p.add_argument("--limit", type=int, default=0, help="only the first N lines (0 = all)")
+    p.add_argument("--threads", type=int, default=0)
+    p.set_defaults(func=cmd_backtranslate)
 
     p = sub.add_parser("split", help="deterministic train/val/test split of a Tatoeba pair file (hash of English)")
     p.add_argument("--input", required=True, help="Tatoeba file: English TAB other language [TAB attribution]")

@@ -77,6 +77,9 @@ class CorpusSpec:
     directions: list[str] = field(default_factory=list)
     sources: str = ""  # hyp: the folder of the sets' sources (the wmt corpus's path)
     cap: int = 0  # at most this many training pairs (a deterministic sample; dictionaries), 0 = all
+    # a symbol before the source text of the directions this corpus's source side is the source of: "<bt>" for
+    # back-translated (synthetic) sources, so the model tells them from real ones (Caswell et al. 2019)
+    source_tag: str = ""
 
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> CorpusSpec:
@@ -363,7 +366,8 @@ def prepare(recipe: Recipe, root: str | Path, out: str | Path) -> dict[str, Any]
             in_mix += [pair for copies in extra.values() for pair in copies]
             counts["in_mix"][direction] = len(in_mix)
             counts["target_words_in_mix"][direction] = sum(len(t.split()) for _, t in in_mix)
-            mixed.extend((tagged(src, direction), tgt) for src, tgt in in_mix)
+            tag = f"{spec.source_tag} " if spec.source_tag and direction.startswith(f"{spec.source}-") else ""
+            mixed.extend((tagged(tag + src, direction), tgt) for src, tgt in in_mix)
             valid.extend((tagged(src, direction), tgt) for src, tgt in _oriented(val_sample, direction, spec.source))
     random.Random(recipe.seed).shuffle(mixed)
     _write(out, "train", recipe.mixed_suffix, mixed, recipe.mixed_target)

@@ -1,0 +1,49 @@
+"""Back-translation (model/backtranslate.py): tagged reverse-direction translation in chunks that a rerun continues,
+looping or empty outputs left out, and the recipe's ``source_tag`` marking synthetic sources in the mix."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import model.backtranslate as bt_module
+from model.backtranslate import backtranslate
+from model.cli import main as cli_main
+from model.data import read_lines
+
+
+def _fake(calls: list[list[str]]):
+    def translate(model, tokenizer, texts, beam_size=1, **_):
+        calls.append(list(texts))
+        return ["" if "empty" in t else f"DE {t.split(' ', 1)[1]}" for t in texts]
+
+    return translate
+
+
+def test_chunks_are_appended_and_a_rerun_continues(tmp_path: Path, monkeypatch) -> None:
+    calls: list[list[str]] = []
+    monkeypatch.setattr(bt_module, "translate", _fake(calls))
+    monkeypatch.setattr(bt_module, "CHUNK", 2)
+    texts = ["One  sentence.", "Two.", "an empty one", "Four."]
+    first = backtranslate(None, None, texts[:3], "en-de", tmp_path, progress=False)
+    assert calls == [["<2de> One sentence.", "<2de> Two."], ["<2de> an empty one"]]
+    assert first == {"read": 3, "kept": 2, "dropped_this_call": 1}
+    second = backtranslate(None, None, texts, "en-de", tmp_path, progress=False)
+    assert calls[-1] == ["<2de> Four."] and second["kept"] == 3
+    assert read_lines(tmp_path / "bt.de") == ["DE One sentence.", "DE Two.", "DE Four."]
+    assert read_lines(tmp_path / "bt.en") == ["One sentence.", "Two.", "Four."]
+
+
+def test_recipe_source_tag_marks_synthetic_sources_only(tmp_path: Path) -> None:
+    data = tmp_path / "data"
+    (data / "bt").mkdir(parents=True)
+    (data / "bt" / "bt.de").write_text("Ein künstlicher deutscher Satz.\n")
+    (data / "bt" / "bt.en").write_text("A real English sentence.\n")
+    recipe = {"name": "bt", "directions": ["de-en", "en-de"], "corpora": [
+        {"name": "news-bt", "source": "de", "reader": "parallel", "path": "bt", "directions": ["de-en"],
+         "source_tag": "<bt>"}]}  # fmt: skip
+    (tmp_path / "r.json").write_text(json.dumps(recipe))
+    out = tmp_path / "out"
+    assert cli_main(["prepare", "--recipe", str(tmp_path / "r.json"), "--data", str(data), "--out", str(out)]) == 0
+    assert read_lines(out / "train.src") == ["<2en> <bt> Ein künstlicher deutscher Satz."]
+    assert read_lines(out / "train.tgt") == ["A real English sentence."]
