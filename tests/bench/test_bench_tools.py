@@ -233,7 +233,8 @@ def test_server_profile_counts_cpu_per_thread_and_finds_the_engine_threads():
 
 def test_http_floors_answer_as_the_service_does_and_report_their_cpu(tmp_path):
     """bench/http_floor.py's two apps really started (the service's uvicorn set-up, loopback), driven as the
-    server is, several sentences per request; the FastAPI floor validates the body as a FastAPI service would."""
+    server is (bench/serving.py's closed loop), several sentences per request; the FastAPI floor validates the body
+    as a FastAPI service would."""
     import argparse
     import asyncio
 
@@ -247,6 +248,9 @@ def test_http_floors_answer_as_the_service_does_and_report_their_cpu(tmp_path):
         args = argparse.Namespace(clients=3, beam_size=4, model="de-en", stream=False, texts=2, warmup=2, client=client)
         answered, seconds, cpu = floor(kind, sentences, args, tmp_path)
         assert answered == 9 and seconds > 0 and cpu >= 0  # (the last request carries one sentence; CPU in ticks)
+    # bench/serving.py's closed loop drives them: a refused request counts every sentence it carried as unanswered
+    refused = argparse.Namespace(**{**vars(args), "beam_size": "wide"})  # not an integer: the FastAPI floor's 422
+    assert floor("fastapi", sentences, refused, tmp_path)[0] == 0
 
     async def ask() -> tuple[int, dict]:
         transport = httpx.ASGITransport(app=fastapi_app())
