@@ -51,12 +51,9 @@ import tempfile
 import time
 from pathlib import Path
 
-import httpx
-
 from bench.harness import ROOT, ServerProcess, cpu_model
-from bench.raw_client import RawConnection
+from bench.serving import closed_loop, service
 from bench.serving import parse_args as serving_args
-from bench.serving import service
 
 CATEGORIES = ["step graph", "encoder", "search (Python)", "cache gather", "scheduler", "event loop", "other"]
 ENGINE_CATEGORIES = ("step graph", "encoder", "search (Python)", "scheduler")  # the engine thread's, whole
@@ -85,48 +82,22 @@ def categorize(stack: str) -> list[str]:
     return ["scheduler"]
 
 
-async def _drive(
-    url: str,
-    sentences: list[str],
-    clients: int,
-    beam: int,
-    model: str,
-    stream: bool = False,
-    texts: int = 1,
-    client_kind: str = "httpx",
-) -> tuple[int, float]:
-    """``clients`` clients sending each sentence once (``texts`` per request; with ``stream``, read as Server-Sent
-    Events to the end; ``client_kind`` "raw": on bench/raw_client.py connections); returns (sentences answered,
-    seconds)."""
-    answered, next_index = 0, 0
-
-    async def client(http: httpx.AsyncClient) -> None:
-        nonlocal answered, next_index
-        raw = RawConnection(url) if client_kind == "raw" and not stream else None
-        while next_index < len(sentences):
-            chunk = sentences[next_index : next_index + texts]
-            next_index += len(chunk)
-            body = {"texts": chunk, "beam_size": beam, "model": model, "timeout_s": 600}
-            if raw is not None:
-                status, _ = await raw.post_json("/v1/translate", body)
-                answered += len(chunk) if status == 200 else 0
-                continue
-            if not stream:
-                response = await http.post("/v1/translate", json=body)
-                answered += len(chunk) if response.status_code == 200 else 0
-                continue
-            async with http.stream("POST", "/v1/translate", json={**body, "stream": True}) as response:
-                async for line in response.aiter_lines():
-                    if line.startswith("event: done"):
-                        answered += len(chunk)
-        if raw is not None:
-            await raw.close()
-
-    limits = httpx.Limits(max_connections=clients, max_keepalive_connections=clients)
-    async with httpx.AsyncClient(base_url=url, timeout=900, limits=limits) as http:
-        started = time.perf_counter()
-        await asyncio.gather(*(client(http) for _ in range(clients)))
-        return answered, time.perf_counter() - started
+def drive(url: str, sentences: list[str], args: argparse.Namespace) -> tuple[int, float]:
+    """bench/serving.py's closed-loop clients with this run's --clients, --beam-size, --stream, --texts and
+    --client (streams always on httpx); (sentences answered, seconds)."""
+    result = asyncio.run(
+        closed_loop(
+            url,
+            sentences,
+            args.clients,
+            args.beam_size,
+            args.model,
+            stream=args.stream,
+            client_kind="httpx" if args.stream else args.client,
+            texts=args.texts,
+        )
+    )
+    return result.sentences - result.errors, result.seconds
 
 
 def thread_cpu(pid: int) -> dict[int, float]:
@@ -154,8 +125,7 @@ def profile(
 ) -> tuple[int, float, dict, tuple[float, float]]:
     """py-spy samples of the server while it answers ``sentences`` (after a warm-up); (answered, seconds, counts,
     (process CPU seconds, engine threads' CPU seconds) from /proc over the same requests)."""
-    drive = (args.clients, args.beam_size, args.model, args.stream, args.texts, args.client)
-    asyncio.run(_drive(server.url, sentences[: args.warmup], *drive))
+    drive(server.url, sentences[: args.warmup], args)
     spy = subprocess.Popen(
         [args.py_spy, "record", "--pid", str(server.pid), "--rate", str(args.rate), "--format", "raw",
          "--threads", "--nonblocking", "--output", str(out)],
@@ -164,7 +134,7 @@ def profile(
     time.sleep(1.0)  # attached (an idle server gives no samples meanwhile)
     try:
         before = thread_cpu(server.pid)
-        answered, seconds = asyncio.run(_drive(server.url, sentences, *drive))
+        answered, seconds = drive(server.url, sentences, args)
         after = thread_cpu(server.pid)
     finally:
         spy.send_signal(signal.SIGINT)  # py-spy writes its samples on Ctrl-C
@@ -192,12 +162,11 @@ def floor(kind: str, sentences: list[str], args: argparse.Namespace, log_dir: Pa
         log_dir / f"floor-{kind}.log",
         command=[sys.executable, "-m", "bench.http_floor", kind],
     )
-    drive = (args.clients, args.beam_size, args.model, args.stream, args.texts, args.client)
     server.start(timeout=60)
     try:
-        asyncio.run(_drive(server.url, sentences[: args.warmup], *drive))
+        drive(server.url, sentences[: args.warmup], args)
         before = server.cpu_seconds()
-        answered, seconds = asyncio.run(_drive(server.url, sentences, *drive))
+        answered, seconds = drive(server.url, sentences, args)
         return answered, seconds, server.cpu_seconds() - before
     finally:
         server.stop()

@@ -151,14 +151,21 @@ async def closed_loop(
     clients: int,
     beam: int,
     model: str,
-    label: str,
+    label: str = "",
     stream: bool = False,
     client_kind: str = "httpx",
+    texts: int = 1,
 ) -> Result:
-    """``clients`` closed-loop clients sending each sentence once (one per request). ``client_kind`` "raw": each
-    client one bench/raw_client.py connection instead of httpx (not for streaming)."""
+    """``clients`` closed-loop clients sending each sentence once, ``texts`` sentences per request (the last request
+    may hold fewer). ``stream``: requests with ``"stream": true``, read as Server-Sent Events to the end, the time to
+    the first delta event kept. ``client_kind`` "raw": each client one bench/raw_client.py connection instead of
+    httpx (not for streaming). Errors count the sentences of the requests that failed; latencies are per request.
+    With a ``label``, progress and the first errors go to stderr under it. The one load driver of bench/serving.py,
+    bench/profile_server.py and bench/asgi_servers.py."""
     if client_kind == "raw" and stream:
         raise ValueError("the raw client does not read streamed answers")
+    if texts < 1:
+        raise ValueError("texts: at least one sentence per request")
     latencies: list[float] = []
     first: list[float] = []
     errors = 0
@@ -166,14 +173,18 @@ async def closed_loop(
     step = max(1, len(sentences) // 4)
     limits = httpx.Limits(max_connections=clients, max_keepalive_connections=clients)
 
-    async def one(http: httpx.AsyncClient, text: str) -> bool:
-        body = {"texts": [text], "beam_size": beam, "model": model, "timeout_s": 600}
+    def report_error(status: int, detail: str) -> None:
+        if label and errors < 3:
+            print(f"  {label}: HTTP {status}: {detail[:200]}", file=sys.stderr)
+
+    async def one(http: httpx.AsyncClient, chunk: list[str]) -> bool:
+        body = {"texts": chunk, "beam_size": beam, "model": model, "timeout_s": 600}
         started = time.perf_counter()
         if not stream:
             response = await http.post("/v1/translate", json=body)
             ok = response.status_code == 200
-            if not ok and errors < 3:
-                print(f"  {label}: HTTP {response.status_code}: {response.text[:200]}", file=sys.stderr)
+            if not ok:
+                report_error(response.status_code, response.text)
             if ok:
                 latencies.append(time.perf_counter() - started)
             return ok
@@ -191,12 +202,12 @@ async def closed_loop(
             latencies.append(time.perf_counter() - started)
         return done
 
-    async def raw_one(connection: RawConnection, text: str) -> bool:
-        body = {"texts": [text], "beam_size": beam, "model": model, "timeout_s": 600}
+    async def raw_one(connection: RawConnection, chunk: list[str]) -> bool:
+        body = {"texts": chunk, "beam_size": beam, "model": model, "timeout_s": 600}
         started = time.perf_counter()
         status, answer = await connection.post_json("/v1/translate", body)
-        if status != 200 and errors < 3:
-            print(f"  {label}: HTTP {status}: {answer[:200]!r}", file=sys.stderr)
+        if status != 200:
+            report_error(status, repr(answer))
         if status == 200:
             latencies.append(time.perf_counter() - started)
         return status == 200
@@ -206,13 +217,13 @@ async def closed_loop(
         connection = RawConnection(url) if client_kind == "raw" else None
         try:
             while next_index < len(sentences):
-                text = sentences[next_index]
-                next_index += 1
-                if next_index % step == 0:
-                    print(f"  {label}: {next_index}/{len(sentences)} requests sent", file=sys.stderr, flush=True)
-                ok = await (raw_one(connection, text) if connection is not None else one(http, text))
+                chunk = sentences[next_index : next_index + texts]
+                before, next_index = next_index, next_index + len(chunk)
+                if label and next_index // step > before // step:
+                    print(f"  {label}: {next_index}/{len(sentences)} sentences sent", file=sys.stderr, flush=True)
+                ok = await (raw_one(connection, chunk) if connection is not None else one(http, chunk))
                 if not ok:
-                    errors += 1
+                    errors += len(chunk)
         finally:
             if connection is not None:
                 await connection.close()

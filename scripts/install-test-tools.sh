@@ -8,7 +8,7 @@ command -v prometheus >/dev/null 2>&1 || need+=(prometheus)
 command -v shellcheck >/dev/null 2>&1 || need+=(shellcheck)
 [ -x /usr/sbin/nginx ] || command -v nginx >/dev/null 2>&1 || need+=(nginx)
 command -v redis-server >/dev/null 2>&1 || need+=(redis-server)
-command -v cc >/dev/null 2>&1 || need+=(gcc)  # bench/experiments/fused_step.c, built by its test
+command -v cc >/dev/null 2>&1 || need+=(gcc)  # native/fused_step/, built by its tests (make native)
 if [ ${#need[@]} -eq 0 ]; then
   exit 0
 fi

@@ -1,6 +1,7 @@
-"""Every shell command in README.md's ```bash blocks stays true: the ones that can run offline and quickly run
-(curl against the live test server, --help of every python -m module, make -n of every make target); the
-others (training, export, docker) are checked to exist: their module, script, file or make target."""
+"""Every shell command in README.md's ```bash blocks, and in the doc pages that took the README's other command
+blocks (docs/training.md; the fused step's in docs/benchmarks.md), stays true: the ones that can run offline and
+quickly run (curl against the live test server, --help of every python -m module, make -n of every make target);
+the others (training, export, docker) are checked to exist: their module, script, file or make target."""
 
 from __future__ import annotations
 
@@ -15,12 +16,28 @@ import pytest
 
 ROOT = Path(__file__).resolve().parent.parent
 README = ROOT / "README.md"
+# (file, the "## " section holding the blocks, or None for the whole file): README.md's command blocks and where
+# the README's other blocks went when it became a front page (issue 58)
+SOURCES = [
+    (README, None),
+    (ROOT / "docs" / "training.md", None),
+    (ROOT / "docs" / "benchmarks.md", "In short: the engine against PyTorch and CTranslate2, the fused step"),
+]
+
+
+def source_text(path: Path, section: str | None) -> str:
+    text = path.read_text(encoding="utf-8")
+    if section is None:
+        return text
+    assert f"\n## {section}\n" in text, f"{path.name}: no section {section!r}"
+    return text.split(f"\n## {section}\n", 1)[1].split("\n## ", 1)[0]
 
 
 def bash_commands() -> list[str]:
     """The commands of the ```bash blocks: continuation lines joined, comments and blank lines dropped."""
     commands = []
-    for block in re.findall(r"```bash\n(.*?)```", README.read_text(encoding="utf-8"), re.S):
+    blocks = [b for path, part in SOURCES for b in re.findall(r"```bash\n(.*?)```", source_text(path, part), re.S)]
+    for block in blocks:
         joined = re.sub(r"\\\n\s*", " ", block)
         for line in joined.splitlines():
             line = line.strip()
@@ -44,6 +61,8 @@ def parts(command: str) -> list[list[str]]:
 def test_the_readme_has_commands():
     commands = bash_commands()
     assert any(c.startswith("make serve") for c in commands) and any(c.startswith("curl") for c in commands)
+    assert any(c.startswith("python -m model.cli train") for c in commands)  # docs/training.md's are read too
+    assert "make native" in " ".join(commands)  # and docs/benchmarks.md's fused step commands
 
 
 @pytest.mark.parametrize("command", [c for c in bash_commands() if not c.startswith("curl")])

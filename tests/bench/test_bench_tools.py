@@ -233,7 +233,8 @@ def test_server_profile_counts_cpu_per_thread_and_finds_the_engine_threads():
 
 def test_http_floors_answer_as_the_service_does_and_report_their_cpu(tmp_path):
     """bench/http_floor.py's two apps really started (the service's uvicorn set-up, loopback), driven as the
-    server is, several sentences per request; the FastAPI floor validates the body as a FastAPI service would."""
+    server is (bench/serving.py's closed loop), several sentences per request; the FastAPI floor validates the body
+    as a FastAPI service would."""
     import argparse
     import asyncio
 
@@ -247,6 +248,9 @@ def test_http_floors_answer_as_the_service_does_and_report_their_cpu(tmp_path):
         args = argparse.Namespace(clients=3, beam_size=4, model="de-en", stream=False, texts=2, warmup=2, client=client)
         answered, seconds, cpu = floor(kind, sentences, args, tmp_path)
         assert answered == 9 and seconds > 0 and cpu >= 0  # (the last request carries one sentence; CPU in ticks)
+    # bench/serving.py's closed loop drives them: a refused request counts every sentence it carried as unanswered
+    refused = argparse.Namespace(**{**vars(args), "beam_size": "wide"})  # not an integer: the FastAPI floor's 422
+    assert floor("fastapi", sentences, refused, tmp_path)[0] == 0
 
     async def ask() -> tuple[int, dict]:
         transport = httpx.ASGITransport(app=fastapi_app())
@@ -294,49 +298,6 @@ def test_the_raw_client_loop_answers_every_request_on_kept_alive_connections(tmp
         RawConnection("https://example.org")
 
 
-def test_inplace_step_graph_computes_what_the_engine_step_computes(tiny_model_dir, tiny_bundle_dir, tmp_path):
-    """bench/experiments/inplace_cache.py's rewritten step graph (GroupQueryAttention, shared buffers) gives the
-    engine step's log-probabilities, over several steps and a reordering of the rows (as beam search makes). The
-    tool rewrites the interface-3 graphs it was measured on (those of the committed bundles), so one is built here."""
-    import numpy as np
-    import onnx
-
-    from bench.experiments.inplace_cache import inplace_step_graph, make_state_class
-    from core.bundle import load_bundle
-    from core.tokenizer import BOS_ID
-    from export.decoder_step import build_decoder_step
-    from model.checkpoint import load_release
-    from service.engine import Engine
-    from service.engine.engine import _DecoderState
-    from service.engine.runtime import create_session
-
-    bundle = load_bundle(tiny_bundle_dir)
-    engine = Engine(bundle, "fp32", "cpu")
-    legacy = tmp_path / "v3" / "decoder_step.onnx"
-    legacy.parent.mkdir()
-    onnx.save(build_decoder_step(load_release(tiny_model_dir / "release")[0], interface=3), str(legacy))
-    session = create_session(inplace_step_graph(legacy, tmp_path / "inplace"), "cpu")
-    enc = engine.run_encoder(engine.source_ids(SAMPLE_SENTENCES[:3]))
-    keys, values, mask = enc["cross_keys"], enc["cross_values"], enc["src_mask"]
-    layers = int(engine.config["n_decoder_layers"])
-    sources = np.repeat(np.arange(3), 2)  # two rows per sentence, as beam 2
-    ours = _DecoderState(engine.step_decoder, keys, values, mask, lean=True, row_sources=sources, top_k=4)
-    theirs = make_state_class()(session, keys, values, mask, sources, 4, 16, layers)
-    tokens = np.full((6, 1), BOS_ID, dtype=np.int64)
-    for rows in (None, np.array([1, 0, 2, 2, 5, 4]), None, np.array([0, 0, 3, 2, 4, 4])):
-        a, b = ours.step(tokens, rows), theirs.step(tokens, rows)
-        np.testing.assert_allclose(b.log_probs, a.log_probs, atol=1e-4)
-        tokens = a.ids[np.arange(6), np.arange(6) % 2].reshape(-1, 1)  # a sentence's two rows diverge
-
-
-def test_cache_gather_times_each_way_of_copying_the_cache_rows():
-    from bench.experiments.cache_gather import timings
-
-    t = timings(rows=8, width=4, calls=2)
-    assert set(t) == {"take, whole width", "fancy, whole width", "take, first column cut", "fancy, first column cut"}
-    assert all(us > 0 for us in t.values())
-
-
 def test_engine_memory_reads_columns_and_measures_each_arena_mode_in_a_fresh_process(tmp_path, tiny_bundle_dir):
     from bench.engine_memory import measure, read_sentences
 
@@ -353,17 +314,6 @@ def test_engine_memory_reads_columns_and_measures_each_arena_mode_in_a_fresh_pro
         assert result["cpu"] > 0
 
 
-def test_attention_cache_times_both_kernels_and_both_ways_of_feeding_the_cache(capsys):
-    from bench.experiments.attention_cache import main
-
-    assert main(["--rows", "2", "--past", "3", "--calls", "2"]) == 0
-    out = capsys.readouterr().out
-    diff = float(out.split("max abs diff ")[1].split()[0])
-    assert diff < 1e-4  # the two kernels compute the same attention
-    row = [cell.strip() for cell in out.strip().splitlines()[-1].strip("|").split("|")]
-    assert row[:2] == ["2", "3"] and len(row) == 7 and all(float(c.rstrip("x")) > 0 for c in row[2:])
-
-
 def test_step_graphs_ratios_compare_each_graph_with_the_same_bundles_live_step():
     from bench.step_graphs import step_ratios
 
@@ -374,30 +324,6 @@ def test_step_graphs_ratios_compare_each_graph_with_the_same_bundles_live_step()
         ("b:fp32/decoder_step_batch", 32): 9.0,  # no live step timed for fp32: no ratio
     }
     assert step_ratios(medians) == {("b:int8/decoder_step_batch", 32): 0.75, ("b:int8/decoder", 32): 2.5}
-
-
-def test_search_loop_experiment_gives_a_bundle_without_loops_its_loop_and_compares_both_ways(
-    tiny_bundle_dir, tmp_path, capsys
-):
-    """bench/experiments/search_loop.py on a copy of the tiny bundle whose loop graphs were taken out: the copy it
-    makes gets them back (sealed, loadable), both ways agree on every sentence, and the table has both rows."""
-    from bundle_copies import without_search_loops
-
-    from bench.experiments.search_loop import main, with_loops
-    from core.bundle import load_bundle
-    from core.graphs import SEARCH_LOOP
-
-    bare = without_search_loops(tiny_bundle_dir, tmp_path / "bare" / "de-en" / "1")
-    copy = with_loops(bare, tmp_path / "work")
-    assert copy != bare and SEARCH_LOOP in load_bundle(copy).manifest["variants"]["int8"]
-    assert with_loops(copy, tmp_path / "again") == copy  # a bundle with loops is used as it is
-    corpus = tmp_path / "corpus"
-    corpus.mkdir()
-    (corpus / "test.de").write_text("\n".join(SAMPLE_SENTENCES) + "\n", encoding="utf-8")
-    code = main(["--bundle", str(bare), "--data", str(corpus), "--split", "test", "--repeats", "1"])
-    out = capsys.readouterr().out
-    assert code == 0 and out.count(": 0 differ") == 2
-    assert "| beam 4 | search loop graph |" in out and "| greedy | step by step (Python) |" in out
 
 
 def test_live_flow_compares_two_bundles_and_counts_equal_answers(tiny_bundle_dir, tmp_path, capsys):
@@ -411,111 +337,3 @@ def test_live_flow_compares_two_bundles_and_counts_equal_answers(tiny_bundle_dir
     assert len(rows) == 2
     assert all(row.endswith(f"| {len(SAMPLE_SENTENCES)} / {len(SAMPLE_SENTENCES)} |") for row in rows)
     assert "| 1.00x |" in rows[0]
-
-
-def test_lean_encoder_experiment_computes_what_the_traced_encoder_computes(tiny_model_dir, tmp_path, capsys):
-    """bench/experiments/lean_encoder.py on the tiny model: the lean fp32 graph's outputs equal the traced graph's
-    on real positions, its int8 twin is built and timed, and the table has a row per variant."""
-    import numpy as np
-    import onnx
-    import onnxruntime as ort
-
-    from bench.experiments.lean_encoder import OUTPUTS, build_lean_encoder, largest_difference, main
-    from core.bundle import load_bundle
-    from service.engine import Engine
-    from service.engine.engine import pad_batch
-
-    bundle = tiny_model_dir / "repository" / "de-en" / "1"
-    model, _ = load_release(tiny_model_dir / "release")
-    onnx.save(build_lean_encoder(model.eval()), str(tmp_path / "lean.onnx"))
-    engine = Engine(load_bundle(bundle), "fp32", "cpu", intra_op_threads=1)
-    src = pad_batch(engine.source_ids(SAMPLE_SENTENCES))
-    traced = engine.encoder.run(OUTPUTS, {"src_ids": src})
-    lean = ort.InferenceSession(str(tmp_path / "lean.onnx")).run(OUTPUTS, {"src_ids": src})
-    assert [a.shape for a in lean] == [a.shape for a in traced]
-    assert largest_difference(traced, lean, src) < 1e-4
-    shifted = [a + np.float32(0.01) for a in lean]
-    assert largest_difference(traced, shifted, src) > 5e-3  # the comparison sees a difference where there is one
-
-    for split in ("test", "val"):
-        (tmp_path / f"{split}.de").write_text("\n".join(SAMPLE_SENTENCES * 8) + "\n", encoding="utf-8")
-    args = [
-        "--model",
-        str(tiny_model_dir / "release"),
-        "--bundle",
-        str(bundle),
-        "--data",
-        str(tmp_path),
-        "--split",
-        "test",
-    ]
-    assert main([*args, "--repeats", "1", "--alone", "5", "--calibration-sentences", "16"]) == 0
-    out = capsys.readouterr().out
-    rows = [line for line in out.splitlines() if line.startswith(("| fp32 |", "| int8 |"))]
-    assert len(rows) == 2 and all(row.count("x |") == 2 for row in rows)
-
-
-def test_fused_step_products_match_numpy(tmp_path):
-    """bench/experiments/fused_step.c's u8 x s8 product (the four-row blocks and the rows left over, widths that are
-    not multiples of its 16-column blocks or 4-value groups) computes what onnxruntime's QuantizeLinear +
-    MatMulIntegerToFloat compute: activations rounded to u8 around 128, int32 sums, a scale per column, the bias."""
-    import numpy as np
-
-    from bench.experiments.fused_step import c_compiler, compile_library, qgemm
-
-    if c_compiler() is None:
-        pytest.skip("no C compiler: the fused step probe is C")
-
-    lib = compile_library(tmp_path)
-    # loading it leaves the process's floating point alone (no flush-to-zero: subnormals survive)
-    assert np.float32(1e-40) * np.float32(1.0) != 0
-    rng = np.random.default_rng(3)
-    x_scale = 0.02
-    # (k, n, rows): VNNI blocks of four rows and the rows left over; AMX tiles (k a multiple of 64, 8 rows or more,
-    # where the CPU has them) over one and two tiles of rows, an odd number of column blocks
-    for k, n, rows in ((42, 37, 1), (42, 37, 4), (42, 37, 6), (128, 40, 20), (256, 48, 37)):
-        w = rng.integers(-127, 128, (k, n)).astype(np.int8)
-        scale, bias = rng.uniform(1e-3, 1e-2, n).astype(np.float32), rng.standard_normal(n).astype(np.float32)
-        x = rng.standard_normal((rows, k)).astype(np.float32)
-        quantized = np.clip(np.round(x / x_scale) + 128, 0, 255)
-        want = ((quantized - 128) @ w.astype(np.float64)) * scale * x_scale + bias
-        got = qgemm(lib, x, w, scale, bias, x_scale)
-        np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-4)
-        w_changed = w.copy()
-        w_changed[k - 1, n - 1] ^= 1  # the last row and column: padding must not hide them
-        assert not np.allclose(qgemm(lib, x, w_changed, scale, bias, x_scale)[:, -1], want[:, -1], rtol=0, atol=1e-7)
-    lib.fs_set_amx_rows(0)  # the same last product without AMX: the same int32 sums, so the same floats
-    assert np.array_equal(qgemm(lib, x, w, scale, bias, x_scale), got)
-
-
-def test_fused_step_experiment_prints_its_table(shortlisted, tmp_path, capsys):
-    """bench/experiments/fused_step.py on a shortlisted copy of the tiny bundle: a row per search setting and
-    vocabulary, with the engine's and the C step's time per row-step."""
-    from bench.experiments.fused_step import c_compiler, main
-
-    if c_compiler() is None:
-        pytest.skip("no C compiler: the fused step probe is C")
-    (tmp_path / "test.de").write_text("\n".join(SAMPLE_SENTENCES * 12) + "\n", encoding="utf-8")
-    args = [
-        "--bundle",
-        str(shortlisted),
-        "--data",
-        str(tmp_path),
-        "--split",
-        "test",
-        "--sentences",
-        "6",
-        "--batched",
-        "40",
-    ]
-    assert main([*args, "--repeats", "1"]) == 0
-    rows = [
-        line.strip("|").split(" | ") for line in capsys.readouterr().out.splitlines() if line.startswith("| greedy")
-    ]
-    expected = [("greedy b1", "shortlist ("), ("greedy b1", "whole vocabulary ("), ("greedy b32", "shortlist (")]
-    expected.append(("greedy b32", "whole vocabulary ("))
-    assert [
-        (cells[0].strip(), cells[1][: len(name)]) for cells, (_, name) in zip(rows, expected, strict=True)
-    ] == expected
-    for cells in rows:
-        assert float(cells[2]) > 0 and float(cells[3]) > 0  # ms per row-step, engine and C

@@ -1,4 +1,4 @@
-"""README.md's "Documents" commands (curl uploads) run, in order, against the documents test server."""
+"""README.md's "Documents and glossaries" commands (curl uploads) run, in order, against the documents test server."""
 
 from __future__ import annotations
 
@@ -14,7 +14,7 @@ README = Path(__file__).resolve().parents[2] / "README.md"
 
 
 def commands() -> list[str]:
-    section = README.read_text(encoding="utf-8").split("\n## Documents\n", 1)[1].split("\n## ", 1)[0]
+    section = README.read_text(encoding="utf-8").split("\n## Documents and glossaries\n", 1)[1].split("\n## ", 1)[0]
     [block] = re.findall(r"```sh\n(.*?)```", section, re.S)
     return [line for line in block.splitlines() if line.strip()]
 

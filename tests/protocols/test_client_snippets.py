@@ -1,4 +1,5 @@
-"""The README's "Clients" snippets (tritonclient, kserve, libretranslatepy, deepl) run against the live server."""
+"""docs/protocols.md's "Clients" snippets (tritonclient, kserve, libretranslatepy, deepl), once the README's, run
+against the live server."""
 
 from __future__ import annotations
 
@@ -9,11 +10,11 @@ from pathlib import Path
 
 import pytest
 
-README = Path(__file__).resolve().parents[2] / "README.md"
+DOC = Path(__file__).resolve().parents[2] / "docs" / "protocols.md"
 
 
 def snippets() -> list[str]:
-    text = README.read_text(encoding="utf-8")
+    text = DOC.read_text(encoding="utf-8")
     section = text.split("\n## Clients\n", 1)[1].split("\n## ", 1)[0]
     return re.findall(r"```python\n(.*?)```", section, re.DOTALL)
 
@@ -21,7 +22,7 @@ def snippets() -> list[str]:
 CLIENTS = ["tritonclient", "kserve", "libretranslatepy", "deepl"]
 
 
-def test_readme_has_the_four_clients():
+def test_the_doc_has_the_four_clients():
     found = snippets()
     assert len(found) == len(CLIENTS)
     for client, code in zip(CLIENTS, found, strict=True):
@@ -29,7 +30,7 @@ def test_readme_has_the_four_clients():
 
 
 @pytest.mark.parametrize("index", range(len(CLIENTS)), ids=CLIENTS)
-def test_readme_snippet_runs(live_server, index, tmp_path):
+def test_snippet_runs(live_server, index, tmp_path):
     code = snippets()[index].replace("127.0.0.1:8000", live_server.url.removeprefix("http://"))
     script = tmp_path / "snippet.py"
     script.write_text(code, encoding="utf-8")
