@@ -848,7 +848,8 @@ OrtStatus *ORT_API_CALL RegisterCustomOps(OrtSessionOptions *options, const OrtA
     return status;
 }
 
-/* for tests and benchmarks: which product kernel runs (0 plain, 1 AVX-512 VNNI), whether AMX tiles are granted, and
+/* for tests and benchmarks: which product kernel runs (0 plain, 1 AVX-512 VNNI, 2 AVX2, 3 AVX-VNNI), whether AMX tiles
+   are granted, and
    the fewest rows that use them (0: never) */
 int mtserve_fused_kernel(void) { ip_init(); return ip_kernel; }
 int mtserve_fused_amx(void) { ip_init(); return ip_amx; }

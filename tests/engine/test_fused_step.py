@@ -50,6 +50,20 @@ def _build(folder: Path, name: str) -> Path:
     return out
 
 
+# the kinds MT_FUSED_STEP_KERNEL forces (int8_products.h): the plain loops, AVX-512 VNNI without AMX tiles, and the
+# kernels of CPUs without AVX-512 (AVX2's vpmaddwd, AVX-VNNI's 256-bit vpdpbusd)
+FORCED_KERNELS = ("plain", "vnni", "avx2", "avxvnni")
+# what mtserve_fused_kernel() answers for each kernel (int8_products.h's enum)
+KERNEL_NUMBERS = {"plain": 0, "vnni": 1, "avx2": 2, "avxvnni": 3}
+
+
+def _cpu_lacks(kernel: str) -> str | None:
+    """Why ``kernel`` cannot run on this CPU (a skip reason), or None."""
+    needs = {"avx2": {"avx2", "fma"}, "avxvnni": {"avx2", "fma", "avx_vnni"}}.get(kernel, set())
+    missing = needs - cpu_flags()
+    return f"this CPU has no {', '.join(sorted(missing))}" if missing else None
+
+
 @pytest.fixture(scope="module")
 def library(tmp_path_factory) -> Path:
     """The operator's library, built from this checkout's source by native/build.sh (as `make native` does)."""
@@ -58,10 +72,10 @@ def library(tmp_path_factory) -> Path:
 
 @pytest.fixture(scope="module")
 def forced_libraries(tmp_path_factory) -> dict[str, Path]:
-    """Copies of the library for MT_FUSED_STEP_KERNEL=plain / vnni: each copy reads the variable once, when its first
-    kernel is created, so each kind gets a file of its own."""
+    """Copies of the library for MT_FUSED_STEP_KERNEL=plain / vnni / avx2 / avxvnni: each copy reads the variable once,
+    when its first kernel is created, so each kind gets a file of its own."""
     folder = tmp_path_factory.mktemp("native-forced")
-    return {kind: _build(folder, f"libmtserve_fused_step_{kind}.so") for kind in ("plain", "vnni")}
+    return {kind: _build(folder, f"libmtserve_fused_step_{kind}.so") for kind in FORCED_KERNELS}
 
 
 @pytest.fixture(scope="module")
@@ -135,13 +149,15 @@ def _step_feeds(bundle, rng, rows_per_source=(2, 1, 3), past=5, src=7, vocab_ids
 
 
 def _kernel_library(kernel: str, library: Path, forced_libraries: dict[str, Path], monkeypatch) -> Path:
-    """The library whose products run on ``kernel``: the CPU's own choice (default) or the plain loops, forced on
-    every CPU (the path of CPUs without AVX-512 VNNI)."""
+    """The library whose products run on ``kernel``: the CPU's own choice (default), the plain loops, forced on every
+    CPU, or the AVX2 / AVX-VNNI kernels of CPUs without AVX-512, forced where the CPU has them."""
+    if _cpu_lacks(kernel):
+        pytest.skip(_cpu_lacks(kernel))
     monkeypatch.setenv("MT_FUSED_STEP_KERNEL", "" if kernel == "default" else kernel)
     return library if kernel == "default" else forced_libraries[kernel]
 
 
-@pytest.mark.parametrize("kernel", ["default", "plain"])
+@pytest.mark.parametrize("kernel", ["default", "plain", "avx2", "avxvnni"])
 @pytest.mark.parametrize("subset", [False, True], ids=["whole-vocabulary", "subset"])
 def test_fused_step_computes_the_step_graph(pre_norm_bundle, library, forced_libraries, monkeypatch, subset, kernel):
     """Against the step graph with its int8 products computed exactly (exact_int8.py): onnxruntime's own u8 x s8
@@ -241,6 +257,26 @@ def test_every_kernel_computes_the_same_step(pre_norm_bundle, library, forced_li
         np.testing.assert_array_equal(got, want)
     for got, want in zip(outputs["plain"], outputs["default"], strict=True):
         np.testing.assert_allclose(got, want, atol=0.1)
+    # AVX2 and AVX-VNNI: the same exact integer sums and the same 8-lane float code, so the same bits; against the
+    # 16-lane AVX-512 code only the float sums' order differs
+    narrow = [kind for kind in ("avx2", "avxvnni") if not _cpu_lacks(kind)]
+    for kind in narrow:
+        for got, want in zip(outputs[kind], outputs["default"], strict=True):
+            np.testing.assert_allclose(got, want, atol=1e-3)
+    if len(narrow) == 2:
+        for got, want in zip(outputs["avxvnni"], outputs["avx2"], strict=True):
+            np.testing.assert_array_equal(got, want)
+
+
+@pytest.mark.parametrize("kernel", FORCED_KERNELS)
+def test_the_forced_kernel_is_the_one_that_runs(forced_libraries, kernel, monkeypatch):
+    """MT_FUSED_STEP_KERNEL picks the kernel where the CPU has it (asked by cpuid, as the library does)."""
+    if kernel != "plain" and _cpu_lacks(kernel):
+        pytest.skip(_cpu_lacks(kernel))
+    if kernel == "vnni" and "avx512_vnni" not in cpu_flags():
+        pytest.skip("this CPU has no AVX-512 VNNI")
+    monkeypatch.setenv("MT_FUSED_STEP_KERNEL", kernel)
+    assert ctypes.CDLL(str(forced_libraries[kernel])).mtserve_fused_kernel() == KERNEL_NUMBERS[kernel]
 
 
 def test_a_change_in_the_input_changes_the_output(pre_norm_bundle, library):
@@ -311,7 +347,7 @@ def _exact_graphs(monkeypatch) -> None:
     monkeypatch.setattr(engine_module, "create_session", exact)
 
 
-@pytest.mark.parametrize("kernel", ["default", "plain"])
+@pytest.mark.parametrize("kernel", ["default", "plain", "avx2"])
 def test_engine_translations_agree_with_the_step_graph(pre_norm_bundle, library, forced_libraries, monkeypatch, kernel):
     """The engine on the fused step against the engine on the step graph, both with exact int8 products elsewhere
     (the encoder): on CPUs without VNNI onnxruntime's own products saturate (exact_int8.py)."""
