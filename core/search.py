@@ -1,5 +1,5 @@
 """Conventions shared by the PyTorch reference search (``model/decoding.py``) and the numpy engine
-(``service/engine/search.py``), so that both give the same hypotheses:
+(``engine/search.py``), so that both give the same hypotheses:
 
 - log-probabilities are computed in float32 and summed in float64; a hypothesis score is the sum of the
   log-probabilities of its generated tokens, EOS included when generated;

@@ -2,7 +2,7 @@
 
 A *constraint* is one or more alternative token sequences (a glossary term as given and capitalised, a span that
 must be copied); it is met when the hypothesis contains one of them, contiguous. The search is Post and Vilar's
-(2018) dynamic beam allocation over our numpy beam search (service/engine/search.py):
+(2018) dynamic beam allocation over our numpy beam search (engine/search.py):
 
 - each beam's candidates are its 2 * k best tokens plus, for every constraint it has not met, the next token of
   that constraint (the first token, or the next one of a constraint it is in the middle of);
@@ -29,7 +29,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from core.search import Hypothesis
-from service.engine.search import StepFn, TopCandidates, top_candidates
+from engine.search import StepFn, TopCandidates, top_candidates
 
 MAX_CONSTRAINED_BEAM = 8
 

@@ -31,8 +31,8 @@ from dataclasses import dataclass
 import numpy as np
 
 from core.search import Hypothesis
-from service.engine.constrained import Constraint
-from service.engine.search import StepFn, TopCandidates, going_on
+from engine.constrained import Constraint
+from engine.search import StepFn, TopCandidates, going_on
 
 GREEDY_TERM_TOP_K = 3
 

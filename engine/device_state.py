@@ -3,7 +3,7 @@ the session's device (CUDA) for the whole decode; only the step's inputs that th
 positions, masks, a few bytes a row) go in and only its ranked candidates come out.
 
 ``DeviceRunner`` binds a bundle's encoder and decoder_step (interface 3) sessions; ``DeviceDecoderState.step`` is
-the ``step(tokens, rows)`` of service/engine/search.py, so greedy and beam search run unchanged on top of it:
+the ``step(tokens, rows)`` of engine/search.py, so greedy and beam search run unchanged on top of it:
 - the encoder's stacked cross keys/values (layers, sources, heads, src, d_head) are bound to the device and split
   into the step graph's per-layer inputs there, once per decode;
 - each step's ``present_*`` outputs are bound to the device and become the next step's ``past_*`` inputs as they
@@ -28,8 +28,8 @@ import onnxruntime as ort
 from core.graphs import MAX_TOP_K_KEY, VOCAB_IDS, has_vocab_ids, step_interface, step_present_names
 from core.search import Hypothesis
 from core.tokenizer import BOS_ID, EOS_ID, PAD_ID
-from service.engine.search import TopCandidates, beam_search, greedy_search
-from service.engine.step_inputs import ragged_inputs
+from engine.search import TopCandidates, beam_search, greedy_search
+from engine.step_inputs import ragged_inputs
 
 GATHER_GRAPH = Path(__file__).with_name("gather.onnx")
 DEVICE_TYPES = {"CUDAExecutionProvider": "cuda", "CPUExecutionProvider": "cpu"}

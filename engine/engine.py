@@ -34,19 +34,19 @@ from core.normalize import fold_unknown, source_normalizer
 from core.search import Hypothesis, LengthPenalty, length_limits
 from core.shortlist import Shortlist, load_shortlist
 from core.tokenizer import BOS_ID, EOS_ID, PAD_ID, Tokenizer
-from service.engine.constrained import Constraint, constrained_beam_search, constrained_beam_size
-from service.engine.constrained_greedy import GREEDY_TERM_TOP_K, constrained_greedy_search
-from service.engine.decoder_cache import decoder_feeds, empty_cache
-from service.engine.device_state import GATHER_GRAPH, DeviceRunner, device_search, wants_device_search
-from service.engine.fused_step import auto_blocker, fused_loop_session, fused_search_session, fused_step_session
-from service.engine.no_repeat import NoRepeatNgram
-from service.engine.own_words import banned_per_sentence, banning, own_word_ids
-from service.engine.reorder import ReorderBuffers
-from service.engine.runtime import create_session
-from service.engine.search import TopCandidates, beam_search, greedy_search
-from service.engine.search_loop import SearchLoop
-from service.engine.shared_tables import SharedTables
-from service.engine.step_inputs import uniform_inputs
+from engine.constrained import Constraint, constrained_beam_search, constrained_beam_size
+from engine.constrained_greedy import GREEDY_TERM_TOP_K, constrained_greedy_search
+from engine.decoder_cache import decoder_feeds, empty_cache
+from engine.device_state import GATHER_GRAPH, DeviceRunner, device_search, wants_device_search
+from engine.fused_step import auto_blocker, fused_loop_session, fused_search_session, fused_step_session
+from engine.no_repeat import NoRepeatNgram
+from engine.own_words import banned_per_sentence, banning, own_word_ids
+from engine.reorder import ReorderBuffers
+from engine.runtime import create_session
+from engine.search import TopCandidates, beam_search, greedy_search
+from engine.search_loop import SearchLoop
+from engine.shared_tables import SharedTables
+from engine.step_inputs import uniform_inputs
 
 log = logging.getLogger(__name__)
 
@@ -72,7 +72,7 @@ class TranslateOptions:
     length_penalty: float = 0.6
     return_attention: bool = False
     constrained: bool = False  # its sources carry constraints: whole batches only (no live decode)
-    # > 0: no n-gram of this size twice in a hypothesis (service/engine/no_repeat.py; every search but the constrained
+    # > 0: no n-gram of this size twice in a hypothesis (engine/no_repeat.py; every search but the constrained
     # ones: not applied to sentences with constraints). 0: off. None: the bundle's default (``Engine.resolved``: its
     # manifest's "decoding", 0 when it has none)
     no_repeat_ngram_size: int | None = None
@@ -93,7 +93,7 @@ class Translation:
 
 
 def _guarded(state: _DecoderState, options: TranslateOptions):
-    """The state's step, wrapped to ban repeated n-grams when the options ask (service/engine/no_repeat.py)."""
+    """The state's step, wrapped to ban repeated n-grams when the options ask (engine/no_repeat.py)."""
     if not options.no_repeat_ngram_size:
         return state.step
     if state.fetch_top:  # the guard asks the graph's TopK for as many more candidates as a row has banned tokens
@@ -297,14 +297,14 @@ class Engine:
         prepack: bool = True,
         fused_step: bool | str = False,
     ) -> None:
-        """``io_binding``: search with the cache on the device (service/engine/device_state.py); None = when the
+        """``io_binding``: search with the cache on the device (engine/device_state.py); None = when the
         sessions run on CUDA and the bundle's step graph allows it (interface 3), True = on any provider.
         ``shared_arena``: CPU sessions allocate from the process's one onnxruntime arena (runtime.py).
         ``shortlist``: search over the bundle's lexical shortlist (core/shortlist.py) when it has one and its step
         graphs take vocab_ids; requests that need the whole vocabulary still get it (``vocab_subset``).
         ``search_loop``: a lone sentence's greedy or beam search runs in the bundle's ``decoder_loop`` graph (one
-        session call, service/engine/search_loop.py) when it has one; same hypotheses as the step-by-step search.
-        ``shared_tables``: the CPU sessions read the embedding from one memory map (service/engine/shared_tables.py)
+        session call, engine/search_loop.py) when it has one; same hypotheses as the step-by-step search.
+        ``shared_tables``: the CPU sessions read the embedding from one memory map (engine/shared_tables.py)
         instead of one each. ``memory_pattern``, ``prepack``: onnxruntime's session options of those names
         (runtime.py ``create_session``). ``fused_step``: whole-batch search runs the int8 step as one fused operator
         (fused_step.py) where the library is built and the bundle's graph is one it computes; "auto" only where the
@@ -425,7 +425,7 @@ class Engine:
 
     @property
     def live_step(self):
-        """The step session of the live decode (service/engine/live.py): the bundle's batch-invariant graph
+        """The step session of the live decode (engine/live.py): the bundle's batch-invariant graph
         (``decoder_step``, interface 4 since issue 36) where whole-batch search has a graph of its own, created on
         first use; else ``step_decoder`` itself (None without a step graph)."""
         if self._live_step is None and self._live_step_key is None:
@@ -550,7 +550,7 @@ class Engine:
         constraints: Sequence[Sequence[Constraint]] | None = None,
     ) -> list[Translation]:
         """``stats``, when given, receives encode / decode seconds and generated_tokens of this call.
-        ``constraints``: per source, target token sequences its translation must hold (service/engine/constrained.py);
+        ``constraints``: per source, target token sequences its translation must hold (engine/constrained.py);
         sources with constraints decode with the constrained beam search, the others as usual."""
         options = self.resolved(options or TranslateOptions())
         if constraints is not None and any(constraints):
@@ -684,7 +684,7 @@ class Engine:
 
     def own_words(self, cons: list[list[Constraint]]) -> dict[int, np.ndarray]:
         """Per constrained sentence, the model's own word for its glossary terms' source words (each translated alone,
-        greedy): banned from its search so that the term takes that word's place (service/engine/own_words.py)."""
+        greedy): banned from its search so that the term takes that word's place (engine/own_words.py)."""
         words = sorted({c.source for sentence in cons for c in sentence if c.source})
         if not words:
             return {}
@@ -759,7 +759,7 @@ class Engine:
     def _step_search(
         self, enc: dict[str, np.ndarray], limits: list[int], options: TranslateOptions, session, lean: bool, vocab
     ) -> list[list[Hypothesis]]:
-        """The search step by step in Python (service/engine/search.py), one step session call per step."""
+        """The search step by step in Python (engine/search.py), one step session call per step."""
         k = options.beam_size
         keys, values, mask = enc["cross_keys"], enc["cross_values"], enc["src_mask"]
         if k == 1:

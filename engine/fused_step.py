@@ -1,7 +1,7 @@
 """The fused decoder step: the int8 whole-batch step graph as one custom onnxruntime operator (issue 33).
 
 ``native/fused_step/fused_step_op.c`` computes the step graph's ~150 nodes in one call (u8 x s8 products on AVX-512
-VNNI or AMX tiles, attention over the cache, norms, log-softmax, top-k); ``core/fused_step_graph.py`` rewrites a
+VNNI or AMX tiles, attention over the cache, norms, log-softmax, top-k); ``engine/fused_step_graph.py`` rewrites a
 bundle's ``int8.decoder_step_batch.onnx`` into a model of that one node over the same weights, the search loop
 graph's body likewise, and the search loop graph's whole Loop into one search operator (the same step, the Loop
 body's ranking, a cache written in place). ``fused_step_session`` / ``fused_loop_session`` / ``fused_search_session``
@@ -25,13 +25,13 @@ from pathlib import Path
 import onnxruntime as ort
 
 from core.cpu import cpu_flags
-from core.fused_step_graph import fused_loop_graph, fused_search_graph, fused_step_graph
-from service.engine.runtime import create_session
+from engine.fused_step_graph import fused_loop_graph, fused_search_graph, fused_step_graph
+from engine.runtime import create_session
 
 log = logging.getLogger(__name__)
 
 LIBRARY_ENV = "MT_FUSED_STEP_LIBRARY"
-DEFAULT_LIBRARY = Path(__file__).resolve().parents[2] / "build" / "native" / "libmtserve_fused_step.so"
+DEFAULT_LIBRARY = Path(__file__).resolve().parents[1] / "build" / "native" / "libmtserve_fused_step.so"
 
 
 def library_path() -> Path:

@@ -2,17 +2,17 @@
 leave at any step, like TGI's ``generate_token(batch)`` but for an encoder-decoder model on onnxruntime.
 
 ``LiveBatch.add`` runs the encoder for the newcomers only and keeps their cross-attention keys/values in slots
-of a per-source store (service/engine/source_slots.py); they join at the next ``step``. ``step`` runs one decoder
+of a per-source store (engine/source_slots.py); they join at the next ``step``. ``step`` runs one decoder
 step (the engine's live step graph, ``Engine.live_step``: decoder_step.onnx of interface 3 or 4) for every live
 row, whatever its sentence's position, search (greedy or beam of any size), length penalty or length limit, and
 hands back each sentence the step it finishes (EOS, beams done, or its limit);
 ``remove`` takes a sentence out at any step (its rows leave at the next one). A sentence gives the answer it gets
-alone in a live batch (same search code as service/engine/search.py, per sentence: same choices, ties and sums, and
+alone in a live batch (same search code as engine/search.py, per sentence: same choices, ties and sums, and
 with an interface-4 graph the same step outputs to the bit; an interface-3 graph's float rounding may differ in the
 last bit as the padded cache's width changes). Where a bundle has a second step graph for whole batches
 (``decoder_step_batch``), Engine.translate's answer is the same in fp32; in int8 a score can differ from it by a
 quantization step (the two graphs sum in different orders: docs/reliability.md). The repeated-n-gram block
-(``TranslateOptions.no_repeat_ngram_size``) bans each row's tokens from its ``history`` (service/engine/no_repeat.py
+(``TranslateOptions.no_repeat_ngram_size``) bans each row's tokens from its ``history`` (engine/no_repeat.py
 ``banned_after``), the graph's TopK ranking as many more candidates as a row has banned, as the whole-batch search
 does. With a lexical shortlist (core/shortlist.py) a step projects onto the union
 of its sentences' lists, so a sentence's log-probabilities are normalized over a set its companions widen: its
@@ -44,12 +44,12 @@ from core.graphs import MAX_TOP_K_KEY, VOCAB_IDS, has_vocab_ids, right_padded, s
 from core.search import Hypothesis, length_limits
 from core.shortlist import union
 from core.tokenizer import BOS_ID, EOS_ID
-from service.engine.engine import Engine, TranslateOptions, Translation
-from service.engine.no_repeat import banned_after, drop_banned
-from service.engine.reorder import ReorderBuffers
-from service.engine.search import rank, rank_one, top_candidates
-from service.engine.source_slots import SourceSlots
-from service.engine.step_inputs import position_inputs, ragged_inputs
+from engine.engine import Engine, TranslateOptions, Translation
+from engine.no_repeat import banned_after, drop_banned
+from engine.reorder import ReorderBuffers
+from engine.search import rank, rank_one, top_candidates
+from engine.source_slots import SourceSlots
+from engine.step_inputs import position_inputs, ragged_inputs
 
 
 def supports_live(engine: Engine) -> bool:
@@ -300,7 +300,7 @@ class LiveBatch:
         return out
 
     def _banned(self, groups: list[_Group], rows: int) -> np.ndarray:
-        """(rows, m) the tokens each row's repeated-n-gram block bans this step (-1 pads; service/engine/no_repeat.py),
+        """(rows, m) the tokens each row's repeated-n-gram block bans this step (-1 pads; engine/no_repeat.py),
         from the history of its generated tokens."""
         sizes = np.concatenate(
             [np.repeat([s.options.no_repeat_ngram_size or 0 for s in g.sentences], g.k) for g in groups]
@@ -411,7 +411,7 @@ class LiveBatch:
             out[new] = 0.0
         return out
 
-    # --- search bookkeeping (service/engine/search.py, one sentence at a time in spirit) ----------------
+    # --- search bookkeeping (engine/search.py, one sentence at a time in spirit) ----------------
     def _steps(self, group: _Group) -> np.ndarray:
         """Each sentence's own step t (0 at its first step)."""
         return self._counter - group.joined

@@ -2,7 +2,7 @@
 option of that name): a step wrapper that sets the log-probability of every token that would complete an n-gram
 the row's hypothesis already holds to -inf.
 
-The wrapper sits between a search (service/engine/search.py; not the constrained searches) and its ``StepFn``:
+The wrapper sits between a search (engine/search.py; not the constrained searches) and its ``StepFn``:
 each call's ``rows`` (which previous rows go on, in which order) and ``last`` (each row's new token) are all it
 needs to keep every row's tokens, so the searches do not change. A row's ban depends on its own tokens only, so a
 sentence decodes alike alone and in any batch.
@@ -22,13 +22,13 @@ from collections.abc import Callable
 import numpy as np
 
 from core.tokenizer import EOS_ID
-from service.engine.search import StepFn, TopCandidates, top_candidates
+from engine.search import StepFn, TopCandidates, top_candidates
 
 
 class NgramHistory:
     """One hypothesis's generated tokens and, for each (n - 1)-gram in them, the tokens that followed it: ``banned``
     is what would complete an n-gram it already holds. The block's one bookkeeping, for the step wrapper below and
-    for checking the search loop graph's answer (service/engine/search_loop.py)."""
+    for checking the search loop graph's answer (engine/search_loop.py)."""
 
     __slots__ = ("size", "tokens", "followers")
 

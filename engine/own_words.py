@@ -14,8 +14,8 @@ from collections.abc import Callable, Sequence
 
 import numpy as np
 
-from service.engine.constrained import Constraint
-from service.engine.search import StepFn, TopCandidates
+from engine.constrained import Constraint
+from engine.search import StepFn, TopCandidates
 
 PUNCTUATION = " .,;:!?\"'()[]«»„“”‘’-"
 # words a sentence cannot do without (English, every shipped model's target): never banned, whatever a term's source

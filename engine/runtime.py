@@ -8,7 +8,7 @@ from pathlib import Path
 
 import onnxruntime as ort
 
-from service.engine.shared_tables import SharedTables
+from engine.shared_tables import SharedTables
 
 log = logging.getLogger(__name__)
 

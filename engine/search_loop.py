@@ -2,15 +2,15 @@
 
 The graph (core/graphs.py ``SEARCH_LOOP``, built by export/search_loop.py) is the whole-batch step graph inside an
 ONNX Loop that ranks a sentence's k beams' candidates each step; it returns per-step back-pointers, from which
-``SearchLoop.search`` rebuilds the hypotheses exactly as service/engine/search.py's ``_beam_one`` builds them (and
+``SearchLoop.search`` rebuilds the hypotheses exactly as engine/search.py's ``_beam_one`` builds them (and
 for k = 1 the greedy hypothesis of ``_greedy_one``): the same tokens and the same float64 scores.
 ``tests/engine/test_engine_search_loop.py`` holds the two to equality.
 
-With a repeated-n-gram block (service/engine/no_repeat.py) the graph searches unblocked and ``search`` checks the
+With a repeated-n-gram block (engine/no_repeat.py) the graph searches unblocked and ``search`` checks the
 answer: a step's ranking (``rank_one``) only ever reads its candidates up to the k-th one that goes on, so when no
 candidate that went on at any step completes an n-gram its hypothesis already holds, no banned token was among those
 read and the blocked search ranks every step alike (banned tokens are never EOS). Otherwise it returns None and the
-caller searches step by step with the block. The fused search graph (core/fused_step_graph.py
+caller searches step by step with the block. The fused search graph (engine/fused_step_graph.py
 ``fused_search_graph``: ``batched`` and ``blocks``) applies the block itself, so its answers pass that check.
 """
 
@@ -21,7 +21,7 @@ import numpy as np
 from core.graphs import MAX_TOP_K_KEY, NO_REPEAT_NGRAM, SEARCH_LOOP_OUTPUTS, SOURCE_LIMITS, SOURCE_STEPS, VOCAB_IDS
 from core.search import Hypothesis
 from core.tokenizer import BOS_ID
-from service.engine.no_repeat import NgramHistory, follow
+from engine.no_repeat import NgramHistory, follow
 
 
 class SearchLoop:

@@ -1,6 +1,6 @@
 """The extra inputs of an interface-3 or 4 decoder step (core/graphs.py RAGGED_INPUTS) for the two layouts the
 engine feeds: a whole batch whose rows all sit at one position, grouped by source (``uniform_inputs``), and a live
-batch whose rows have positions and sources of their own (``ragged_inputs``, service/engine/live.py).
+batch whose rows have positions and sources of their own (``ragged_inputs``, engine/live.py).
 
 Query groups are at least ``MIN_GROUP`` wide, in both layouts. The fused cross-attention multiplies a source's group
 of queries with its keys and values; for a group of one query, onnxruntime's CPU GEMM takes a kernel of its own

@@ -14,7 +14,7 @@ import json
 from pathlib import Path
 
 from core.bundle import load_bundle
-from service.engine import Engine, TranslateOptions
+from engine import Engine, TranslateOptions
 
 
 def translations(bundle_dir: str, sentences: list[str], beam: int, variant: str | None) -> list[str]:

@@ -1,6 +1,6 @@
 """Reference decoding in PyTorch: batched greedy and beam search over the key/value cache.
 
-The onnxruntime engine (``service/engine/search.py``) implements the same algorithm in numpy and
+The onnxruntime engine (``engine/search.py``) implements the same algorithm in numpy and
 must give the same hypotheses. Conventions shared by both:
 - log-probabilities are computed in float32 and summed in float64; a hypothesis score is the sum
   of the log-probabilities of its generated tokens, EOS included when generated;

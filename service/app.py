@@ -15,6 +15,8 @@ from fastapi.middleware.cors import CORSMiddleware
 from fastapi_offline import FastAPIOffline
 
 from core.bundle import BundleError
+from core.language import UnknownLanguage, detect, detect_among, unserved
+from core.language import detector as language_detector
 from service.announce import VersionAnnouncer
 from service.api import documents, errors, glossaries, viewer
 from service.api.admin import build_admin_router
@@ -26,8 +28,6 @@ from service.api.libretranslate import build_libretranslate_router
 from service.api.middleware import install as install_middleware
 from service.api.routes import build_router
 from service.api.v2 import build_v2_router
-from service.language import UnknownLanguage, detect, detect_among, unserved
-from service.language import detector as language_detector
 from service.metrics import Metrics
 from service.registry import LoadedModel, Registry, RunnerWrapper
 from service.serving.cache import TranslationCache, translation_cache

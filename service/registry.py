@@ -10,8 +10,8 @@ from pathlib import Path
 from typing import Any
 
 from core.bundle import Bundle, BundleError, discover, load_bundle, versions_of
+from engine import Engine
 from service.batch_policy import BatchLimits, LiveLimits
-from service.engine import Engine
 from service.inference_stats import InferenceStatistics
 from service.keys import key_queue_cap
 from service.metrics import Metrics

@@ -11,7 +11,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from service.engine.engine import Engine, TranslateOptions
+from engine.engine import Engine, TranslateOptions
 from service.scheduling.runners import BatchRunner, Stats
 
 
@@ -34,7 +34,7 @@ WorkOptions = TranslateOptions | EmbedOptions | AttentionOptions
 class Source:
     ids: list[int]  # subword ids + EOS
     target_ids: list[int] | None = None  # a given target (attention), EOS excluded
-    constraints: tuple = ()  # target token sequences the translation must hold (service/engine/constrained.py)
+    constraints: tuple = ()  # target token sequences the translation must hold (engine/constrained.py)
 
     @property
     def length(self) -> int:

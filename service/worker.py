@@ -30,8 +30,8 @@ from collections.abc import Callable, Hashable
 from typing import Any
 
 from core.search import length_limits
-from service.engine.engine import Engine, TranslateOptions
-from service.engine.live import LiveBatch, StepOutput, supports_live
+from engine.engine import Engine, TranslateOptions
+from engine.live import LiveBatch, StepOutput, supports_live
 from service.metrics import Metrics
 from service.scheduling.errors import EngineRestarted
 from service.scheduling.runners import BatchRunner, Stats
@@ -143,7 +143,7 @@ class EngineWorker:
 
 class SupervisedLive:
     """The continuous scheduler's live decode (service/scheduling/runners.py LiveRunner): translations join a
-    ``LiveBatch`` (service/engine/live.py) on the worker's current engine; embeddings and attention run as whole
+    ``LiveBatch`` (engine/live.py) on the worker's current engine; embeddings and attention run as whole
     batches. A join or step that raises asks the worker whether the engine died (EngineRestarted) or only the step
     failed (the exception goes on); after a restart the next call decodes on the new engine. The scheduler's engine
     thread is the only caller, but for ``accepts`` and ``cost``, which hold no state."""
@@ -170,8 +170,8 @@ class SupervisedLive:
     @staticmethod
     def accepts(options: Any, streaming: bool = False) -> bool:
         """Translations decode live; embeddings, attention and constrained translations (glossaries,
-        do-not-translate spans: service/engine/constrained.py) run as whole batches. With the repeated-n-gram block
-        (service/engine/no_repeat.py) only a streaming request decodes live (its tokens come as they are final):
+        do-not-translate spans: engine/constrained.py) run as whole batches. With the repeated-n-gram block
+        (engine/no_repeat.py) only a streaming request decodes live (its tokens come as they are final):
         on the general-domain model the live decode costs more than whole batches, whose lone sentences search in
         one onnxruntime call (docs/engine-speed-log.md item 28: 0.66x dynamic batching's throughput at 64 clients
         live against 1.10x in whole batches, first streamed token 101 against 194 ms p50)."""

@@ -18,11 +18,11 @@ from fastapi.routing import APIRoute
 from pydantic import ValidationError
 from starlette.exceptions import HTTPException
 
+from engine.engine import SourceTooLongError
 from service.api.errors import NotReady, scheduler_status
 from service.api.middleware.body import BodyTooLarge, body_limit, too_large
 from service.api.requests import InvalidDeadline, deadline_s, request_context
 from service.documents import DocumentError
-from service.engine.engine import SourceTooLongError
 from service.registry import UnknownModel
 from service.scheduling.errors import BatchFailed, EngineRestarted, QueueFull, SchedulerError
 from service.serving.context import RequestContext

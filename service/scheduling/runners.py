@@ -18,7 +18,7 @@ class BatchRunner(Protocol):
 
 
 class StepResult(Protocol):
-    """What one decoder step of a live decode produced (service/engine/live.py StepOutput)."""
+    """What one decoder step of a live decode produced (engine/live.py StepOutput)."""
 
     finished: list[tuple[Hashable, Any]]  # (sentence key, result) of the sentences that finished
     progress: dict[Hashable, list[int]]  # sentence key -> tokens that became final (streaming)

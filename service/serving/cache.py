@@ -20,7 +20,7 @@ from typing import Any
 
 import numpy as np
 
-from service.engine.engine import TranslateOptions, Translation
+from engine.engine import TranslateOptions, Translation
 from service.registry import LoadedModel
 from service.state.cache import LocalLRU, RedisLRU
 from service.work import Source

@@ -6,7 +6,7 @@ import asyncio
 from collections.abc import Sequence
 from typing import Any
 
-from service.engine.engine import SourceTooLongError, TranslateOptions
+from engine.engine import SourceTooLongError, TranslateOptions
 from service.registry import LoadedModel, UnknownModel
 from service.scheduling.errors import ShuttingDown
 from service.serving.context import RequestContext

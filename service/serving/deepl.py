@@ -18,8 +18,8 @@ from typing import Any
 import lxml.etree
 import lxml.html
 
-from service import language
-from service.engine.engine import TranslateOptions
+from core import language
+from engine.engine import TranslateOptions
 from service.registry import LoadedModel, Registry
 from service.serving.context import RequestContext
 from service.serving.html import Markup

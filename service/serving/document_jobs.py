@@ -29,10 +29,10 @@ from collections.abc import Awaitable, Callable
 from pathlib import Path
 from typing import Any
 
+from engine.engine import TranslateOptions
 from service.batch_policy import BACKGROUND
 from service.documents import DocumentError, DocumentTooLarge, format_of, open_document
 from service.documents.inline import plain, read
-from service.engine.engine import TranslateOptions
 from service.metrics import Metrics
 from service.registry import Registry, UnknownModel
 from service.scheduling.errors import ShuttingDown

@@ -12,7 +12,7 @@ from __future__ import annotations
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
 
-from service.engine.engine import SourceTooLongError, TranslateOptions
+from engine.engine import SourceTooLongError, TranslateOptions
 from service.registry import LoadedModel
 from service.serving.context import RequestContext
 from service.serving.html import Aligned, HtmlPlan, align_words

@@ -24,7 +24,7 @@ from typing import Any
 import numpy as np
 
 from core.bundle import discover
-from service.engine.engine import TranslateOptions
+from engine.engine import TranslateOptions
 from service.registry import LoadedModel, Registry, UnknownModel
 from service.serving.common import run_work, tokenize
 from service.serving.context import RequestContext

@@ -1,7 +1,7 @@
 """LibreTranslate's API on our models: translate (with "auto" sources and alternatives), detect, languages.
 
 A request names a language pair; the model serving it translates (service/serving/routing.py). With
-``source: "auto"`` each text's language is detected (service/language.py) among the languages served into
+``source: "auto"`` each text's language is detected (core/language.py) among the languages served into
 ``target``, and the texts go to their models. Texts are split into sentences and lines
 (service/serving/segmentation.py) and HTML keeps its markup (service/serving/html.py); the work goes through
 each model's scheduler like /v1's.
@@ -15,8 +15,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from service import language
-from service.engine.engine import TranslateOptions
+from core import language
+from engine.engine import TranslateOptions
 from service.registry import LoadedModel, Registry
 from service.serving.context import RequestContext
 from service.serving.html import plain_text

@@ -15,7 +15,7 @@ from dataclasses import dataclass
 
 from core.search import length_limits
 from core.tokenizer import EOS_ID
-from service.engine.engine import SourceTooLongError, TranslateOptions, Translation
+from engine.engine import SourceTooLongError, TranslateOptions, Translation
 from service.registry import LoadedModel
 from service.serving.casing import casing_of, truecased
 from service.serving.common import run_work, tokenize

@@ -23,7 +23,7 @@ from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
 from typing import Any
 
-from service.engine.engine import TranslateOptions, Translation
+from engine.engine import TranslateOptions, Translation
 from service.registry import LoadedModel, Registry
 from service.serving.common import run_work
 from service.serving.context import RequestContext

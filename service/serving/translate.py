@@ -7,7 +7,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from service.engine.engine import TranslateOptions, Translation, alignment
+from engine.engine import TranslateOptions, Translation, alignment
 from service.registry import LoadedModel, Registry
 from service.serving.context import RequestContext
 from service.serving.html import plain_text

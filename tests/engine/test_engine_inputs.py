@@ -6,8 +6,8 @@ import pytest
 
 from core.bundle import load_bundle
 from core.tokenizer import EOS_ID, UNK_ID
-from service.engine import Engine, TranslateOptions
-from service.engine.engine import SourceTooLongError
+from engine import Engine, TranslateOptions
+from engine.engine import SourceTooLongError
 
 
 class _NoRun:

@@ -9,8 +9,8 @@ import onnxruntime as ort
 import pytest
 
 from core.bundle import load_bundle
-from service.engine import Engine, TranslateOptions, runtime
-from service.engine.runtime import ProviderError, create_session, requested_providers
+from engine import Engine, TranslateOptions, runtime
+from engine.runtime import ProviderError, create_session, requested_providers
 
 CUDA_AVAILABLE = "CUDAExecutionProvider" in ort.get_available_providers()
 NOT_AVAILABLE = "ignore:Specified provider 'CUDAExecutionProvider' is not in available provider names"

@@ -15,11 +15,11 @@ from core.bundle import BundleError, load_bundle
 from core.graphs import VOCAB_IDS, has_vocab_ids
 from core.shortlist import SHORTLIST_FILE, Shortlist
 from core.tokenizer import BOS_ID
-from service.engine import Engine, TranslateOptions
-from service.engine.constrained import Constraint
-from service.engine.engine import _DecoderState
-from service.engine.live import LiveBatch
-from service.engine.search import TopCandidates
+from engine import Engine, TranslateOptions
+from engine.constrained import Constraint
+from engine.engine import _DecoderState
+from engine.live import LiveBatch
+from engine.search import TopCandidates
 
 GREEDY, BEAM = TranslateOptions(), TranslateOptions(beam_size=4)
 # sentences of the toy corpus's own words (SAMPLE_SENTENCES also hold words it never saw, "dem", "blauen", whose

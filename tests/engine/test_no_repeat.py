@@ -1,4 +1,4 @@
-"""The repeated-n-gram block (service/engine/no_repeat.py, ``TranslateOptions.no_repeat_ngram_size``): no n-gram
+"""The repeated-n-gram block (engine/no_repeat.py, ``TranslateOptions.no_repeat_ngram_size``): no n-gram
 twice in any hypothesis, greedy and beam, a sentence alike alone and in a batch, and a block no output can reach
 changes nothing."""
 
@@ -9,9 +9,9 @@ import pytest
 from tiny_bundle import SAMPLE_SENTENCES
 
 from core.bundle import load_bundle
-from service.engine import Engine, TranslateOptions
-from service.engine.no_repeat import NgramHistory, NoRepeatNgram, banned_after, drop_banned, repeats_ngram
-from service.engine.search import TopCandidates, beam_search, greedy_search, top_candidates
+from engine import Engine, TranslateOptions
+from engine.no_repeat import NgramHistory, NoRepeatNgram, banned_after, drop_banned, repeats_ngram
+from engine.search import TopCandidates, beam_search, greedy_search, top_candidates
 
 BOS, EOS, VOCAB = 1, 2, 12
 

@@ -16,11 +16,11 @@ from tiny_bundle import SAMPLE_SENTENCES
 from core.bundle import load_bundle
 from core.graphs import has_vocab_ids
 from core.tokenizer import BOS_ID
+from engine import Engine
+from engine.engine import _DecoderState
+from engine.search import TopCandidates
 from export.quantize import convert_fp16_step
 from export.vocab_subset import add_vocab_subset
-from service.engine import Engine
-from service.engine.engine import _DecoderState
-from service.engine.search import TopCandidates
 
 
 @pytest.fixture(scope="module")

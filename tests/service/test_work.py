@@ -7,7 +7,7 @@ import dataclasses
 import numpy as np
 import pytest
 
-from service.engine.engine import TranslateOptions
+from engine.engine import TranslateOptions
 from service.work import AttentionOptions, EmbedOptions, Source, engine_runner
 
 
