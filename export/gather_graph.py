@@ -18,7 +18,7 @@ from pathlib import Path
 import onnx
 from onnx import TensorProto, helper
 
-GATHER_GRAPH = Path(__file__).resolve().parent.parent / "service" / "engine" / "gather.onnx"
+GATHER_GRAPH = Path(__file__).resolve().parent.parent / "engine" / "gather.onnx"
 
 
 def build_gather_graph() -> onnx.ModelProto:
