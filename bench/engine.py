@@ -75,7 +75,8 @@ def _runner(engine: str, args: dict):
         return run
     if engine.startswith("ort-"):
         from core.bundle import load_bundle
-        from engine import Engine, TranslateOptions
+        from engine import Engine
+        from engine.decoding import TranslateOptions
 
         variant = engine.split("-")[1].split("+")[0]
         extra = {"lean_decoder": False} if "+decoder" in engine else {}  # older engines lack the options

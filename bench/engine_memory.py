@@ -47,7 +47,8 @@ def read_sentences(spec: str, limit: int) -> list[str]:
 
 def _worker(conn, models: list[tuple[str, list[str]]], variant: str, beam: int, batch: int, shared: bool) -> None:
     from core.bundle import load_bundle
-    from engine import Engine, TranslateOptions
+    from engine import Engine
+    from engine.decoding import TranslateOptions
 
     engines = [(Engine(load_bundle(b), variant, "cpu", shared_arena=shared), texts) for b, texts in models]
     peaks, cpu = [peak_rss_mib()], time.process_time()

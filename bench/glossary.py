@@ -40,7 +40,8 @@ import sacrebleu
 
 import engine.engine as engine_module
 from core.bundle import load_bundle
-from engine.engine import Engine, TranslateOptions
+from engine.decoding import TranslateOptions
+from engine.engine import Engine
 from service.serving.terms import Terms, constraints, settle
 
 STOP = frozenset(

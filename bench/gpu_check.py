@@ -157,7 +157,7 @@ def batches(ids: list[list[int]], size: int) -> list[list[int]]:
 
 def translate_texts(engine, ids: list[list[int]], beam: int, size: int = 256) -> list[str]:
     """The engine's translations of ``ids`` in batches of ``size`` (length-sorted), in input order."""
-    from engine import TranslateOptions
+    from engine.decoding import TranslateOptions
 
     texts = [""] * len(ids)
     for group in batches(ids, size):

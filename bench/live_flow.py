@@ -53,7 +53,8 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
 
     from core.bundle import load_bundle
-    from engine import Engine, TranslateOptions
+    from engine import Engine
+    from engine.decoding import TranslateOptions
 
     engines = [Engine(load_bundle(b), args.variant, "cpu", intra_op_threads=1) for b in args.bundles]
     language = engines[0].bundle.manifest["source_language"]

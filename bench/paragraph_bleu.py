@@ -18,7 +18,8 @@ from pathlib import Path
 import sacrebleu
 
 from core.bundle import load_bundle
-from engine import Engine, TranslateOptions
+from engine import Engine
+from engine.decoding import TranslateOptions
 from service.serving.segmentation import join, split_text
 
 ROOT = Path(__file__).resolve().parent.parent

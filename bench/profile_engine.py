@@ -67,7 +67,8 @@ def split(
     decode, engine/live.py, stepped until it is empty) or "flow" (one live
     decode holding ``batch`` sentences, the next one joining at the step after one finishes)."""
     from core.bundle import load_bundle
-    from engine import Engine, TranslateOptions
+    from engine import Engine
+    from engine.decoding import TranslateOptions
     from engine.live import LiveBatch
     from engine.reorder import ReorderBuffers
 

@@ -20,7 +20,8 @@ from pathlib import Path
 from bench.harness import cpu_model
 from core.bundle import load_bundle
 from core.normalize import fold_unknown
-from engine import Engine, TranslateOptions
+from engine import Engine
+from engine.decoding import TranslateOptions
 from model.data import read_lines
 from service.serving.casing import casing_of, truecased
 from service.serving.spans import find_spans, has_placeholders, with_stand_ins

@@ -30,7 +30,8 @@ def rss_mib() -> float:
 
 def _worker(conn, bundle: str, variant: str) -> None:
     from core.bundle import load_bundle
-    from engine import Engine, TranslateOptions
+    from engine import Engine
+    from engine.decoding import TranslateOptions
     from engine.live import LiveBatch
 
     engine = Engine(load_bundle(bundle), variant=variant, providers="cpu")

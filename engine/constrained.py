@@ -151,7 +151,7 @@ def constrained_beam_search(
     bos: int,
     eos: int,
     beam_size: int,
-    alpha: float,
+    length_penalty: float,
     n_best: int,
     constraints: list[list[Constraint]],
     max_limit: int | None = None,
@@ -180,7 +180,7 @@ def constrained_beam_search(
         extra = sum(max(len(a) for a in c.alternatives) for c in cons)
         grown.append(limit + extra if max_limit is None else min(limit + extra, max_limit))
     if n == 1:
-        return [_search_one(step, grown[0], bos, eos, k, alpha, n_best, memos[0], after_term)]
+        return [_search_one(step, grown[0], bos, eos, k, length_penalty, n_best, memos[0], after_term)]
     limit = np.asarray(grown)
     width = max((len(m.tokens) for m in memos), default=0) or 1
     con_ids = np.full((n, width), -1, dtype=np.int64)  # each sentence's constraint tokens, -1 padded
@@ -247,7 +247,7 @@ def constrained_beam_search(
         hist = history.tolist() if ends.any() else None
         for p, j in zip(*np.nonzero(ends), strict=True):
             i = int(active[p])
-            finished[i].append((Hypothesis.beam(hist[s_rows[p, j]], float(s_total[p, j]), t + 1, alpha), True))
+            finished[i].append((Hypothesis.beam(hist[s_rows[p, j]], float(s_total[p, j]), t + 1, length_penalty), True))
             n_complete[i] += 1
         s_valid &= ~is_eos  # the others continue, ranked again in their banks without them
         before = np.cumsum(s_valid, axis=1) - s_valid
@@ -273,7 +273,10 @@ def constrained_beam_search(
                     seq = [*hist[row], token]
                     new = memo.advance(row_states[row], token)
                     finished[i].append(
-                        (Hypothesis.beam(seq, float(p_total[p, j]), len(seq), alpha), new.complete(memo.constraints))
+                        (
+                            Hypothesis.beam(seq, float(p_total[p, j]), len(seq), length_penalty),
+                            new.complete(memo.constraints),
+                        )
                     )
         still = ~(done | at_limit)
         if not still.any():
@@ -310,7 +313,7 @@ def _search_one(
     bos: int,
     eos: int,
     k: int,
-    alpha: float,
+    length_penalty: float,
     n_best: int,
     memo: _Memo,
     after_term: np.ndarray | None,
@@ -350,7 +353,7 @@ def _search_one(
         # EOS among the k best of the full bank
         for _, negative, beam, token in [c for c in candidates if c[0] == full_bank][:k]:
             if token == eos:
-                finished.append((Hypothesis.beam(history[beam][:], -negative, t + 1, alpha), True))
+                finished.append((Hypothesis.beam(history[beam][:], -negative, t + 1, length_penalty), True))
                 n_complete += 1
         if n_complete >= k:
             break
@@ -369,7 +372,7 @@ def _search_one(
             for negative, beam, token in chosen:
                 seq = [*history[beam], token]
                 complete = memo.advance(states[beam], token).complete(memo.constraints)
-                finished.append((Hypothesis.beam(seq, -negative, len(seq), alpha), complete))
+                finished.append((Hypothesis.beam(seq, -negative, len(seq), length_penalty), complete))
             break
         chosen += [chosen[0]] * (k - len(chosen))  # padding places repeat the best one; their scores stay -inf
         live = len(turns[:k])

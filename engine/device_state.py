@@ -156,7 +156,7 @@ class DeviceDecoderState:
 
 
 def device_search(
-    runner: DeviceRunner, src_ids: np.ndarray, limits: list[int], options, stats: dict[str, float], penalty=None
+    runner: DeviceRunner, src_ids: np.ndarray, limits: list[int], options, stats: dict[str, float]
 ) -> list[list[Hypothesis]]:
     """Engine._search on the device: ``src_ids`` (sources, src) padded, ``options`` a TranslateOptions; the n-best
     hypotheses of each source, and encode / decode seconds added to ``stats``."""
@@ -171,7 +171,6 @@ def device_search(
             return [[h] for h in greedy_search(state.step, limits, BOS_ID, EOS_ID)]
         rows = np.repeat(np.arange(sources.count), k)
         state = DeviceDecoderState(runner, sources, row_sources=rows, top_k=2 * k)
-        alpha = options.length_penalty if penalty is None else penalty  # the bundle's form (core/search.LengthPenalty)
-        return beam_search(state.step, limits, BOS_ID, EOS_ID, k, alpha, options.num_hypotheses)
+        return beam_search(state.step, limits, BOS_ID, EOS_ID, k, options.penalty, options.num_hypotheses)
     finally:
         stats["decode"] = stats.get("decode", 0.0) + time.perf_counter() - started

@@ -11,7 +11,7 @@ import logging
 import threading
 import time
 from collections.abc import Sequence
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 
 import numpy as np
 
@@ -37,6 +37,7 @@ from core.tokenizer import BOS_ID, EOS_ID, PAD_ID, Tokenizer
 from engine.constrained import Constraint, constrained_beam_search, constrained_beam_size
 from engine.constrained_greedy import GREEDY_TERM_TOP_K, constrained_greedy_search
 from engine.decoder_cache import decoder_feeds, empty_cache
+from engine.decoding import DecodingDefaults, TranslateOptions, decoding_defaults
 from engine.device_state import GATHER_GRAPH, DeviceRunner, device_search, wants_device_search
 from engine.fused_step import auto_blocker, fused_loop_session, fused_search_session, fused_step_session
 from engine.no_repeat import NoRepeatNgram
@@ -57,25 +58,6 @@ class SourceTooLongError(ValueError):
     def __init__(self, index: int, n_tokens: int, limit: int) -> None:
         super().__init__(f"text has {n_tokens} subword tokens; the limit is {limit}: shorten or split it")
         self.index, self.n_tokens, self.limit = index, n_tokens, limit
-
-
-@dataclass(frozen=True)
-class TranslateOptions:
-    """Decoding options of a translation; frozen, as the scheduler batches by equal options."""
-
-    # None (a request that leaves it out): the bundle's default (``Engine.resolved``: its manifest's "decoding", an
-    # imported checkpoint's num_beams; DEFAULT_BEAM when it has none), at least num_hypotheses
-    beam_size: int | None = 1
-    # generated tokens; None: the bundle's default (an imported checkpoint's max_length), else 2 * source tokens + 10
-    max_length: int | None = None
-    num_hypotheses: int = 1
-    length_penalty: float = 0.6
-    return_attention: bool = False
-    constrained: bool = False  # its sources carry constraints: whole batches only (no live decode)
-    # > 0: no n-gram of this size twice in a hypothesis (engine/no_repeat.py; every search but the constrained
-    # ones: not applied to sentences with constraints). 0: off. None: the bundle's default (``Engine.resolved``: its
-    # manifest's "decoding", 0 when it has none)
-    no_repeat_ngram_size: int | None = None
 
 
 @dataclass
@@ -99,16 +81,6 @@ def _guarded(state: _DecoderState, options: TranslateOptions):
     if state.fetch_top:  # the guard asks the graph's TopK for as many more candidates as a row has banned tokens
         return NoRepeatNgram(state.step, options.no_repeat_ngram_size, widen=state.widen)
     return NoRepeatNgram(state.step, options.no_repeat_ngram_size)  # every log-probability comes anyway
-
-
-DEFAULT_BEAM = 4  # the beam of a request that leaves it out, when the bundle names none (/v1's default)
-
-
-def decoding_defaults(manifest: dict) -> dict:
-    """A bundle's defaults of the decoding options a request leaves None: its manifest's "decoding" (written by
-    ``python -m export.cli decoding``; an imported checkpoint's ``beam_size`` and ``max_length`` by ``import-hf``)
-    over the engine's own (no n-gram block)."""
-    return {"no_repeat_ngram_size": 0, **manifest.get("decoding", {})}
 
 
 def pad_batch(sequences: Sequence[Sequence[int]]) -> np.ndarray:
@@ -312,7 +284,8 @@ class Engine:
         "false" as the booleans); ``self.fused_step`` says what runs ("fused", "off", or why not)."""
         self.bundle = bundle
         self.variant = variant or bundle.default_variant
-        self.decoding = decoding_defaults(bundle.manifest)  # for options left None
+        self.decoding = decoding_defaults(bundle.manifest)  # the manifest's, as GET /v1/models shows them
+        self.defaults = DecodingDefaults.of(self.decoding)  # for options left None (TranslateOptions.resolve)
         self.config = bundle.model_config
         self.tokenizer = Tokenizer(bundle.tokenizer_file)
         # target-language text (glossary terms, a given target) is cut by the target side's model where the bundle
@@ -519,20 +492,12 @@ class Engine:
     # --- translate ---------------------------------------------------------------------------
     def penalty(self, options: TranslateOptions) -> LengthPenalty:
         """The options' length penalty in the bundle's form (``decoding.length_penalty_form``; GNMT's by default)."""
-        return LengthPenalty(options.length_penalty, self.decoding.get("length_penalty_form", "gnmt"))
+        return self.resolved(options).penalty
 
     def resolved(self, options: TranslateOptions) -> TranslateOptions:
-        """``options`` with what it leaves None set to the bundle's decoding defaults (``self.decoding``): the
-        n-gram block, the beam (at least num_hypotheses; DEFAULT_BEAM when the bundle names none) and the length
-        limit (when the bundle names one)."""
-        changes: dict = {}
-        if options.no_repeat_ngram_size is None:
-            changes["no_repeat_ngram_size"] = int(self.decoding["no_repeat_ngram_size"])
-        if options.beam_size is None:
-            changes["beam_size"] = max(int(self.decoding.get("beam_size", DEFAULT_BEAM)), options.num_hypotheses)
-        if options.max_length is None and self.decoding.get("max_length") is not None:
-            changes["max_length"] = int(self.decoding["max_length"])
-        return replace(options, **changes) if changes else options
+        """``options`` resolved against this bundle's decoding defaults (engine/decoding.py ``resolve``); options
+        the serving layer resolved already come back as they are."""
+        return options.resolve(self.defaults)
 
     def translate(
         self,
@@ -629,7 +594,7 @@ class Engine:
             BOS_ID,
             EOS_ID,
             k,
-            self.penalty(options),
+            options.penalty,
             min(options.num_hypotheses, k),
             cons,
             self.max_source_tokens - 1,
@@ -721,7 +686,7 @@ class Engine:
     ) -> list[list[Hypothesis]]:
         if self.device_runner is not None and not options.no_repeat_ngram_size:  # encoder outputs, cache on the device
             limits = length_limits([len(s) for s in sources], self.max_source_tokens, options.max_length)
-            return device_search(self.device_runner, pad_batch(sources), limits, options, stats, self.penalty(options))
+            return device_search(self.device_runner, pad_batch(sources), limits, options, stats)
         started = time.perf_counter()
         enc = self.run_encoder(sources)
         stats["encode"] = stats.get("encode", 0.0) + time.perf_counter() - started
@@ -741,7 +706,7 @@ class Engine:
         block = options.no_repeat_ngram_size
         loop = self.search_loop if lean else None
         if loop is not None and (len(sources) == 1 or loop.batched) and loop.serves(k, vocab["vocab_ids"]):
-            args = (k, self.penalty(options), options.num_hypotheses, vocab["vocab_ids"], block or 0)
+            args = (k, options.penalty, options.num_hypotheses, vocab["vocab_ids"], block or 0)
             # the fused search takes the whole batch in one call, each source as it would be alone
             found = loop.search_batch(enc, limits, *args) if loop.batched else [loop.search(enc, limits[0], *args)]
             # with the block: None when the unblocked search took a token the block bans; searched again step by
@@ -768,7 +733,7 @@ class Engine:
         rows = np.repeat(np.arange(len(limits)), k)
         state = _DecoderState(session, keys, values, mask, lean, row_sources=rows, top_k=2 * k, **vocab)
         step = _guarded(state, options)
-        return beam_search(step, limits, BOS_ID, EOS_ID, k, self.penalty(options), options.num_hypotheses)
+        return beam_search(step, limits, BOS_ID, EOS_ID, k, options.penalty, options.num_hypotheses)
 
     def attach_attention(self, results: list[Translation]) -> None:
         """Cross-attention of each best hypothesis: row j is the step that generated token j."""

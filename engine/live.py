@@ -44,7 +44,8 @@ from core.graphs import MAX_TOP_K_KEY, VOCAB_IDS, has_vocab_ids, right_padded, s
 from core.search import Hypothesis, length_limits
 from core.shortlist import union
 from core.tokenizer import BOS_ID, EOS_ID
-from engine.engine import Engine, TranslateOptions, Translation
+from engine.decoding import TranslateOptions
+from engine.engine import Engine, Translation
 from engine.no_repeat import banned_after, drop_banned
 from engine.reorder import ReorderBuffers
 from engine.search import rank, rank_one, top_candidates
@@ -195,7 +196,8 @@ class LiveBatch:
         """
         done: list[tuple[Hashable, Translation]] = []
         work = []
-        for key, source, options, stream in items:
+        for key, source, unresolved, stream in items:
+            options = self.engine.resolved(unresolved)  # as the serving layer resolved it, or now (direct callers)
             if key in self.sentences:
                 raise ValueError(f"sentence {key!r} is already live")
             if len(source) <= 1:
@@ -466,7 +468,7 @@ class LiveBatch:
                 next_rows[i].tolist(), next_ids[i].tolist(), next_scores[i].tolist(), strict=True
             ):
                 seq = self.history[row, width - t[i] : width].tolist() + [token]
-                s.finished.append(Hypothesis.beam(seq, score, len(seq), self.engine.penalty(s.options)))
+                s.finished.append(Hypothesis.beam(seq, score, len(seq), s.options.penalty))
         still = ~(done | at_limit)
         for i in np.flatnonzero(~still).tolist():
             s = group.sentences[i]
@@ -491,7 +493,7 @@ class LiveBatch:
         for i, row, score in ended:
             s = group.sentences[i]
             seq = self.history[group.offset + row, width - t[i] : width].tolist()
-            s.finished.append(Hypothesis.beam(seq, score, int(t[i]) + 1, self.engine.penalty(s.options)))
+            s.finished.append(Hypothesis.beam(seq, score, int(t[i]) + 1, s.options.penalty))
             group.ended[i] += 1
         return group.offset + rows, tokens, scores
 
@@ -503,7 +505,7 @@ class LiveBatch:
         ended, going = rank_one(group.score[0].tolist(), lps.tolist(), ids.tolist(), k, EOS_ID)
         for beam, score in ended:
             seq = self.history[group.offset + beam, width - t : width].tolist()
-            s.finished.append(Hypothesis.beam(seq, score, t + 1, self.engine.penalty(s.options)))
+            s.finished.append(Hypothesis.beam(seq, score, t + 1, s.options.penalty))
         group.ended[0] += len(ended)
         rows = np.array([[group.offset + beam for beam, _, _ in going]], dtype=np.int64)
         tokens = np.array([[token for _, token, _ in going]], dtype=np.int64)

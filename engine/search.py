@@ -127,7 +127,7 @@ def beam_search(
     bos: int,
     eos: int,
     beam_size: int,
-    alpha: float,
+    length_penalty: float,
     n_best: int,
 ) -> list[list[Hypothesis]]:
     """``step`` rows start as each sentence repeated ``beam_size`` times (sentence-major).
@@ -139,7 +139,7 @@ def beam_search(
     if not 1 <= n_best <= beam_size:
         raise ValueError(f"n_best must be in 1..beam_size ({beam_size}), got {n_best}")
     if len(limits) == 1:
-        return [_beam_one(step, limits[0], bos, eos, beam_size, alpha, n_best)]
+        return [_beam_one(step, limits[0], bos, eos, beam_size, length_penalty, n_best)]
     n, k = len(limits), beam_size
     limit = np.asarray(limits)
     finished: list[list[Hypothesis]] = [[] for _ in range(n)]
@@ -154,7 +154,7 @@ def beam_search(
         top = _beam_candidates(step(last, rows), k)  # (active*k, c), c >= 2k
         ended, next_rows, next_ids, next_scores = rank(beam_scores, top.log_probs, top.ids, k, eos)
         for i, row, score in ended:
-            finished[active[i]].append(Hypothesis.beam(history[row].tolist(), score, t + 1, alpha))
+            finished[active[i]].append(Hypothesis.beam(history[row].tolist(), score, t + 1, length_penalty))
             n_finished[active[i]] += 1
         done = n_finished[active] >= k
         at_limit = ~done & (t + 1 >= limit[active])
@@ -163,7 +163,7 @@ def beam_search(
                 next_rows[i].tolist(), next_ids[i].tolist(), next_scores[i].tolist(), strict=True
             ):
                 seq = history[row].tolist() + [token]
-                finished[active[i]].append(Hypothesis.beam(seq, score, len(seq), alpha))
+                finished[active[i]].append(Hypothesis.beam(seq, score, len(seq), length_penalty))
         still = ~(done | at_limit)
         if not still.any():
             break
@@ -232,7 +232,9 @@ def rank_one(
     return ended, going
 
 
-def _beam_one(step: StepFn, limit: int, bos: int, eos: int, k: int, alpha: float, n_best: int) -> list[Hypothesis]:
+def _beam_one(
+    step: StepFn, limit: int, bos: int, eos: int, k: int, length_penalty: float, n_best: int
+) -> list[Hypothesis]:
     """beam_search for one sentence, ranked by ``rank_one``: the same hypotheses, with Python scalars."""
     finished: list[Hypothesis] = []
     scores = [0.0] + [-math.inf] * (k - 1)  # identical start beams: keep one alive
@@ -243,13 +245,13 @@ def _beam_one(step: StepFn, limit: int, bos: int, eos: int, k: int, alpha: float
         top = _beam_candidates(step(last, rows), k)
         ended, going = rank_one(scores, top.log_probs.tolist(), top.ids.tolist(), k, eos)
         for beam, score in ended:
-            finished.append(Hypothesis.beam(history[beam][:], score, t + 1, alpha))
+            finished.append(Hypothesis.beam(history[beam][:], score, t + 1, length_penalty))
         if len(finished) >= k:
             break
         if t + 1 >= limit:  # length limit: the live hypotheses end as they are
             for beam, token, score in going:
                 seq = [*history[beam], token]
-                finished.append(Hypothesis.beam(seq, score, len(seq), alpha))
+                finished.append(Hypothesis.beam(seq, score, len(seq), length_penalty))
             break
         history = [[*history[beam], token] for beam, token, _ in going]
         scores = [score for _, _, score in going]

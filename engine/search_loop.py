@@ -19,7 +19,7 @@ from __future__ import annotations
 import numpy as np
 
 from core.graphs import MAX_TOP_K_KEY, NO_REPEAT_NGRAM, SEARCH_LOOP_OUTPUTS, SOURCE_LIMITS, SOURCE_STEPS, VOCAB_IDS
-from core.search import Hypothesis
+from core.search import DEFAULT_LENGTH_PENALTY, Hypothesis
 from core.tokenizer import BOS_ID
 from engine.no_repeat import NgramHistory, follow
 
@@ -90,23 +90,23 @@ class SearchLoop:
         enc: dict[str, np.ndarray],
         limit: int,
         beam_size: int = 1,
-        alpha: float = 0.6,
+        length_penalty: float = DEFAULT_LENGTH_PENALTY,
         n_best: int = 1,
         vocab_ids: np.ndarray | None = None,
         no_repeat_ngram_size: int = 0,
     ) -> list[Hypothesis] | None:
         """The ``n_best`` best hypotheses of the one source of ``enc`` (run_encoder's outputs), at most ``limit``
-        tokens, ``beam_size`` beams (1: greedy) ranked with length penalty ``alpha``; None when
+        tokens, ``beam_size`` beams (1: greedy) ranked with ``length_penalty``; None when
         ``no_repeat_ngram_size`` (> 0) would have banned a token this search took (see the module's text)."""
         pointers = [a.tolist() for a in self.run(enc, limit, beam_size, vocab_ids, no_repeat_ngram_size)]
-        return _hypotheses(pointers, limit, beam_size, alpha, n_best, no_repeat_ngram_size)
+        return _hypotheses(pointers, limit, beam_size, length_penalty, n_best, no_repeat_ngram_size)
 
     def search_batch(
         self,
         enc: dict[str, np.ndarray],
         limits: list[int],
         beam_size: int = 1,
-        alpha: float = 0.6,
+        length_penalty: float = DEFAULT_LENGTH_PENALTY,
         n_best: int = 1,
         vocab_ids: np.ndarray | None = None,
         no_repeat_ngram_size: int = 0,
@@ -118,12 +118,12 @@ class SearchLoop:
         found = []
         for i, (limit, n) in enumerate(zip(limits, steps.tolist(), strict=True)):
             pointers = [a[:n, i * k : (i + 1) * k].tolist() for a in arrays]
-            found.append(_hypotheses(pointers, limit, k, alpha, n_best, no_repeat_ngram_size))
+            found.append(_hypotheses(pointers, limit, k, length_penalty, n_best, no_repeat_ngram_size))
         return found
 
 
 def _hypotheses(
-    pointers: list[list[list]], limit: int, k: int, alpha: float, n_best: int, no_repeat_ngram_size: int
+    pointers: list[list[list]], limit: int, k: int, length_penalty: float, n_best: int, no_repeat_ngram_size: int
 ) -> list[Hypothesis] | None:
     """One source's hypotheses from its back-pointers (SEARCH_LOOP_OUTPUTS as lists, steps x k), as ``_beam_one``
     builds them; None when the n-gram block would have banned a token the search took."""
@@ -137,13 +137,13 @@ def _hypotheses(
             return None
         for flag, beam, score in zip(ended[t], ended_beams[t], ended_scores[t], strict=True):
             if flag:
-                finished.append(Hypothesis.beam(history[beam][:], score, t + 1, alpha))
+                finished.append(Hypothesis.beam(history[beam][:], score, t + 1, length_penalty))
         if len(finished) >= k:
             break
         if t + 1 >= limit:  # length limit: the live hypotheses end as they are
             for beam, token, score in zip(beams[t], ids[t], going_scores[t], strict=True):
                 seq = [*history[beam], token]
-                finished.append(Hypothesis.beam(seq, score, len(seq), alpha))
+                finished.append(Hypothesis.beam(seq, score, len(seq), length_penalty))
             break
         if grams is None:
             history = [[*history[beam], token] for beam, token in zip(beams[t], ids[t], strict=True)]

@@ -15,8 +15,8 @@ from pathlib import Path
 from core.bundle import FORMATS, load_bundle
 from core.graphs import STEP_GRAPHS
 from core.tokenizer import EOS_ID
-from engine import Engine, TranslateOptions
-from engine.engine import decoding_defaults
+from engine import Engine
+from engine.decoding import TranslateOptions, decoding_defaults
 from export.calibration import calibrated_as, read_sentences, record_feeds
 from export.manifest import build_manifest, git_commit, seal
 from export.onnx_export import export_graphs

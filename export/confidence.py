@@ -22,7 +22,8 @@ import sacrebleu
 from core.bundle import load_bundle
 from core.confidence import confidence_of, mean_log_prob
 from core.tokenizer import EOS_ID
-from engine import Engine, TranslateOptions
+from engine import Engine
+from engine.decoding import TranslateOptions
 from export.manifest import seal
 
 

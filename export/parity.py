@@ -21,7 +21,8 @@ from core.graphs import (
     step_interface,
     step_output_names,
 )
-from engine import Engine, TranslateOptions
+from engine import Engine
+from engine.decoding import TranslateOptions
 from engine.step_inputs import ragged_inputs, uniform_inputs
 from export.graphs import EncoderGraph, decoder_graph, example_inputs
 from model.data import pad

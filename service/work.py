@@ -11,7 +11,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from engine.engine import Engine, TranslateOptions
+from engine.decoding import TranslateOptions
+from engine.engine import Engine
 from service.scheduling.runners import BatchRunner, Stats
 
 

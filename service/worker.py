@@ -30,7 +30,8 @@ from collections.abc import Callable, Hashable
 from typing import Any
 
 from core.search import length_limits
-from engine.engine import Engine, TranslateOptions
+from engine.decoding import TranslateOptions
+from engine.engine import Engine
 from engine.live import LiveBatch, StepOutput, supports_live
 from service.metrics import Metrics
 from service.scheduling.errors import EngineRestarted

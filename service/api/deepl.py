@@ -16,6 +16,7 @@ from typing import Any
 from fastapi import APIRouter, FastAPI, Request
 from fastapi.responses import JSONResponse
 
+from engine.decoding import beam_within
 from service.api.deepl_glossaries import stored_glossary
 from service.api.deepl_protocol import (
     ERRORS,
@@ -190,8 +191,7 @@ def parse_translate(fields: dict, registry, max_texts: int, max_chars: int, beam
 def build_deepl_router(app: FastAPI) -> APIRouter:
     s = app.state.mt.settings
     router = APIRouter(prefix="/v2", route_class=DeepLRoute, tags=["DeepL API"])
-    # the model's default beam (None: Engine.resolved), unless the service allows less than /v1's default
-    beam = None if s.limits.max_beam_size >= serving.DEFAULT_BEAM else s.limits.max_beam_size
+    beam = beam_within(s.limits.max_beam_size)  # no beam field: the model's default unless the cap is lower
 
     @router.post(
         "/translate",

@@ -8,6 +8,7 @@ from typing import Annotated, Literal
 from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, StringConstraints, model_validator
 
 from core.bundle import TRAINED_HERE
+from core.search import DEFAULT_BEAM, DEFAULT_LENGTH_PENALTY
 from service.settings import LimitSettings
 
 Matrix = list[list[float]]
@@ -172,7 +173,9 @@ def request_models(limits: LimitSettings) -> RequestModels:
         model_config = ConfigDict(
             extra="forbid",
             strict=True,  # types as the schema states them: no "4" for 4, no 1 for true (see _integral)
-            json_schema_extra={"examples": [{"texts": [DE_EXAMPLE], "beam_size": 4, "return_alignment": True}]},
+            json_schema_extra={
+                "examples": [{"texts": [DE_EXAMPLE], "beam_size": DEFAULT_BEAM, "return_alignment": True}]
+            },
         )
         texts: list[Text] = Field(min_length=1, max_length=limits.max_texts_translate)
         model: ModelName = None
@@ -194,7 +197,7 @@ def request_models(limits: LimitSettings) -> RequestModels:
             "max_length), else 2 * source subwords + 10",
         )
         num_hypotheses: Int = Field(1, ge=1, le=limits.max_beam_size, description="n-best size, at most beam_size")
-        length_penalty: float = Field(0.6, ge=0.0, le=5.0)
+        length_penalty: float = Field(DEFAULT_LENGTH_PENALTY, ge=0.0, le=5.0)
         no_repeat_ngram_size: Annotated[int, Field(ge=0, le=32), BeforeValidator(_integral)] | None = Field(
             None,
             description="> 0: no n-gram of this many subwords twice in a translation (stops a translation that "

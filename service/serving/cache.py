@@ -20,7 +20,8 @@ from typing import Any
 
 import numpy as np
 
-from engine.engine import TranslateOptions, Translation
+from engine.decoding import TranslateOptions
+from engine.engine import Translation
 from service.registry import LoadedModel
 from service.state.cache import LocalLRU, RedisLRU
 from service.work import Source

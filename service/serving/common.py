@@ -6,7 +6,8 @@ import asyncio
 from collections.abc import Sequence
 from typing import Any
 
-from engine.engine import SourceTooLongError, TranslateOptions
+from engine.decoding import TranslateOptions
+from engine.engine import SourceTooLongError
 from service.registry import LoadedModel, UnknownModel
 from service.scheduling.errors import ShuttingDown
 from service.serving.context import RequestContext

@@ -19,7 +19,7 @@ import lxml.etree
 import lxml.html
 
 from core import language
-from engine.engine import TranslateOptions
+from engine.decoding import TranslateOptions
 from service.registry import LoadedModel, Registry
 from service.serving.context import RequestContext
 from service.serving.html import Markup
@@ -27,7 +27,6 @@ from service.serving.prepared import prepare
 from service.serving.quality import check_languages
 from service.serving.routing import AUTO, UnservedPair, route
 
-DEFAULT_BEAM = 4  # /v1's default
 # DeepL's target codes of a language with regional variants: (code, name) as /v2/languages lists them, the first
 # being what an unspecified code means; EN, PT and ZH alone are accepted as targets too
 TARGET_VARIANTS = {
@@ -131,7 +130,7 @@ async def translate(registry: Registry, req: Request, ctx: RequestContext) -> tu
     groups: dict[str, list[int]] = {}
     for i, model in enumerate(models):
         groups.setdefault(model.name, []).append(i)
-    options = TranslateOptions(beam_size=req.beam_size)
+    options = TranslateOptions.request(beam_size=req.beam_size)
     work = [
         prepare(models[idx[0]], [req.texts[j] for j in idx], ctx, req.split, req.fmt, idx, req.rules)
         for idx in groups.values()

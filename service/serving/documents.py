@@ -12,7 +12,8 @@ from __future__ import annotations
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
 
-from engine.engine import SourceTooLongError, TranslateOptions
+from engine.decoding import TranslateOptions
+from engine.engine import SourceTooLongError
 from service.registry import LoadedModel
 from service.serving.context import RequestContext
 from service.serving.html import Aligned, HtmlPlan, align_words

@@ -24,7 +24,7 @@ from typing import Any
 import numpy as np
 
 from core.bundle import discover
-from engine.engine import TranslateOptions
+from engine.decoding import TranslateOptions
 from service.registry import LoadedModel, Registry, UnknownModel
 from service.serving.common import run_work, tokenize
 from service.serving.context import RequestContext
@@ -134,10 +134,10 @@ async def infer(
         _prepared(ctx, started)
         vectors, used = await run_work(view.model, options, sources, ctx)
         return {"EMBEDDING": np.stack(vectors).astype(np.float32)}, used
-    options = TranslateOptions(
+    options = TranslateOptions.request(
         beam_size=parameters.get("beam_size"),  # None: the model's default
         max_length=parameters.get("max_length"),
-        length_penalty=parameters.get("length_penalty", 0.6),
+        length_penalty=parameters.get("length_penalty"),
     )
     split, fmt = parameters.get("split_sentences", True), parameters.get("format", "text")
     if ctx.quality is not None:

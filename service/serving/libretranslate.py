@@ -16,7 +16,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from core import language
-from engine.engine import TranslateOptions
+from engine.decoding import TranslateOptions
 from service.registry import LoadedModel, Registry
 from service.serving.context import RequestContext
 from service.serving.html import plain_text
@@ -25,7 +25,6 @@ from service.serving.quality import check_languages, text_assessment, unserved_l
 from service.serving.routing import UnservedPair, route
 
 _TAG = re.compile(r"<[^>]*>")
-DEFAULT_BEAM = 4  # /v1's default
 
 
 @dataclass
@@ -101,9 +100,7 @@ async def translate(
         if ctx.quality is not None:
             check_languages(models, texts, ctx.quality)
     n_best = alternatives + 1 if fmt == "text" else 1
-    # the model's default beam (None: Engine.resolved, at least n_best) unless the service allows less than /v1's
-    beam = None if max_beam_size >= DEFAULT_BEAM else max_beam_size
-    options = TranslateOptions(beam_size=beam, num_hypotheses=n_best)
+    options = TranslateOptions.request(num_hypotheses=n_best, max_beam_size=max_beam_size)
     groups: dict[str, list[int]] = {}
     for i, model in enumerate(models):
         groups.setdefault(model.name, []).append(i)

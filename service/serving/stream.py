@@ -23,7 +23,8 @@ from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
 from typing import Any
 
-from engine.engine import TranslateOptions, Translation
+from engine.decoding import TranslateOptions
+from engine.engine import Translation
 from service.registry import LoadedModel, Registry
 from service.serving.common import run_work
 from service.serving.context import RequestContext

@@ -7,7 +7,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from engine.engine import TranslateOptions, Translation, alignment
+from engine.decoding import TranslateOptions
+from engine.engine import Translation, alignment
 from service.registry import LoadedModel, Registry
 from service.serving.context import RequestContext
 from service.serving.html import plain_text
@@ -18,7 +19,7 @@ from service.serving.terms import warnings as term_warnings
 
 
 def options_of(body: Any) -> TranslateOptions:
-    return TranslateOptions(
+    return TranslateOptions.request(
         beam_size=body.beam_size,
         max_length=body.max_length,
         num_hypotheses=body.num_hypotheses,

@@ -9,7 +9,8 @@ import pytest
 from core.bundle import load_bundle
 from engine.constrained import Constraint
 from engine.constrained_greedy import constrained_greedy_search
-from engine.engine import Engine, TranslateOptions
+from engine.decoding import TranslateOptions
+from engine.engine import Engine
 from service.serving.terms import Terms, constraints, settle, warnings
 
 BOS, EOS, VOCAB = 1, 2, 12

@@ -7,7 +7,8 @@ import pytest
 
 from core.bundle import load_bundle
 from engine.constrained import Constraint, constrained_beam_search, constrained_beam_size
-from engine.engine import Engine, TranslateOptions
+from engine.decoding import TranslateOptions
+from engine.engine import Engine
 
 BOS, EOS, VOCAB = 1, 2, 12
 

@@ -10,7 +10,8 @@ from bundle_copies import copy_bundle
 from tiny_bundle import SAMPLE_SENTENCES
 
 from core.bundle import load_bundle
-from engine import Engine, TranslateOptions
+from engine import Engine
+from engine.decoding import TranslateOptions
 from export.cli import main as export_cli
 
 

@@ -15,7 +15,8 @@ import pytest
 from core.bundle import load_bundle
 from core.graphs import DECODER_INPUTS, DECODER_OUTPUTS, ENCODER_INPUTS, ENCODER_OUTPUTS
 from core.tokenizer import SPECIAL_IDS
-from engine import Engine, TranslateOptions
+from engine import Engine
+from engine.decoding import TranslateOptions
 from export.onnx_export import OPSET
 from model.config import ModelConfig
 

@@ -11,7 +11,8 @@ import onnxruntime as ort
 import pytest
 
 from core.bundle import load_bundle
-from engine import Engine, TranslateOptions
+from engine import Engine
+from engine.decoding import TranslateOptions
 from engine.device_state import DeviceDecoderState, device_type, wants_device_search
 from engine.search import TopCandidates
 

@@ -6,7 +6,8 @@ import pytest
 
 from core.bundle import load_bundle
 from core.tokenizer import EOS_ID, UNK_ID
-from engine import Engine, TranslateOptions
+from engine import Engine
+from engine.decoding import TranslateOptions
 from engine.engine import SourceTooLongError
 
 

@@ -12,7 +12,8 @@ import pytest
 from tiny_bundle import SAMPLE_SENTENCES, WORD_MAP
 
 from core.bundle import load_bundle
-from engine import Engine, TranslateOptions
+from engine import Engine
+from engine.decoding import TranslateOptions
 from engine.live import LiveBatch, supports_live
 from engine.no_repeat import repeats_ngram
 from engine.runtime import create_session

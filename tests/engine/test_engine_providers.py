@@ -9,7 +9,8 @@ import onnxruntime as ort
 import pytest
 
 from core.bundle import load_bundle
-from engine import Engine, TranslateOptions, runtime
+from engine import Engine, runtime
+from engine.decoding import TranslateOptions
 from engine.runtime import ProviderError, create_session, requested_providers
 
 CUDA_AVAILABLE = "CUDAExecutionProvider" in ort.get_available_providers()

@@ -15,8 +15,9 @@ from core.bundle import BundleError, load_bundle
 from core.graphs import VOCAB_IDS, has_vocab_ids
 from core.shortlist import SHORTLIST_FILE, Shortlist
 from core.tokenizer import BOS_ID
-from engine import Engine, TranslateOptions
+from engine import Engine
 from engine.constrained import Constraint
+from engine.decoding import TranslateOptions
 from engine.engine import _DecoderState
 from engine.live import LiveBatch
 from engine.search import TopCandidates

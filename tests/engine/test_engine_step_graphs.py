@@ -14,7 +14,8 @@ from tiny_bundle import SAMPLE_SENTENCES
 
 from core.bundle import MANIFEST, load_bundle, write_manifest
 from core.graphs import BATCH_STEP, LIVE_STEP, STEP_INTERFACE, step_interface
-from engine import Engine, TranslateOptions
+from engine import Engine
+from engine.decoding import TranslateOptions
 from engine.live import LiveBatch
 from export.pack import storage
 

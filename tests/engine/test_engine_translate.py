@@ -6,7 +6,8 @@ import pytest
 import torch
 
 from core.bundle import load_bundle
-from engine import Engine, TranslateOptions
+from engine import Engine
+from engine.decoding import TranslateOptions
 from export.parity import translation_parity
 from model.data import pad
 from model.decoding import beam_search as torch_beam

@@ -25,7 +25,8 @@ from tiny_bundle import cached_tiny_bundle, write_corpus
 from core.bundle import load_bundle
 from core.cpu import cpu_flags
 from core.graphs import SEARCH_LOOP_OUTPUTS, step_input_names
-from engine import Engine, TranslateOptions
+from engine import Engine
+from engine.decoding import TranslateOptions
 from engine.fused_step import LIBRARY_ENV, auto_blocker, fused_step_session
 from engine.fused_step_graph import NotFused, fused_loop_graph, fused_search_graph, fused_step_graph
 from engine.runtime import create_session

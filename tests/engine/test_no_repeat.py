@@ -9,7 +9,8 @@ import pytest
 from tiny_bundle import SAMPLE_SENTENCES
 
 from core.bundle import load_bundle
-from engine import Engine, TranslateOptions
+from engine import Engine
+from engine.decoding import TranslateOptions
 from engine.no_repeat import NgramHistory, NoRepeatNgram, banned_after, drop_banned, repeats_ngram
 from engine.search import TopCandidates, beam_search, greedy_search, top_candidates
 

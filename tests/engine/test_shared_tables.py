@@ -16,7 +16,8 @@ from onnx import TensorProto, helper
 
 from core.bundle import load_bundle
 from core.onnx_wire import ExternalTensor, external_tensors
-from engine import Engine, TranslateOptions
+from engine import Engine
+from engine.decoding import TranslateOptions
 from engine.runtime import create_session
 from engine.shared_tables import SharedTables
 

@@ -16,7 +16,8 @@ from tiny_bundle import SAMPLE_SENTENCES
 from core.bundle import load_bundle
 from core.graphs import STEP_INTERFACE, STEP_INTERFACE_KEY, step_input_names, step_interface, step_output_names
 from core.tokenizer import Tokenizer
-from engine import Engine, TranslateOptions
+from engine import Engine
+from engine.decoding import TranslateOptions
 from export.decoder_step import build_decoder_step, supports_decoder_step
 from export.parity import ragged_step_max_diff, step_max_diff
 from model.checkpoint import load_release

@@ -13,7 +13,8 @@ import pytest
 from bench.gpu_check import fp16_step_bundle
 from core.bundle import load_bundle
 from core.graphs import step_interface
-from engine import Engine, TranslateOptions
+from engine import Engine
+from engine.decoding import TranslateOptions
 
 COMMITTED = Path(__file__).resolve().parents[2] / "model_repository" / "de-en" / "1"
 GERMAN = [

@@ -13,7 +13,8 @@ from marian_checkpoint import SOURCE_WORDS, TARGET_WORDS, sentences, write_check
 
 from core.bundle import load_bundle
 from core.tokenizer import BOS_ID, EOS_ID
-from engine import Engine, TranslateOptions
+from engine import Engine
+from engine.decoding import TranslateOptions
 from export.cli import main
 from export.marian import SOURCE, ImportRefused, banned_ids, model_config
 

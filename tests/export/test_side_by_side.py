@@ -5,7 +5,8 @@ from __future__ import annotations
 import json
 
 from core.bundle import load_bundle
-from engine import Engine, TranslateOptions
+from engine import Engine
+from engine.decoding import TranslateOptions
 from export.side_by_side import main
 
 

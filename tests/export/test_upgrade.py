@@ -22,7 +22,8 @@ from tiny_bundle import SAMPLE_SENTENCES, write_corpus
 from bench.step_graphs import step_feeds
 from core.bundle import MANIFEST, load_bundle
 from core.graphs import LIVE_STEP
-from engine import Engine, TranslateOptions
+from engine import Engine
+from engine.decoding import TranslateOptions
 from engine.live import LiveBatch
 from engine.step_inputs import ragged_inputs
 from export.cli import main as export_main

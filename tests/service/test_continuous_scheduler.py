@@ -329,7 +329,8 @@ def test_the_real_engine_under_concurrent_mixed_requests_gives_every_sentence_it
     from tiny_bundle import SAMPLE_SENTENCES, WORD_MAP
 
     from core.bundle import load_bundle
-    from engine import Engine, TranslateOptions
+    from engine import Engine
+    from engine.decoding import TranslateOptions
     from service.work import EmbedOptions, Source
     from service.worker import EngineWorker
 

@@ -196,7 +196,7 @@ def test_a_failed_step_on_a_working_engine_is_not_a_restart(monkeypatch):
 def test_what_decodes_live():
     """Plain translations decode live; constrained ones and other work never; with the repeated-n-gram block only a
     streaming request (whole batches search a lone blocked sentence faster: worker.py)."""
-    from engine import TranslateOptions
+    from engine.decoding import TranslateOptions
     from service.worker import SupervisedLive
 
     plain, blocked = TranslateOptions(), TranslateOptions(no_repeat_ngram_size=4)

@@ -7,7 +7,7 @@ import dataclasses
 import numpy as np
 import pytest
 
-from engine.engine import TranslateOptions
+from engine.decoding import TranslateOptions
 from service.work import AttentionOptions, EmbedOptions, Source, engine_runner
 
 
