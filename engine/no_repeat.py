@@ -25,47 +25,12 @@ from core.tokenizer import EOS_ID
 from engine.search import StepFn, TopCandidates, top_candidates
 
 
-class NgramHistory:
-    """One hypothesis's generated tokens and, for each (n - 1)-gram in them, the tokens that followed it: ``banned``
-    is what would complete an n-gram it already holds. The block's one bookkeeping, for the step wrapper below and
-    for checking the search loop graph's answer (engine/search_loop.py)."""
-
-    __slots__ = ("size", "tokens", "followers")
-
-    def __init__(self, size: int, tokens: list[int] | None = None, followers: dict | None = None) -> None:
-        self.size, self.tokens = size, tokens if tokens is not None else []
-        self.followers: dict[tuple[int, ...], frozenset[int]] = followers if followers is not None else {}
-
-    def copy(self) -> NgramHistory:  # the sets are frozen: sharing them between copies is safe
-        return NgramHistory(self.size, self.tokens[:], dict(self.followers))
-
-    def append(self, token: int) -> None:
-        self.tokens.append(token)
-        n = self.size
-        if len(self.tokens) >= n:
-            key = tuple(self.tokens[len(self.tokens) - n : -1])
-            self.followers[key] = self.followers.get(key, frozenset()) | {token}
-
-    def banned(self) -> frozenset[int]:
-        n = self.size
-        if len(self.tokens) < n - 1:
-            return frozenset()
-        return self.followers.get(tuple(self.tokens[len(self.tokens) - n + 1 :]), frozenset())
-
-
-def follow(rows: list[NgramHistory], order: list[int]) -> list[NgramHistory]:
-    """The rows that go on, in ``order``; a row taken twice (two beams from one parent) is copied."""
-    taken: set[int] = set()
-    out = []
-    for r in order:
-        out.append(rows[r].copy() if r in taken else rows[r])
-        taken.add(r)
-    return out
-
-
 class NoRepeatNgram:
-    """``step`` with every token that would repeat an n-gram of its row banned (``size`` >= 1; 1 bans every token
-    already generated). The first call's ``last`` is the start token (not part of any n-gram)."""
+    """The block's one processor, between every search of the engine and its ``StepFn`` (the whole-batch greedy and
+    beam searches; the live decode and the search loop's check call ``banned_after`` on their own token matrices):
+    ``step`` with every token that would repeat an n-gram of its row banned (``size`` >= 1; 1 bans every token
+    already generated). It keeps each row's generated tokens as one matrix; the first call's ``last`` is the start
+    token (not part of any n-gram)."""
 
     def __init__(self, step: StepFn, size: int, widen: Callable[[int], bool] | None = None) -> None:
         """``widen(extra)``: the next step returns ``extra`` more top candidates per row (0: as many as before);
@@ -73,18 +38,17 @@ class NoRepeatNgram:
         if size < 1:
             raise ValueError(f"no_repeat_ngram_size must be at least 1, got {size}")
         self.step_fn, self.size, self.widen = step, size, widen
-        self.rows: list[NgramHistory] | None = None
+        self.history: np.ndarray | None = None  # (rows, generated tokens)
 
     def __call__(self, last: np.ndarray, rows: np.ndarray | None) -> np.ndarray | TopCandidates:
-        if self.rows is None:  # the start token
-            self.rows = [NgramHistory(self.size) for _ in range(len(last))]
+        if self.history is None:  # the start token
+            self.history = np.zeros((len(last), 0), np.int64)
         else:
-            if rows is not None:
-                self.rows = follow(self.rows, rows.tolist())
-            for row, token in zip(self.rows, last[:, 0].tolist(), strict=True):
-                row.append(token)
-        banned = [row.banned() for row in self.rows]
-        extra = max(map(len, banned), default=0)
+            going_on = self.history if rows is None else self.history[rows]
+            self.history = np.concatenate([going_on, last[:, :1].astype(np.int64)], axis=1)
+        rows_now, width = self.history.shape
+        banned = banned_after(self.history, np.full(rows_now, width), self.size)
+        extra = int((banned >= 0).sum(axis=1).max()) if banned.size else 0
         if not extra:
             return self.step_fn(last, rows)
         widened = self.widen is not None and self.widen(extra)
@@ -95,30 +59,22 @@ class NoRepeatNgram:
                 self.widen(0)  # type: ignore[misc]
         if isinstance(out, TopCandidates) and out.full is None:
             # widened: exact; not (more banned tokens than the graph's TopK serves beyond top_k, a block that long
-            # is rare): the candidates left, the missing ones at -inf
-            return self._drop(out, banned, out.ids.shape[1] - (extra if widened else 0))
+            # is rare): the candidates left, the missing ones at -inf. Each row has at most ``extra`` banned ones
+            # among its ``count + extra``, so those left hold the best ``count`` of the masked distribution
+            ids, log_probs = drop_banned(out.ids, out.log_probs, banned, out.ids.shape[1] - (extra if widened else 0))
+            return TopCandidates(log_probs, ids)
         return self._mask(out, banned)
 
     @staticmethod
-    def _drop(out: TopCandidates, banned: list[frozenset[int]], count: int) -> TopCandidates:
-        """The ``count`` best candidates of each row that are not banned (``drop_banned``): each row has at most
-        ``extra`` banned ones among its ``count + extra``, so those left hold the best ``count`` of the masked
-        distribution."""
-        padded = np.full((len(banned), max(map(len, banned))), -1, np.int64)
-        for i, tokens in enumerate(banned):
-            padded[i, : len(tokens)] = sorted(tokens)
-        ids, log_probs = drop_banned(out.ids, out.log_probs, padded, count)
-        return TopCandidates(log_probs, ids)
-
-    @staticmethod
-    def _mask(out: np.ndarray | TopCandidates, banned: list[frozenset[int]]) -> np.ndarray | TopCandidates:
+    def _mask(out: np.ndarray | TopCandidates, banned: np.ndarray) -> np.ndarray | TopCandidates:
         full = out.full if isinstance(out, TopCandidates) else out
         if full is None:
             raise ValueError("no_repeat_ngram_size needs every log-probability of a step (fetch_full)")
         full = full.copy()
         for i, tokens in enumerate(banned):
-            if tokens:
-                full[i, list(tokens)] = -np.inf
+            tokens = tokens[tokens >= 0]
+            if tokens.size:
+                full[i, tokens] = -np.inf
         if not isinstance(out, TopCandidates):
             return full
         top = top_candidates(full, out.ids.shape[1])
@@ -126,16 +82,13 @@ class NoRepeatNgram:
         return top
 
 
-def repeats_ngram(tokens: list[int], size: int) -> bool:
-    """Whether some n-gram of ``size`` tokens occurs twice in ``tokens``."""
-    grams = [tuple(tokens[i : i + size]) for i in range(len(tokens) - size + 1)]
-    return len(grams) != len(set(grams))
-
-
 def banned_after(history: np.ndarray, lengths: np.ndarray, size: int) -> np.ndarray:
-    """``NoRepeatNgram``'s ban for many rows at once, from a token matrix (the live decode's ``history``): row r's
-    generated tokens are the last ``lengths[r]`` columns of ``history[r]``. Returns (rows, m) banned token ids, each
-    row's first, the rest -1 (m: the most any row has; 0 columns when none has one)."""
+    """The rule, its one definition: the tokens that would complete an n-gram (n = ``size``) a row's generated
+    tokens already hold, i.e. each token that followed an earlier occurrence of the row's last n - 1 tokens (n = 1:
+    every token generated). Row r's generated tokens are the last ``lengths[r]`` columns of ``history[r]`` (the
+    live decode's left-padded matrix; NoRepeatNgram's is full). Returns (rows, m) banned token ids, each row's
+    first, the rest -1 (m: the most any row has; 0 columns when none has one). The fused search's C operator
+    (native/fused_step/) applies the same rule; tests/engine/test_fused_step.py compares it with this one."""
     rows, width = history.shape
     windows = width - size + 1  # n-grams whose first n - 1 tokens could be the row's last n - 1: those starting at j
     if rows == 0 or windows <= 0:
@@ -152,6 +105,15 @@ def banned_after(history: np.ndarray, lengths: np.ndarray, size: int) -> np.ndar
     banned = np.take_along_axis(followers, order, axis=1).astype(np.int64)
     banned[np.arange(most)[None, :] >= counts[:, None]] = -1
     return banned
+
+
+def repeats_ngram(tokens: list[int], size: int) -> bool:
+    """Whether some n-gram of ``size`` tokens occurs twice in ``tokens``: some token is one the rule bans after the
+    tokens before it."""
+    history = np.asarray([tokens], np.int64)
+    return any(
+        tokens[i] in banned_after(history[:, :i], np.array([i]), size)[0] for i in range(len(tokens))
+    )
 
 
 def drop_banned(ids: np.ndarray, log_probs: np.ndarray, banned: np.ndarray, count: int):

@@ -21,7 +21,7 @@ import numpy as np
 from core.graphs import MAX_TOP_K_KEY, NO_REPEAT_NGRAM, SEARCH_LOOP_OUTPUTS, SOURCE_LIMITS, SOURCE_STEPS, VOCAB_IDS
 from core.search import DEFAULT_LENGTH_PENALTY, Hypothesis
 from core.tokenizer import BOS_ID
-from engine.no_repeat import NgramHistory, follow
+from engine.no_repeat import banned_after
 
 
 class SearchLoop:
@@ -130,11 +130,12 @@ def _hypotheses(
     ended, ended_beams, ended_scores, beams, ids, going_scores = pointers
     finished: list[Hypothesis] = []
     history: list[list[int]] = [[] for _ in range(k)]
-    grams = [NgramHistory(no_repeat_ngram_size) for _ in range(k)] if no_repeat_ngram_size else None
     for t in range(len(ended)):  # as _beam_one, from the loop's back-pointers
         # a beam that goes on completes an n-gram its hypothesis holds: refused
-        if grams is not None and any(token in grams[b].banned() for b, token in zip(beams[t], ids[t], strict=True)):
-            return None
+        if no_repeat_ngram_size:
+            banned = banned_after(np.asarray(history, np.int64).reshape(k, t), np.full(k, t), no_repeat_ngram_size)
+            if any(token in banned[b] for b, token in zip(beams[t], ids[t], strict=True)):
+                return None
         for flag, beam, score in zip(ended[t], ended_beams[t], ended_scores[t], strict=True):
             if flag:
                 finished.append(Hypothesis.beam(history[beam][:], score, t + 1, length_penalty))
@@ -145,13 +146,7 @@ def _hypotheses(
                 seq = [*history[beam], token]
                 finished.append(Hypothesis.beam(seq, score, len(seq), length_penalty))
             break
-        if grams is None:
-            history = [[*history[beam], token] for beam, token in zip(beams[t], ids[t], strict=True)]
-        else:  # the block's rows hold the tokens too: one copy of each hypothesis
-            grams = follow(grams, beams[t])
-            for row, token in zip(grams, ids[t], strict=True):
-                row.append(token)
-            history = [row.tokens for row in grams]
+        history = [[*history[beam], token] for beam, token in zip(beams[t], ids[t], strict=True)]
     if k == 1:  # greedy: ranked by the score itself
         return [Hypothesis(h.tokens, h.score, h.score) for h in finished[:1]]
     return sorted(finished, key=lambda h: -h.normalized)[:n_best]
