@@ -135,7 +135,7 @@ def revision_search(rev: str):
         return search
 
     def full_only(step, *args):
-        state = step.__self__  # engine._DecoderState
+        state = step.__self__  # engine.decoder_state.DecoderState
         state.fetch_top, state._top_k_input, state._fetch = False, np.array([0], dtype=np.int64), None
         return search(step, *args)
 

@@ -11,244 +11,37 @@ import logging
 import threading
 import time
 from collections.abc import Sequence
-from dataclasses import dataclass, field
 
 import numpy as np
 
 from core.bundle import Bundle
 from core.graphs import (
     ENCODER_OUTPUTS,
-    FUSED_STEP_KEY,
-    KV_CACHE,
-    MAX_TOP_K_KEY,
     SEARCH_LOOP,
-    VOCAB_IDS,
     decoder_cache,
-    decoder_outputs,
     has_vocab_ids,
     step_graph_keys,
-    step_interface,
-    step_present_names,
 )
 from core.normalize import fold_unknown, source_normalizer
 from core.search import Hypothesis, LengthPenalty, length_limits
 from core.shortlist import Shortlist, load_shortlist
 from core.tokenizer import BOS_ID, EOS_ID, PAD_ID, Tokenizer
-from engine.constrained import Constraint, constrained_beam_search, constrained_beam_size
-from engine.constrained_greedy import GREEDY_TERM_TOP_K, constrained_greedy_search
+from engine.chooser import Search, choose
+from engine.constrained import Constraint
+from engine.constrained_greedy import GREEDY_TERM_TOP_K
+from engine.constrained_search import translate_constrained
 from engine.decoder_cache import decoder_feeds, empty_cache
+from engine.decoder_state import DecoderState, guarded, pad_batch
 from engine.decoding import DecodingDefaults, TranslateOptions, decoding_defaults
 from engine.device_state import GATHER_GRAPH, DeviceRunner, device_search, wants_device_search
-from engine.fused_step import auto_blocker, fused_loop_session, fused_search_session, fused_step_session
-from engine.no_repeat import NoRepeatNgram
-from engine.own_words import banned_per_sentence, banning, own_word_ids
-from engine.reorder import ReorderBuffers
+from engine.fused_step import batch_step_session, fused_loop_session, fused_search_session
 from engine.runtime import create_session
 from engine.search import TopCandidates, beam_search, greedy_search
 from engine.search_loop import SearchLoop
 from engine.shared_tables import SharedTables
-from engine.step_inputs import uniform_inputs
+from engine.translation import SourceTooLongError, Translation
 
 log = logging.getLogger(__name__)
-
-
-class SourceTooLongError(ValueError):
-    """Text ``index`` has ``n_tokens`` subwords (EOS excluded), more than ``limit``."""
-
-    def __init__(self, index: int, n_tokens: int, limit: int) -> None:
-        super().__init__(f"text has {n_tokens} subword tokens; the limit is {limit}: shorten or split it")
-        self.index, self.n_tokens, self.limit = index, n_tokens, limit
-
-
-@dataclass
-class Translation:
-    text: str
-    score: float
-    token_ids: list[int]
-    source_ids: list[int]  # EOS included
-    hypotheses: list[tuple[str, float, list[int]]] = field(default_factory=list)  # (text, score, ids), best first
-    attention: np.ndarray | None = None  # cross-attention (layers, heads, target, source)
-    truncated: bool = False  # stopped at its length limit without EOS (set by the serving layer, which knows it)
-    missing: list = field(default_factory=list)  # glossary terms / spans it lacks (service/serving/terms.py Use)
-    # decoded under glossary / do-not-translate constraints: its score holds forced subwords (set by the serving layer)
-    constrained: bool = False
-
-
-def _guarded(state: _DecoderState, options: TranslateOptions):
-    """The state's step, wrapped to ban repeated n-grams when the options ask (engine/no_repeat.py)."""
-    if not options.no_repeat_ngram_size:
-        return state.step
-    if state.fetch_top:  # the guard asks the graph's TopK for as many more candidates as a row has banned tokens
-        return NoRepeatNgram(state.step, options.no_repeat_ngram_size, widen=state.widen)
-    return NoRepeatNgram(state.step, options.no_repeat_ngram_size)  # every log-probability comes anyway
-
-
-def pad_batch(sequences: Sequence[Sequence[int]]) -> np.ndarray:
-    width = max(len(s) for s in sequences)
-    out = np.full((len(sequences), width), PAD_ID, dtype=np.int64)
-    for i, s in enumerate(sequences):
-        out[i, : len(s)] = s
-    return out
-
-
-class _DecoderState:
-    """Key/value cache of the live rows; ``step`` reorders it (beam moves, finished rows leave) and runs one step.
-
-    Works with either decoder graph: the lean ``decoder_step`` graph (``lean=True``: per-layer cache inputs,
-    no attention outputs) or ``decoder`` (stacked (layers, ...) caches). ``cross_keys`` / ``cross_values`` /
-    ``src_mask`` hold one row per source; row r of the batch reads source ``row_sources[r]`` (default: row r).
-    They depend only on the source, so they are gathered again only when the live sources change (a sentence
-    left the batch), never when beams of one sentence trade places. Step graphs of interface 2 take them
-    once per live source (rows grouped by source); older graphs once per row. With decoder.onnx of a linear-attention
-    model, ``past_keys`` / ``past_values`` hold its running sums (core/graphs.py, ``LINEAR_STATE``) and ``length``
-    counts the tokens summed.
-    """
-
-    def __init__(
-        self,
-        session,
-        cross_keys: np.ndarray,
-        cross_values: np.ndarray,
-        src_mask: np.ndarray,
-        lean: bool = False,
-        row_sources: np.ndarray | None = None,
-        top_k: int = 1,
-        vocab_ids: np.ndarray | None = None,
-        vocab_size: int = 0,
-    ) -> None:
-        """``vocab_ids``: the ascending vocabulary subset (of a ``vocab_size``-id vocabulary) the step projects onto
-        (the lexical shortlist, core/shortlist.py), for a step graph that takes it; None = the whole vocabulary."""
-        self.session, self.lean, self.top_k = session, lean, top_k
-        # a graph that takes vocab_ids is always fed one (empty: the whole vocabulary, exactly as before); over a
-        # subset its log_probs columns are the subset's, so the graph's TopK (cheap over a few thousand ids) ranks
-        # for greedy too and its top_ids are vocabulary ids
-        self.subset = vocab_ids if lean and vocab_ids is not None and len(vocab_ids) else None
-        self.vocab_size = vocab_size
-        if self.subset is not None and not has_vocab_ids(session):
-            raise ValueError("a vocabulary subset needs a step graph that takes vocab_ids (export.cli shortlist)")
-        takes_vocab = lean and has_vocab_ids(session)
-        self._vocab_feed = {VOCAB_IDS: self.subset if self.subset is not None else np.zeros(0, np.int64)}
-        if not takes_vocab:
-            self._vocab_feed = {}
-        metadata = session.get_modelmeta().custom_metadata_map if lean else {}
-        # interface 2 and later: cross keys/values per source, rows grouped by source
-        self.per_source = lean and step_interface(metadata) >= 2
-        # interface 3: per-row positions, self-attention mask, query groups (a whole batch: all uniform)
-        self.ragged = lean and step_interface(metadata) >= 3
-        self.has_top_k = lean and "top_k" in {i.name for i in session.get_inputs()}
-        # interface 2 runs TopK only when asked (top_k > 0); greedy takes numpy's argmax of log_probs instead.
-        # A graph's two-stage top-k serves at most MAX_TOP_K_KEY candidates; beyond, numpy ranks log_probs
-        max_top_k = int(metadata.get(MAX_TOP_K_KEY, 1 << 30))
-        self.fetch_top = self.has_top_k and (top_k > 1 or not self.per_source) and top_k <= max_top_k
-        if self.subset is not None:  # the subset's own TopK serves any top_k up to the subset's size
-            self.fetch_top = top_k <= len(self.subset)
-        width = len(self.subset) if self.subset is not None else vocab_size
-        if metadata.get(FUSED_STEP_KEY) == "1" and self.has_top_k:  # the fused step ranks at any k (core/graphs.py)
-            self.fetch_top, max_top_k = top_k <= width, width
-        self._top_k_input = np.array([top_k if self.fetch_top else 0], dtype=np.int64)
-        # the most candidates the graph's TopK serves (``widen``)
-        self._top_k_limit = min(max_top_k, len(self.subset)) if self.subset is not None else max_top_k
-        self.fetch_full = False  # with fetch_top: the full log_probs too (TopCandidates.full), set before a step
-        self._fetch: list[str] | None = None
-        self._reorder = ReorderBuffers()
-        self._sources = (cross_keys, cross_values, src_mask)
-        self._selected: np.ndarray | None = None  # the row_sources the cross keys/values were selected for
-        n_sources = cross_keys.shape[1]
-        self.row_sources = np.arange(n_sources) if row_sources is None else np.asarray(row_sources)
-        self._select(self.row_sources)
-        self.cache = KV_CACHE if lean else decoder_cache([i.name for i in session.get_inputs()])
-        self.length = 0  # tokens fed so far
-        keys, values = empty_cache(self.cache, cross_keys, len(self.row_sources))
-        self.past_keys: np.ndarray | list[np.ndarray] = list(keys) if lean else keys
-        self.past_values: np.ndarray | list[np.ndarray] = list(values) if lean else values
-
-    def widen(self, extra: int) -> bool:
-        """The next steps' graph TopK returns ``top_k + extra`` candidates per row (0: back to ``top_k``); False,
-        changing nothing, when the graph serves fewer."""
-        count = self.top_k + extra
-        if not self.fetch_top or count > self._top_k_limit:
-            return False
-        self._top_k_input = np.array([count], dtype=np.int64)
-        return True
-
-    def _select(self, row_sources: np.ndarray) -> None:
-        """Cross keys/values and mask of the sources the rows read (per row, or per source for interface 2)."""
-        if self._selected is not None and np.array_equal(row_sources, self._selected):
-            return  # the same sources in the same groups (beams traded places within their sentences)
-        self._selected = row_sources
-        wanted = row_sources
-        if self.per_source:
-            wanted = row_sources[np.r_[True, row_sources[1:] != row_sources[:-1]]]  # first row of each group
-            if not np.array_equal(row_sources, np.repeat(wanted, len(row_sources) // len(wanted))):
-                raise RuntimeError("decoder_step rows must be grouped by source, the same number per source")
-        keys, values, mask = self._sources
-        if np.array_equal(wanted, np.arange(keys.shape[1])):
-            self.cross_keys, self.cross_values, self.src_mask = keys, values, mask
-        else:  # np.take keeps the result C-contiguous (a[:, rows] does not)
-            self.cross_keys, self.cross_values = np.take(keys, wanted, axis=1), np.take(values, wanted, axis=1)
-            self.src_mask = mask[wanted]
-
-    def step(self, tokens: np.ndarray, rows: np.ndarray | None) -> np.ndarray | TopCandidates:
-        if rows is not None and np.array_equal(rows, np.arange(len(self.row_sources))):
-            rows = None  # every row stays where it is: no cache gather
-        if rows is not None:
-            self.row_sources = self.row_sources[rows]
-            self._select(self.row_sources)
-            if self.lean:
-                self.past_keys = [self._reorder.take(k, rows, ("k", i)) for i, k in enumerate(self.past_keys)]
-                self.past_values = [self._reorder.take(v, rows, ("v", i)) for i, v in enumerate(self.past_values)]
-            else:
-                self.past_keys = np.take(self.past_keys, rows, axis=1)
-                self.past_values = np.take(self.past_values, rows, axis=1)
-        length, self.length = self.length, self.length + tokens.shape[1]
-        if self.lean:
-            return self._lean_step(tokens)
-        log_probs, self.past_keys, self.past_values = self.session.run(
-            decoder_outputs(self.cache)[:3],
-            {
-                "tokens": tokens,
-                "src_mask": self.src_mask,
-                "cross_keys": self.cross_keys,
-                "cross_values": self.cross_values,
-                **decoder_feeds(self.cache, (self.past_keys, self.past_values), length),
-            },
-        )
-        return log_probs[:, -1]
-
-    def _lean_step(self, tokens: np.ndarray) -> np.ndarray | TopCandidates:
-        n_layers = len(self.past_keys)
-        if self._fetch is None:
-            presents = step_present_names(n_layers)
-            self._fetch = ["top_log_probs", "top_ids", *presents] if self.fetch_top else ["log_probs", *presents]
-            if self.fetch_top and self.fetch_full:
-                self._fetch.append("log_probs")
-        feeds = {"tokens": tokens, "src_mask": self.src_mask, **self._vocab_feed}
-        if self.has_top_k:
-            feeds["top_k"] = self._top_k_input
-        if self.ragged:
-            feeds.update(uniform_inputs(len(tokens), len(self.src_mask), self.past_keys[0].shape[2]))
-        for i in range(n_layers):
-            feeds[f"cross_keys_{i}"], feeds[f"cross_values_{i}"] = self.cross_keys[i], self.cross_values[i]
-            feeds[f"past_keys_{i}"], feeds[f"past_values_{i}"] = self.past_keys[i], self.past_values[i]
-        outputs = self.session.run(self._fetch, feeds)
-        if not self.fetch_top:
-            self.past_keys, self.past_values = outputs[1::2], outputs[2::2]
-            return self._full(outputs[0])  # (rows, vocab)
-        if self.fetch_full:
-            presents, full = outputs[2:-1], self._full(outputs[-1])
-            self.past_keys, self.past_values = presents[0::2], presents[1::2]
-            return TopCandidates(outputs[0], outputs[1], full)
-        self.past_keys, self.past_values = outputs[2::2], outputs[3::2]
-        return TopCandidates(outputs[0], outputs[1])  # (rows, top_k) each, best first
-
-    def _full(self, log_probs: np.ndarray) -> np.ndarray:
-        """(rows, vocab) log-probabilities from a step's output: as it is, or a subset's columns put at their ids
-        (-inf elsewhere: ids outside the subset are never chosen)."""
-        if self.subset is None:
-            return log_probs
-        full = np.full((len(log_probs), self.vocab_size), -np.inf, dtype=np.float32)
-        full[:, self.subset] = log_probs
-        return full
 
 
 class Engine:
@@ -305,45 +98,7 @@ class Engine:
             "prepack": prepack,
         }
         self.encoder = create_session(bundle.graph(self.variant, "encoder"), providers, **settings)
-        # search runs on the lean step graphs when the bundle has them (bundles exported before they existed fall
-        # back to decoder.onnx); decoder.onnx serves attention and teacher forcing, and is then loaded on first use
-        # (21-32 MiB less resident memory for translate-only work). The one choice of step graphs: whole-batch
-        # search's (``step_decoder``, created now) and the live decode's (``live_step``), which are one graph in
-        # bundles of one step graph and two in bundles that carry both (core/graphs.py step_graph_keys); a
-        # second graph's session is created on first use (the live decode's start), so an engine that only runs
-        # whole batches holds one step session
-        self._session_args = (providers, settings)
-        self.tables: SharedTables | None = settings["tables"]  # the sessions' shared lookup tables (None: their own)
-        self._decoder = None
-        self._decoder_lock = threading.Lock()
-        self.step_decoder = None
-        self._live_step = None
-        self._live_step_key: str | None = None
-        steps = step_graph_keys(bundle.manifest["variants"][self.variant]) if lean_decoder else None
-        self.fused_step = "off"
-        if steps is not None:
-            batch, live = steps
-            auto = fused_step == "auto"
-            blocker = auto_blocker() if auto else None
-            if blocker is not None:
-                self.fused_step = blocker
-                # the usual case on a CPU without VNNI or a build without `make native`; GET /v1/models says why
-                log.debug("%s %s: fused step not used (MT_FUSED_STEP=auto): %s", bundle.name, self.variant, blocker)
-            elif fused_step in (True, "true", "auto"):
-                self.step_decoder, self.fused_step = fused_step_session(
-                    bundle.graph(self.variant, batch), providers, settings
-                )
-                if self.step_decoder is None:
-                    (log.info if auto else log.warning)(
-                        "%s %s: fused step not used: %s", bundle.name, self.variant, self.fused_step
-                    )
-                else:
-                    log.info("%s %s: whole-batch search on the fused step", bundle.name, self.variant)
-            if self.step_decoder is None:
-                self.step_decoder = create_session(bundle.graph(self.variant, batch), providers, **settings)
-            self._live_step_key = None if live == batch else live
-        else:
-            self._decoder = create_session(bundle.graph(self.variant, "decoder"), providers, **settings)
+        self._open_decoders(bundle, lean_decoder, fused_step, providers, settings)
         self.providers = self.encoder.get_providers()
         self.max_source_tokens = int(self.config["max_positions"])  # EOS included
         self.vocab_size = int(self.config["vocab_size"])
@@ -361,11 +116,41 @@ class Engine:
         self._search_loop: SearchLoop | None = None
         variant_graphs = bundle.manifest["variants"][self.variant]
         self._search_loop_key = SEARCH_LOOP if search_loop and lean_decoder and SEARCH_LOOP in variant_graphs else None
-        self.shortlist: Shortlist | None = None
+        self.shortlist = self._shortlist(bundle) if shortlist else None
+
+    def _shortlist(self, bundle: Bundle) -> Shortlist | None:
+        """The bundle's lexical shortlist, where it has one and the step graph takes vocab_ids (not on the device)."""
         entry = bundle.manifest.get("shortlist")
         usable = self.device_runner is None and self.step_decoder is not None and has_vocab_ids(self.step_decoder)
-        if shortlist and entry and usable:  # the file is listed and hashed: load_bundle verified it
-            self.shortlist = load_shortlist(bundle.path / entry["file"], self.vocab_size)
+        if entry and usable:  # the file is listed and hashed: load_bundle verified it
+            return load_shortlist(bundle.path / entry["file"], self.vocab_size)
+        return None
+
+    def _open_decoders(self, bundle: Bundle, lean_decoder: bool, fused_step: bool | str, providers, settings) -> None:
+        """Search runs on the lean step graphs when the bundle has them (bundles exported before they existed fall
+        back to decoder.onnx); decoder.onnx serves attention and teacher forcing, and is then loaded on first use
+        (21-32 MiB less resident memory for translate-only work). The one choice of step graphs: whole-batch
+        search's (``step_decoder``, created now: the fused step or the graph, fused_step.py ``batch_step_session``)
+        and the live decode's (``live_step``), which are one graph in bundles of one step graph and two in bundles
+        that carry both (core/graphs.py step_graph_keys); a second graph's session is created on first use (the live
+        decode's start), so an engine that only runs whole batches holds one step session."""
+        self._session_args = (providers, settings)
+        self.tables: SharedTables | None = settings["tables"]  # the sessions' shared lookup tables (None: their own)
+        self._decoder = None
+        self._decoder_lock = threading.Lock()
+        self.step_decoder = None
+        self._live_step = None
+        self._live_step_key: str | None = None
+        steps = step_graph_keys(bundle.manifest["variants"][self.variant]) if lean_decoder else None
+        self.fused_step = "off"
+        if steps is None:
+            self._decoder = create_session(bundle.graph(self.variant, "decoder"), providers, **settings)
+            return
+        batch, live = steps
+        label = f"{bundle.name} {self.variant}"
+        path = bundle.graph(self.variant, batch)
+        self.step_decoder, self.fused_step = batch_step_session(path, fused_step, providers, settings, label)
+        self._live_step_key = None if live == batch else live
 
     def vocab_subset(self, sources: Sequence[Sequence[int]], options: TranslateOptions) -> np.ndarray | None:
         """The vocabulary ids a batch of ``sources`` searches over: the shortlist's union for them, or None (the
@@ -519,7 +304,7 @@ class Engine:
         sources with constraints decode with the constrained beam search, the others as usual."""
         options = self.resolved(options or TranslateOptions())
         if constraints is not None and any(constraints):
-            return self._translate_constrained(sources, options, stats, [list(c) for c in constraints])
+            return translate_constrained(self, sources, options, stats, [list(c) for c in constraints])
         stats = stats if stats is not None else {}
         results: list[Translation | None] = [None] * len(sources)
         work = [i for i, s in enumerate(sources) if len(s) > 1]  # an empty text translates to an empty text
@@ -535,127 +320,6 @@ class Engine:
                 self.attach_attention([results[i] for i in work])
                 stats["decode"] = stats.get("decode", 0.0) + time.perf_counter() - started
         return results  # type: ignore[return-value]
-
-    def _translate_constrained(
-        self,
-        sources: list[list[int]],
-        options: TranslateOptions,
-        stats: dict[str, float] | None,
-        constraints: list[list[Constraint]],
-    ) -> list[Translation]:
-        """The free sources as usual, the constrained ones (non-empty) through the constrained search: greedy ones
-        on one row each (constrained_greedy.py), the others with the constrained beam search (constrained.py)."""
-        stats = stats if stats is not None else {}
-        free = [i for i, c in enumerate(constraints) if not c or len(sources[i]) <= 1]
-        bound = [i for i, c in enumerate(constraints) if c and len(sources[i]) > 1]
-        results: list[Translation | None] = [None] * len(sources)
-        if free:
-            for i, t in zip(free, self.translate_ids([sources[i] for i in free], options, stats), strict=True):
-                results[i] = t
-        started = time.perf_counter()
-        enc = self.run_encoder([sources[i] for i in bound])
-        stats["encode"] = stats.get("encode", 0.0) + time.perf_counter() - started
-        started = time.perf_counter()
-        cons = [constraints[i] for i in bound]
-        banned = self.own_words(cons)
-        limits = length_limits([len(sources[i]) for i in bound], self.max_source_tokens, options.max_length)
-        if options.beam_size == 1 and options.num_hypotheses == 1 and self.greedy_terms == "row":
-            found = self._constrained_greedy([sources[i] for i in bound], enc, limits, cons, options, banned)
-        else:
-            found = self._constrained_beam(enc, limits, cons, options, banned)
-        stats["decode"] = stats.get("decode", 0.0) + time.perf_counter() - started
-        for i, nbest in zip(bound, found, strict=True):
-            results[i] = self.translation(sources[i], nbest)
-            stats["generated_tokens"] = stats.get("generated_tokens", 0) + sum(len(h.tokens) + 1 for h in nbest)
-        if options.return_attention:
-            self.attach_attention([results[i] for i in bound])
-        return results  # type: ignore[return-value]
-
-    def _constrained_beam(
-        self,
-        enc: dict[str, np.ndarray],
-        limits: list[int],
-        cons: list[list[Constraint]],
-        options: TranslateOptions,
-        banned: dict[int, np.ndarray] | None = None,
-    ) -> list[list[Hypothesis]]:
-        """The constrained beam search (constrained.py) of encoded sources with their constraints; ``banned``: each
-        source's subwords the search may not choose (own_words)."""
-        k = constrained_beam_size(options.beam_size, cons)
-        session, lean = (self.step_decoder, True) if self.step_decoder is not None else (self.decoder, False)
-        rows = np.repeat(np.arange(len(cons)), k)
-        state = _DecoderState(
-            session, enc["cross_keys"], enc["cross_values"], enc["src_mask"], lean, row_sources=rows, top_k=2 * k
-        )
-        state.fetch_full = True  # the constraint tokens' log-probabilities are read beside the graph's 2k best
-        return constrained_beam_search(
-            banning(state.step, lambda: state.row_sources, banned or {}),
-            limits,
-            BOS_ID,
-            EOS_ID,
-            k,
-            options.penalty,
-            min(options.num_hypotheses, k),
-            cons,
-            self.max_source_tokens - 1,
-            self.after_term(),
-        )
-
-    def _constrained_greedy(
-        self,
-        sources: list[list[int]],
-        enc: dict[str, np.ndarray],
-        limits: list[int],
-        cons: list[list[Constraint]],
-        options: TranslateOptions,
-        banned: dict[int, np.ndarray] | None = None,
-    ) -> list[list[Hypothesis]]:
-        """Greedy sentences with constraints, one decoder row each (constrained_greedy.py): a first pass; the
-        sentences it leaves stuck again, each constraint started where the first pass came closest to it; what is
-        still stuck (rare: a planned start taken by another term) through the constrained beam search."""
-        session, lean = (self.step_decoder, True) if self.step_decoder is not None else (self.decoder, False)
-        found: list[list[Hypothesis]] = [[] for _ in sources]
-        todo, plans = list(range(len(sources))), None
-        for _ in range(2):  # the second pass reads the same encoder outputs, of the stuck sources only
-            row_sources = np.asarray(todo, dtype=np.int64)
-            state = _DecoderState(
-                session, enc["cross_keys"], enc["cross_values"], enc["src_mask"], lean, row_sources=row_sources
-            )
-            hyps, stuck = constrained_greedy_search(
-                banning(state.step, lambda state=state: state.row_sources, banned or {}),
-                [limits[j] for j in todo],
-                BOS_ID,
-                EOS_ID,
-                [cons[j] for j in todo],
-                self.max_source_tokens - 1,
-                self.after_term(),
-                self.greedy_term_top_k,
-                fallback=True,
-                plans=plans,
-            )
-            for p, h in enumerate(hyps):
-                if p not in stuck:
-                    found[todo[p]] = [h]
-            if not stuck:
-                return found
-            plans = [stuck[p] for p in sorted(stuck)]
-            todo = [todo[p] for p in sorted(stuck)]
-        enc = self.run_encoder([sources[j] for j in todo])
-        subset = {p: (banned or {})[j] for p, j in enumerate(todo) if j in (banned or {})}
-        beams = self._constrained_beam(enc, [limits[j] for j in todo], [cons[j] for j in todo], options, subset)
-        for j, nbest in zip(todo, beams, strict=True):
-            found[j] = nbest
-        return found
-
-    def own_words(self, cons: list[list[Constraint]]) -> dict[int, np.ndarray]:
-        """Per constrained sentence, the model's own word for its glossary terms' source words (each translated alone,
-        greedy): banned from its search so that the term takes that word's place (engine/own_words.py)."""
-        words = sorted({c.source for sentence in cons for c in sentence if c.source})
-        if not words:
-            return {}
-        own = self.translate_ids(self.source_ids(words), TranslateOptions(beam_size=1))
-        encode = self.tokenizer.encode
-        return banned_per_sentence(cons, {w: own_word_ids(t.text, encode) for w, t in zip(words, own, strict=True)})
 
     def after_term(self) -> np.ndarray:
         """(vocab,) bool: tokens that may follow a glossary term or span (constrained.py): a piece that begins a
@@ -684,42 +348,43 @@ class Engine:
     def _search(
         self, sources: list[list[int]], options: TranslateOptions, stats: dict[str, float]
     ) -> list[list[Hypothesis]]:
-        if self.device_runner is not None and not options.no_repeat_ngram_size:  # encoder outputs, cache on the device
-            limits = length_limits([len(s) for s in sources], self.max_source_tokens, options.max_length)
+        """The free sentences' search, as the chooser names it (engine/chooser.py)."""
+        limits = length_limits([len(s) for s in sources], self.max_source_tokens, options.max_length)
+        session, lean = (self.step_decoder, True) if self.step_decoder is not None else (self.decoder, False)
+        vocab = {"vocab_ids": self.vocab_subset(sources, options) if lean else None, "vocab_size": self.vocab_size}
+        search = choose(self, options, len(sources), vocab["vocab_ids"])
+        if search is Search.DEVICE:  # encoder outputs, cache on the device
             return device_search(self.device_runner, pad_batch(sources), limits, options, stats)
         started = time.perf_counter()
         enc = self.run_encoder(sources)
         stats["encode"] = stats.get("encode", 0.0) + time.perf_counter() - started
         started = time.perf_counter()
         try:
-            return self._decode(enc, sources, options)
+            if search is Search.LOOP:
+                return self._loop_search(enc, limits, options, session, vocab)
+            return self._step_search(enc, limits, options, session, lean, vocab)
         finally:
             stats["decode"] = stats.get("decode", 0.0) + time.perf_counter() - started
 
-    def _decode(
-        self, enc: dict[str, np.ndarray], sources: list[list[int]], options: TranslateOptions
+    def _loop_search(
+        self, enc: dict[str, np.ndarray], limits: list[int], options: TranslateOptions, session, vocab
     ) -> list[list[Hypothesis]]:
-        limits = length_limits([len(s) for s in sources], self.max_source_tokens, options.max_length)
-        k = options.beam_size
-        session, lean = (self.step_decoder, True) if self.step_decoder is not None else (self.decoder, False)
-        vocab = {"vocab_ids": self.vocab_subset(sources, options) if lean else None, "vocab_size": self.vocab_size}
-        block = options.no_repeat_ngram_size
-        loop = self.search_loop if lean else None
-        if loop is not None and (len(sources) == 1 or loop.batched) and loop.serves(k, vocab["vocab_ids"]):
-            args = (k, options.penalty, options.num_hypotheses, vocab["vocab_ids"], block or 0)
-            # the fused search takes the whole batch in one call, each source as it would be alone
-            found = loop.search_batch(enc, limits, *args) if loop.batched else [loop.search(enc, limits[0], *args)]
-            # with the block: None when the unblocked search took a token the block bans; searched again step by
-            # step with the block (search_loop.py says why the other answers are the blocked search's own)
-            again = [i for i, hypotheses in enumerate(found) if hypotheses is None]
-            if again:
-                some = {name: enc[name][:, again] for name in ("cross_keys", "cross_values")}
-                some["src_mask"] = enc["src_mask"][again]
-                redone = self._step_search(some, [limits[i] for i in again], options, session, lean, vocab)
-                for i, hypotheses in zip(again, redone, strict=True):
-                    found[i] = hypotheses
-            return found
-        return self._step_search(enc, limits, options, session, lean, vocab)
+        """The search loop graph (engine/search_loop.py): a lone sentence, or the whole batch in the fused search
+        (each source as it would be alone)."""
+        loop = self.search_loop
+        args = (options.beam_size, options.penalty, options.num_hypotheses, vocab["vocab_ids"])
+        args += (options.no_repeat_ngram_size or 0,)
+        found = loop.search_batch(enc, limits, *args) if loop.batched else [loop.search(enc, limits[0], *args)]
+        # with the block: None when the unblocked search took a token the block bans; searched again step by
+        # step with the block (search_loop.py says why the other answers are the blocked search's own)
+        again = [i for i, hypotheses in enumerate(found) if hypotheses is None]
+        if again:
+            some = {name: enc[name][:, again] for name in ("cross_keys", "cross_values")}
+            some["src_mask"] = enc["src_mask"][again]
+            redone = self._step_search(some, [limits[i] for i in again], options, session, True, vocab)
+            for i, hypotheses in zip(again, redone, strict=True):
+                found[i] = hypotheses
+        return found
 
     def _step_search(
         self, enc: dict[str, np.ndarray], limits: list[int], options: TranslateOptions, session, lean: bool, vocab
@@ -728,11 +393,11 @@ class Engine:
         k = options.beam_size
         keys, values, mask = enc["cross_keys"], enc["cross_values"], enc["src_mask"]
         if k == 1:
-            state = _DecoderState(session, keys, values, mask, lean, **vocab)
-            return [[h] for h in greedy_search(_guarded(state, options), limits, BOS_ID, EOS_ID)]
+            state = DecoderState(session, keys, values, mask, lean, **vocab)
+            return [[h] for h in greedy_search(guarded(state, options), limits, BOS_ID, EOS_ID)]
         rows = np.repeat(np.arange(len(limits)), k)
-        state = _DecoderState(session, keys, values, mask, lean, row_sources=rows, top_k=2 * k, **vocab)
-        step = _guarded(state, options)
+        state = DecoderState(session, keys, values, mask, lean, row_sources=rows, top_k=2 * k, **vocab)
+        step = guarded(state, options)
         return beam_search(step, limits, BOS_ID, EOS_ID, k, options.penalty, options.num_hypotheses)
 
     def attach_attention(self, results: list[Translation]) -> None:
@@ -777,7 +442,7 @@ class Engine:
         for the same target. None when search runs on decoder.onnx or the step graph gives only its top tokens."""
         if self.step_decoder is None:
             return None
-        state = _DecoderState(self.step_decoder, enc["cross_keys"], enc["cross_values"], enc["src_mask"], lean=True)
+        state = DecoderState(self.step_decoder, enc["cross_keys"], enc["cross_values"], enc["src_mask"], lean=True)
         last, total = BOS_ID, 0.0
         for token in [*tgt_ids, EOS_ID]:
             out = state.step(np.full((1, 1), last, dtype=np.int64), None)

@@ -82,3 +82,27 @@ def fused_search_session(path: Path, providers: str, settings: dict) -> tuple[or
     """A session of the search loop graph file ``path`` with its whole Loop one fused search operator (the step and
     the ranking in C over a cache written in place), or (None, why not)."""
     return _fused_session(path, fused_search_graph, providers, settings)
+
+
+def batch_step_session(
+    path: Path, fused_step: bool | str, providers: str, settings: dict, label: str
+) -> tuple[ort.InferenceSession, str]:
+    """The whole-batch search's step session of the graph at ``path`` and what runs: "fused" (MT_FUSED_STEP true, or
+    auto where ``auto_blocker`` finds nothing against it), "off", or why not (the graph's session then). Auto's
+    reasons are told at DEBUG (the usual case on a CPU without VNNI or a build without `make native`; GET /v1/models
+    says why), a failure at INFO under auto and at WARNING when the fused step was asked for."""
+    auto = fused_step == "auto"
+    blocker = auto_blocker() if auto else None
+    session, state = None, "off"
+    if blocker is not None:
+        state = blocker
+        log.debug("%s: fused step not used (MT_FUSED_STEP=auto): %s", label, blocker)
+    elif fused_step in (True, "true", "auto"):
+        session, state = fused_step_session(path, providers, settings)
+        if session is None:
+            (log.info if auto else log.warning)("%s: fused step not used: %s", label, state)
+        else:
+            log.info("%s: whole-batch search on the fused step", label)
+    if session is None:
+        session = create_session(path, providers, **settings)
+    return session, state

@@ -36,21 +36,22 @@ from __future__ import annotations
 
 import time
 from collections.abc import Hashable, Sequence
-from dataclasses import dataclass, field
 
 import numpy as np
 
 from core.graphs import MAX_TOP_K_KEY, VOCAB_IDS, has_vocab_ids, right_padded, step_interface, step_present_names
 from core.search import Hypothesis, length_limits
 from core.shortlist import union
-from core.tokenizer import BOS_ID, EOS_ID
+from core.tokenizer import EOS_ID
 from engine.decoding import TranslateOptions
-from engine.engine import Engine, Translation
+from engine.engine import Engine
+from engine.live_rows import LiveGroup, LiveSentence, StepOutput
 from engine.no_repeat import banned_after, drop_banned
 from engine.reorder import ReorderBuffers
 from engine.search import rank, rank_one, top_candidates
 from engine.source_slots import SourceSlots
 from engine.step_inputs import position_inputs, ragged_inputs
+from engine.translation import Translation
 
 
 def supports_live(engine: Engine) -> bool:
@@ -59,80 +60,6 @@ def supports_live(engine: Engine) -> bool:
     own)."""
     session = engine.live_step
     return session is not None and step_interface(session.get_modelmeta().custom_metadata_map) >= 3
-
-
-@dataclass(eq=False)
-class _Sentence:
-    key: Hashable
-    source: list[int]
-    options: TranslateOptions
-    limit: int
-    stream: bool
-    slot: int  # its source's place in the cross keys/values store
-    finished: list[Hypothesis] = field(default_factory=list)  # beam hypotheses that ended
-    emitted: int = 0  # tokens handed out as progress (streaming)
-    vocab: np.ndarray | None = None  # its shortlist ids (Engine.vocab_subset); None: it needs the whole vocabulary
-
-    @property
-    def k(self) -> int:
-        return self.options.beam_size
-
-
-@dataclass(eq=False)
-class _Group:
-    """The live sentences of one beam size and, between steps, their next rows: ``parent`` (m, k) the cache row
-    each continues (-1: a newcomer), ``token`` the token it feeds next, ``score`` its running score. Per sentence,
-    as arrays that a step reads without a loop over the sentences: ``slots`` (its source's slot), ``limits`` (its
-    length limit), ``joined`` (the step counter at its first step) and ``ended`` (beam hypotheses that ended)."""
-
-    k: int
-    sentences: list[_Sentence] = field(default_factory=list)
-    parent: np.ndarray = field(default_factory=lambda: np.zeros((0, 1), np.int64))
-    token: np.ndarray = field(default_factory=lambda: np.zeros((0, 1), np.int64))
-    score: np.ndarray = field(default_factory=lambda: np.zeros((0, 1), np.float64))
-    slots: np.ndarray = field(default_factory=lambda: np.zeros(0, np.int64))
-    limits: np.ndarray = field(default_factory=lambda: np.zeros(0, np.int64))
-    joined: np.ndarray = field(default_factory=lambda: np.zeros(0, np.int64))
-    ended: np.ndarray = field(default_factory=lambda: np.zeros(0, np.int64))
-    offset: int = 0  # its first row in the current layout
-
-    def __post_init__(self) -> None:
-        self.parent = np.zeros((0, self.k), np.int64)
-        self.token = np.zeros((0, self.k), np.int64)
-        self.score = np.zeros((0, self.k), np.float64)
-
-    def append(self, sentence: _Sentence, first_step: int) -> None:
-        self.sentences.append(sentence)
-        start = np.full((1, self.k), -np.inf)
-        start[0, 0] = 0.0  # identical start beams: keep one alive (as search.beam_search)
-        self.parent = np.concatenate([self.parent, np.full((1, self.k), -1, np.int64)])
-        self.token = np.concatenate([self.token, np.full((1, self.k), BOS_ID, np.int64)])
-        self.score = np.concatenate([self.score, start])
-        self.slots = np.append(self.slots, sentence.slot)
-        self.limits = np.append(self.limits, sentence.limit)
-        self.joined = np.append(self.joined, first_step)
-        self.ended = np.append(self.ended, 0)
-
-    def drop(self, keep: np.ndarray) -> None:
-        if keep.all():  # the usual step: nobody leaves
-            return
-        self.sentences = [s for s, k in zip(self.sentences, keep.tolist(), strict=True) if k]
-        self.parent, self.token, self.score = self.parent[keep], self.token[keep], self.score[keep]
-        self.slots, self.limits = self.slots[keep], self.limits[keep]
-        self.joined, self.ended = self.joined[keep], self.ended[keep]
-
-
-@dataclass
-class StepOutput:
-    """What one step produced: sentences that finished (key, Translation), streaming progress (key -> tokens that
-    became final this step: greedy's new token, or the new part of the prefix every live beam and every ended
-    hypothesis of the sentence shares, which can never change), and the rows that ran."""
-
-    finished: list[tuple[Hashable, Translation]] = field(default_factory=list)
-    progress: dict[Hashable, list[int]] = field(default_factory=dict)
-    rows: int = 0
-    seconds: float = 0.0
-    generated_tokens: int = 0
 
 
 class LiveBatch:
@@ -154,8 +81,8 @@ class LiveBatch:
         # the whole vocabulary while one of them needs it; cached for the step's sentence keys
         self.takes_vocab = has_vocab_ids(self.session)
         self._vocab: tuple[tuple[Hashable, ...], np.ndarray] = ((), np.zeros(0, np.int64))
-        self.groups: dict[int, _Group] = {}
-        self.sentences: dict[Hashable, _Sentence] = {}
+        self.groups: dict[int, LiveGroup] = {}
+        self.sentences: dict[Hashable, LiveSentence] = {}
         self._counter = 0  # steps run
         # rows of the last step (physical layout): caches per layer, start column, history of generated tokens
         empty = np.zeros((0, self.heads, 0, self.d_head), np.float32)
@@ -211,12 +138,12 @@ class LiveBatch:
         slots = self.sources.store(enc["cross_keys"], enc["cross_values"], enc["src_mask"])
         for (key, source, options, stream), slot in zip(work, slots, strict=True):
             limit = length_limits([len(source)], self.engine.max_source_tokens, options.max_length)[0]
-            sentence = _Sentence(key, source, options, limit, stream, slot)
+            sentence = LiveSentence(key, source, options, limit, stream, slot)
             if self.takes_vocab:
                 sentence.vocab = self.engine.vocab_subset([source], options)
             self.sentences[key] = sentence
             # it joins at the next step, which the step counter (advanced at the end of a step) numbers now
-            self.groups.setdefault(options.beam_size, _Group(options.beam_size)).append(sentence, self._counter)
+            self.groups.setdefault(options.beam_size, LiveGroup(options.beam_size)).append(sentence, self._counter)
         self.groups = dict(sorted(self.groups.items()))
         return done, time.perf_counter() - started
 
@@ -230,7 +157,7 @@ class LiveBatch:
         self._release(sentence)
         return True
 
-    def _release(self, sentence: _Sentence) -> None:
+    def _release(self, sentence: LiveSentence) -> None:
         """The sentence's source slot is free; when the store was compacted, every live sentence's slot follows."""
         moved = self.sources.release(sentence.slot)
         if moved is None:
@@ -301,7 +228,7 @@ class LiveBatch:
         out.seconds = time.perf_counter() - started
         return out
 
-    def _banned(self, groups: list[_Group], rows: int) -> np.ndarray:
+    def _banned(self, groups: list[LiveGroup], rows: int) -> np.ndarray:
         """(rows, m) the tokens each row's repeated-n-gram block bans this step (-1 pads; engine/no_repeat.py),
         from the history of its generated tokens."""
         sizes = np.concatenate(
@@ -321,7 +248,7 @@ class LiveBatch:
             out[which, : part.shape[1]] = part
         return out
 
-    def _vocab_ids(self, groups: list[_Group]) -> np.ndarray:
+    def _vocab_ids(self, groups: list[LiveGroup]) -> np.ndarray:
         """The step's vocabulary subset: the union of its sentences' shortlists, empty (the whole vocabulary)
         without a shortlist or while a sentence needs the whole vocabulary."""
         if not self.takes_vocab:
@@ -335,7 +262,7 @@ class LiveBatch:
                 self._vocab = (keys, union(lists, self.engine.vocab_size))  # type: ignore[arg-type]
         return self._vocab[1]
 
-    def _feeds(self, groups: list[_Group], top_k: int) -> dict[str, np.ndarray]:
+    def _feeds(self, groups: list[LiveGroup], top_k: int) -> dict[str, np.ndarray]:
         row_sources = np.concatenate([g.slots if g.k == 1 else np.repeat(g.slots, g.k) for g in groups])
         positions = self.width - self.start
         layout, used = self._layout, self.sources.used
@@ -414,11 +341,11 @@ class LiveBatch:
         return out
 
     # --- search bookkeeping (engine/search.py, one sentence at a time in spirit) ----------------
-    def _steps(self, group: _Group) -> np.ndarray:
+    def _steps(self, group: LiveGroup) -> np.ndarray:
         """Each sentence's own step t (0 at its first step)."""
         return self._counter - group.joined
 
-    def _finish(self, sentence: _Sentence, nbest: list[Hypothesis], out: StepOutput) -> None:
+    def _finish(self, sentence: LiveSentence, nbest: list[Hypothesis], out: StepOutput) -> None:
         del self.sentences[sentence.key]
         self._release(sentence)
         translation = self.engine.translation(sentence.source, nbest)
@@ -427,7 +354,7 @@ class LiveBatch:
         out.finished.append((sentence.key, translation))
         out.generated_tokens += sum(len(h.tokens) + 1 for h in nbest)
 
-    def _greedy(self, group: _Group, best: np.ndarray, best_lp: np.ndarray, width: int, out: StepOutput) -> None:
+    def _greedy(self, group: LiveGroup, best: np.ndarray, best_lp: np.ndarray, width: int, out: StepOutput) -> None:
         """greedy_search's step for the group's sentences: the best token, score summed in float64."""
         m = len(group.sentences)
         t = self._steps(group)
@@ -452,7 +379,7 @@ class LiveBatch:
         group.token = best[keep].reshape(-1, 1).astype(np.int64)
         group.score = score[keep].reshape(-1, 1)
 
-    def _beam(self, group: _Group, ids: np.ndarray, lps: np.ndarray, width: int, out: StepOutput) -> None:
+    def _beam(self, group: LiveGroup, ids: np.ndarray, lps: np.ndarray, width: int, out: StepOutput) -> None:
         """beam_search's step for the group's sentences (same ranking, ties, hypothesis ends and limits)."""
         m, k = len(group.sentences), group.k
         t = self._steps(group)
@@ -485,7 +412,7 @@ class LiveBatch:
             group.score = next_scores[still]
 
     def _rank(
-        self, group: _Group, ids: np.ndarray, lps: np.ndarray, t: np.ndarray, width: int
+        self, group: LiveGroup, ids: np.ndarray, lps: np.ndarray, t: np.ndarray, width: int
     ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         """Rank every sentence's candidates at once (search.rank, as the whole-batch search): the hypotheses that end
         with EOS among the k best are kept; returns the next rows, tokens and scores, (m, k) each."""
@@ -498,7 +425,7 @@ class LiveBatch:
         return group.offset + rows, tokens, scores
 
     def _rank_one(
-        self, group: _Group, ids: np.ndarray, lps: np.ndarray, t: int, width: int
+        self, group: LiveGroup, ids: np.ndarray, lps: np.ndarray, t: int, width: int
     ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         """``_rank`` for a group of one sentence, in Python scalars (search.rank_one, as the whole-batch search)."""
         s, k = group.sentences[0], group.k
@@ -512,7 +439,7 @@ class LiveBatch:
         return rows, tokens, np.array([[score for _, _, score in going]], dtype=np.float64)
 
     def _beam_progress(
-        self, s: _Sentence, rows: np.ndarray, tokens: np.ndarray, t: int, width: int, out: StepOutput
+        self, s: LiveSentence, rows: np.ndarray, tokens: np.ndarray, t: int, width: int, out: StepOutput
     ) -> None:
         """The new part of the prefix that every live beam and every ended hypothesis share (it can never change)."""
         beams = np.concatenate([self.history[rows, width - t : width], tokens[:, None]], axis=1)  # (k, t + 1)

@@ -34,7 +34,7 @@ class NoRepeatNgram:
 
     def __init__(self, step: StepFn, size: int, widen: Callable[[int], bool] | None = None) -> None:
         """``widen(extra)``: the next step returns ``extra`` more top candidates per row (0: as many as before);
-        False when it cannot (_DecoderState.widen)."""
+        False when it cannot (engine/decoder_state.py DecoderState.widen)."""
         if size < 1:
             raise ValueError(f"no_repeat_ngram_size must be at least 1, got {size}")
         self.step_fn, self.size, self.widen = step, size, widen

@@ -1,6 +1,6 @@
 """Reordering the rows of the key/value cache between decoder steps (beams trading places, finished rows leaving)
 without fresh pages every step: ``np.take`` into a buffer kept per cache tensor, whose contiguous prefix
-onnxruntime then reads. Used by the whole-batch search (engine.py ``_DecoderState``) and the live decode
+onnxruntime then reads. Used by the whole-batch search (decoder_state.py ``DecoderState``) and the live decode
 (live.py ``LiveBatch``)."""
 
 from __future__ import annotations

@@ -30,6 +30,7 @@ from collections.abc import Callable, Hashable
 from typing import Any
 
 from core.search import length_limits
+from engine.chooser import decodes_live
 from engine.decoding import TranslateOptions
 from engine.engine import Engine
 from engine.live import LiveBatch, StepOutput, supports_live
@@ -170,15 +171,8 @@ class SupervisedLive:
 
     @staticmethod
     def accepts(options: Any, streaming: bool = False) -> bool:
-        """Translations decode live; embeddings, attention and constrained translations (glossaries,
-        do-not-translate spans: engine/constrained.py) run as whole batches. With the repeated-n-gram block
-        (engine/no_repeat.py) only a streaming request decodes live (its tokens come as they are final):
-        on the general-domain model the live decode costs more than whole batches, whose lone sentences search in
-        one onnxruntime call (docs/engine-speed-log.md item 28: 0.66x dynamic batching's throughput at 64 clients
-        live against 1.10x in whole batches, first streamed token 101 against 194 ms p50)."""
-        if not isinstance(options, TranslateOptions) or options.constrained:
-            return False
-        return streaming or not options.no_repeat_ngram_size
+        """Whether a sentence decodes live: the engine's search chooser says (engine/chooser.py decodes_live)."""
+        return decodes_live(options, streaming)
 
     def cost(self, options: TranslateOptions, source: Source) -> tuple[int, int]:
         """(decoder rows, cache positions it may reach) of one sentence: its beam size and its length limit."""

@@ -18,7 +18,7 @@ from fastapi.routing import APIRoute
 from pydantic import ValidationError
 from starlette.exceptions import HTTPException
 
-from engine.engine import SourceTooLongError
+from engine.translation import SourceTooLongError
 from service.api.errors import NotReady, scheduler_status
 from service.api.middleware.body import BodyTooLarge, body_limit, too_large
 from service.api.requests import InvalidDeadline, deadline_s, request_context

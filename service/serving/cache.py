@@ -21,7 +21,7 @@ from typing import Any
 import numpy as np
 
 from engine.decoding import TranslateOptions
-from engine.engine import Translation
+from engine.translation import Translation
 from service.registry import LoadedModel
 from service.state.cache import LocalLRU, RedisLRU
 from service.work import Source

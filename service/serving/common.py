@@ -7,7 +7,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from engine.decoding import TranslateOptions
-from engine.engine import SourceTooLongError
+from engine.translation import SourceTooLongError
 from service.registry import LoadedModel, UnknownModel
 from service.scheduling.errors import ShuttingDown
 from service.serving.context import RequestContext

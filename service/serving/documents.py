@@ -13,7 +13,7 @@ from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
 
 from engine.decoding import TranslateOptions
-from engine.engine import SourceTooLongError
+from engine.translation import SourceTooLongError
 from service.registry import LoadedModel
 from service.serving.context import RequestContext
 from service.serving.html import Aligned, HtmlPlan, align_words

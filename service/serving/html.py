@@ -43,7 +43,7 @@ import lxml.html
 import numpy as np
 
 from core.tokenizer import EOS_ID
-from engine.engine import Translation
+from engine.translation import Translation
 from service.registry import LoadedModel
 from service.serving.segmentation import NO_SPACE_LANGUAGES, segment
 from service.serving.terms import Use, recase_words

@@ -16,7 +16,7 @@ from dataclasses import dataclass
 from core.search import length_limits
 from core.tokenizer import EOS_ID
 from engine.decoding import TranslateOptions
-from engine.engine import SourceTooLongError, Translation
+from engine.translation import SourceTooLongError, Translation
 from service.registry import LoadedModel
 from service.serving.casing import casing_of, truecased
 from service.serving.common import run_work, tokenize

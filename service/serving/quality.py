@@ -25,7 +25,7 @@ from dataclasses import dataclass
 from core.confidence import confidence
 from core.language import MISMATCH_MIN_CONFIDENCE, is_mismatch
 from engine.decoding import TranslateOptions
-from engine.engine import Translation
+from engine.translation import Translation
 from service.registry import LoadedModel
 from service.serving.segmentation import split_text
 

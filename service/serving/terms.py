@@ -28,7 +28,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 
 from engine.constrained import Constraint
-from engine.engine import Translation
+from engine.translation import Translation
 from service.serving.casing import recased
 
 GERMAN_ENDINGS = ("e", "en", "er", "ern", "es", "n", "ns", "s", "se", "sen", "ses", "nen")

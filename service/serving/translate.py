@@ -8,7 +8,8 @@ from dataclasses import dataclass
 from typing import Any
 
 from engine.decoding import TranslateOptions
-from engine.engine import Translation, alignment
+from engine.engine import alignment
+from engine.translation import Translation
 from service.registry import LoadedModel, Registry
 from service.serving.context import RequestContext
 from service.serving.html import plain_text

@@ -8,7 +8,7 @@ from core.bundle import load_bundle
 from core.tokenizer import EOS_ID, UNK_ID
 from engine import Engine
 from engine.decoding import TranslateOptions
-from engine.engine import SourceTooLongError
+from engine.translation import SourceTooLongError
 
 
 class _NoRun:

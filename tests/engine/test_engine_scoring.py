@@ -8,7 +8,7 @@ import torch
 
 from core.search import length_limits
 from core.tokenizer import BOS_ID, EOS_ID
-from engine.engine import pad_batch
+from engine.decoder_state import pad_batch
 from model.data import pad
 from model.decoding import greedy_search as torch_greedy
 

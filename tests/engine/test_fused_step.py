@@ -382,9 +382,9 @@ def test_engine_auto_uses_the_fused_step_only_where_auto_allows_it(
     pre_norm_bundle, use_library, monkeypatch, caplog, machine
 ):
     flags = cpu_flags(CPUINFO.format(extra="avx512f avx512_vnni" if machine == "vnni" else ""))
-    monkeypatch.setattr("engine.engine.auto_blocker", lambda: auto_blocker(flags))
+    monkeypatch.setattr("engine.fused_step.auto_blocker", lambda: auto_blocker(flags))
     bundle = load_bundle(pre_norm_bundle)
-    with caplog.at_level("INFO", logger="engine.engine"):
+    with caplog.at_level("INFO", logger="engine.fused_step"):
         engine = Engine(bundle, "int8", "cpu", fused_step="auto")
     assert engine.fused_step == ("fused" if machine == "vnni" else auto_blocker(flags))
     assert not [r for r in caplog.records if r.levelname == "WARNING"]  # auto's fallback is no warning

@@ -10,7 +10,7 @@ import pytest
 from redis_server import REDIS_SERVER, RedisServer
 
 from engine.decoding import TranslateOptions
-from engine.engine import Translation
+from engine.translation import Translation
 from service.serving.cache import cache_key, decode, encode
 from service.state import RedisLink
 from service.state.cache import LocalLRU, RedisLRU
