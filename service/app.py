@@ -18,17 +18,18 @@ from core.bundle import BundleError
 from core.language import UnknownLanguage, detect, detect_among, unserved
 from core.language import detector as language_detector
 from service.announce import VersionAnnouncer
-from service.api import documents, errors, glossaries, viewer
+from service.api import errors, viewer
 from service.api.admin import build_admin_router
-from service.api.deepl import build_deepl_router
-from service.api.deepl_documents import build_deepl_document_router
-from service.api.deepl_glossaries import build_deepl_glossary_router
-from service.api.glossaries import build_glossary_router
-from service.api.libretranslate import build_libretranslate_router
 from service.api.middleware import install as install_middleware
-from service.api.routes import build_router
-from service.api.v2 import build_v2_router
 from service.metrics import Metrics
+from service.protocols.deepl.documents import build_deepl_document_router
+from service.protocols.deepl.glossaries import build_deepl_glossary_router
+from service.protocols.deepl.routes import build_deepl_router
+from service.protocols.libretranslate.routes import build_libretranslate_router
+from service.protocols.oip.routes import build_v2_router
+from service.protocols.v1 import documents, glossaries
+from service.protocols.v1.glossaries import build_glossary_router
+from service.protocols.v1.routes import build_router
 from service.registry import LoadedModel, Registry, RunnerWrapper
 from service.serving.cache import TranslationCache, translation_cache
 from service.serving.document_jobs import DocumentJobs

@@ -36,9 +36,18 @@ SERVICE_LAYERS = [
     ("service.work", "service.worker"),  # typed work; the engine, supervised
     ("service.scheduling",),  # tickets, the request queue, the schedulers' drivers
     ("service.settings", "service.registry"),  # the loaded models and their schedulers
-    ("service.serving",),
+    (  # the serving layer, and each protocol's mapping onto it (service/protocols/<protocol>/)
+        "service.serving",
+        "service.protocols.deepl.mapping",
+        "service.protocols.libretranslate.mapping",
+        "service.protocols.oip.mapping",
+        "service.protocols.v1.attention",
+        "service.protocols.v1.embed",
+        "service.protocols.v1.stream",
+        "service.protocols.v1.translate",
+    ),
     ("service.announce",),  # model versions across replicas (the registry's swaps, over Redis)
-    ("service.api", "service.app", "service.__main__"),
+    ("service.api", "service.protocols", "service.app", "service.__main__"),  # HTTP: routes, schemas, errors
 ]
 
 
@@ -154,11 +163,13 @@ def test_no_private_names_imported_from_another_module(package):
 
 
 def test_only_the_http_layer_imports_the_http_layer():
+    http = len(SERVICE_LAYERS) - 1
     for package in OURS:
         for path, names in imports(package).items():
-            if "service/api" in path.as_posix() or path.name == "app.py" and path.parent.name == "service":
+            if package == "service" and service_layer(module_of(path)) == http:
                 continue
-            assert not any(n == "service.api" or n.startswith("service.api.") for n in names), path
+            routes = [n for n in names if n.startswith(("service.api", "service.protocols"))]
+            assert not any(service_layer(n) == http for n in routes), path
 
 
 def test_no_tuple_batch_keys():

@@ -18,6 +18,7 @@ from engine.translation import SourceTooLongError
 from service.api.limits import too_long_hint
 from service.api.middleware.body import BodyTooLarge, body_limit, too_large
 from service.api.middleware.paths import error_body
+from service.protocols.v1.attention import OutOfRange
 from service.registry import UnknownModel
 from service.scheduling.errors import (
     BatchFailed,
@@ -28,7 +29,6 @@ from service.scheduling.errors import (
     SchedulerError,
     ShuttingDown,
 )
-from service.serving.attention import OutOfRange
 from service.serving.quality import LanguageMismatch
 from service.serving.routing import UnservedPair
 from service.serving.terms import TermsError
@@ -99,7 +99,8 @@ def _json_safe(value: Any) -> Any:
     return value
 
 
-TEXT_FIELDS = ("texts", "source", "target")  # /v1's Text fields (service/api/schemas.py): MT_MAX_CHARS_PER_TEXT
+# /v1's Text fields (service/protocols/v1/schemas.py): MT_MAX_CHARS_PER_TEXT
+TEXT_FIELDS = ("texts", "source", "target")
 TEXTS_SETTINGS = {"/v1/translate": "MT_MAX_TEXTS_TRANSLATE", "/v1/embed": "MT_MAX_TEXTS_EMBED"}
 
 

@@ -20,9 +20,9 @@ from fastapi import Request
 from fastapi.responses import JSONResponse, Response
 from fastapi.routing import APIRoute
 
-from service.api.protocol import ProtocolError, status_of
+from service.protocols.deepl.mapping import BadValue, unserved
+from service.protocols.protocol_route import ProtocolError, status_of
 from service.quota import CharacterLimitExceeded, CharacterQuota
-from service.serving.deepl import BadValue, unserved
 from service.serving.glossaries import GlossaryLimit, GlossaryNotFound
 from service.serving.html import MarkupError
 from service.serving.quality import LanguageMismatch

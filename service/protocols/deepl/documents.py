@@ -22,8 +22,10 @@ from typing import Any
 from fastapi import APIRouter, FastAPI, Request
 from fastapi.responses import JSONResponse, Response
 
-from service.api.deepl_glossaries import stored_glossary
-from service.api.deepl_protocol import (
+from service.api.requests import registry_of
+from service.documents import format_of
+from service.protocols.deepl import mapping as serving
+from service.protocols.deepl.common import (
     ERRORS,
     DeepLError,
     DeepLRoute,
@@ -33,10 +35,8 @@ from service.api.deepl_protocol import (
     read_fields,
     string,
 )
-from service.api.documents import jobs_of, result_response, upload_of
-from service.api.requests import registry_of
-from service.documents import format_of
-from service.serving import deepl as serving
+from service.protocols.deepl.glossaries import stored_glossary
+from service.protocols.v1.documents import jobs_of, result_response, upload_of
 from service.serving.document_jobs import JobNotFound, seconds_remaining
 
 STATUS = {"queued": "queued", "translating": "translating", "done": "done", "failed": "error"}

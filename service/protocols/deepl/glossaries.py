@@ -21,10 +21,10 @@ from typing import Any
 from fastapi import APIRouter, FastAPI, Request
 from fastapi.responses import JSONResponse, Response
 
-from service.api.deepl_protocol import ERRORS, DeepLError, DeepLRoute, error_schema, read_fields, string
-from service.api.glossaries import glossaries_of, limits_of, owner_of
 from service.api.requests import registry_of
-from service.serving import deepl as serving
+from service.protocols.deepl import mapping as serving
+from service.protocols.deepl.common import ERRORS, DeepLError, DeepLRoute, error_schema, read_fields, string
+from service.protocols.v1.glossaries import glossaries_of, limits_of, owner_of
 from service.serving.glossaries import FORMATS, check_entries, parse_entries
 from service.state.store import Record
 

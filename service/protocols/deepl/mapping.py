@@ -4,7 +4,7 @@ texts routed, split and translated (service/serving/routing.py, prepared.py), ea
 Language codes are DeepL's: upper case, case-insensitive on input, a target with its regional variants (EN-GB and
 EN-US, also the older EN, are our ``en``; ZH and ZH-HANS our ``zh``, whose models write Simplified Chinese, so
 ZH-HANT is refused). A source left out is detected for each text among the languages served into the target (the
-best guess: DeepL always names one). HTTP, fields and errors are service/api/deepl.py's.
+best guess: DeepL always names one). HTTP, fields and errors are service/protocols/deepl/routes.py's.
 """
 
 from __future__ import annotations

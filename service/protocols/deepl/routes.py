@@ -6,7 +6,7 @@ Keys come as DeepL sends them (``Authorization: DeepL-Auth-Key <key>``; also ``B
 access control, rate limits, fair turns and load shedding as /v1 (service/api/middleware/); each key has a
 character quota (MT_KEY_CHARACTER_LIMIT, service/quota.py). Fields come as JSON or as a form (``text`` repeated);
 docs/protocols.md lists every field and status, honoured, accepted and ignored, or refused. Errors and fields:
-service/api/deepl_protocol.py; languages, routing and answers: service/serving/deepl.py.
+service/protocols/deepl/common.py; languages, routing and answers: service/protocols/deepl/mapping.py.
 """
 
 from __future__ import annotations
@@ -17,8 +17,10 @@ from fastapi import APIRouter, FastAPI, Request
 from fastapi.responses import JSONResponse
 
 from engine.decoding import beam_within
-from service.api.deepl_glossaries import stored_glossary
-from service.api.deepl_protocol import (
+from service.api.limits import too_long_hint
+from service.api.requests import InvalidDeadline, deadline_s, registry_of, request_context
+from service.protocols.deepl import mapping as serving
+from service.protocols.deepl.common import (
     ERRORS,
     DeepLError,
     DeepLRoute,
@@ -31,10 +33,8 @@ from service.api.deepl_protocol import (
     string,
     strings,
 )
-from service.api.limits import too_long_hint
-from service.api.requests import InvalidDeadline, deadline_s, registry_of, request_context
+from service.protocols.deepl.glossaries import stored_glossary
 from service.quota import UNLIMITED
-from service.serving import deepl as serving
 from service.serving.html import HTML, Markup
 from service.serving.segmentation import NO_NEWLINES
 from service.serving.terms import Terms

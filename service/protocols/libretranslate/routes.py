@@ -22,12 +22,12 @@ from typing import Any
 from fastapi import APIRouter, FastAPI, Request, Response
 from pydantic import BaseModel, Field
 
-from service.api.documents import result_response, upload_of
 from service.api.limits import too_long_hint
-from service.api.protocol import ProtocolError, ProtocolRoute, check_unicode, context_of, error_schema
 from service.api.requests import registry_of
 from service.keys import match_key
-from service.serving import libretranslate as serving
+from service.protocols.libretranslate import mapping as serving
+from service.protocols.protocol_route import ProtocolError, ProtocolRoute, check_unicode, context_of, error_schema
+from service.protocols.v1.documents import result_response, upload_of
 from service.serving.quality import WARNINGS_HEADER, warnings_header
 
 FORM_TYPES = ("application/x-www-form-urlencoded", "multipart/form-data")

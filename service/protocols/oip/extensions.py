@@ -25,9 +25,9 @@ from pydantic import BaseModel, Field
 
 from core.bundle import BundleError
 from service.api.admin import admin_refusal
-from service.api.protocol import ProtocolError, error_schema
 from service.api.requests import registry_of
-from service.serving import inference_v2
+from service.protocols.oip import mapping as inference_v2
+from service.protocols.protocol_route import ProtocolError, error_schema
 
 LOAD_REASON = "loaded by POST /v2/repository/models/{name}/load"
 

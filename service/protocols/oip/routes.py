@@ -4,7 +4,7 @@ Health, server and model metadata, model readiness, and inference with JSON tens
 data extension (a JSON header of ``Inference-Header-Content-Length`` bytes followed by the tensors' bytes; BYTES
 elements as a 4-byte little-endian length and the UTF-8 bytes). Errors are {"error": message}: 400 for a bad
 request, 404 for an unknown model or version, 413/429/503/504 as /v1 answers them. The models and their views
-are service/serving/inference_v2.py's; limits, API keys and metrics are /v1's.
+are service/protocols/oip/mapping.py's; limits, API keys and metrics are /v1's.
 """
 
 from __future__ import annotations
@@ -22,17 +22,17 @@ from pydantic import BaseModel, BeforeValidator, ConfigDict, Field
 
 from core.search import DEFAULT_LENGTH_PENALTY
 from service.api.limits import too_long_hint
-from service.api.protocol import (
+from service.api.requests import registry_of
+from service.inference_stats import RequestTiming
+from service.protocols.oip import mapping as inference_v2
+from service.protocols.oip.extensions import add_repository_routes, add_statistics_routes
+from service.protocols.protocol_route import (
     ProtocolError,
     ProtocolRoute,
     check_unicode,
     context_of,
     error_schema,
 )
-from service.api.requests import registry_of
-from service.api.v2_extensions import add_repository_routes, add_statistics_routes
-from service.inference_stats import RequestTiming
-from service.serving import inference_v2
 from service.serving.quality import WARNINGS_HEADER, warnings_header
 from service.settings import LimitSettings
 

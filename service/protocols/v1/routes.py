@@ -7,15 +7,21 @@ from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse, Response
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 
-from service.api import streaming
 from service.api.errors import ERROR_RESPONSES, NotReady
-from service.api.glossaries import request_terms
 from service.api.requests import InvalidDeadline, deadline_s, registry_of, request_context
-from service.api.schemas import AttentionResponse, EmbedResponse, ModelsResponse, TranslateResponse, request_models
+from service.protocols.v1 import attention as attention_serving
+from service.protocols.v1 import embed as embed_serving
+from service.protocols.v1 import streaming as streaming
+from service.protocols.v1 import translate as translate_serving
+from service.protocols.v1.glossaries import request_terms
+from service.protocols.v1.schemas import (
+    AttentionResponse,
+    EmbedResponse,
+    ModelsResponse,
+    TranslateResponse,
+    request_models,
+)
 from service.registry import LoadedModel
-from service.serving import attention as attention_serving
-from service.serving import embed as embed_serving
-from service.serving import translate as translate_serving
 from service.serving.context import RequestContext
 
 
@@ -99,7 +105,7 @@ def build_router(app: FastAPI) -> APIRouter:
     @work_endpoint("/v1/translate", TranslateResponse, "Translate a batch of texts", stream_response)
     async def translate(body: TranslateRequest, request: Request) -> Any:  # type: ignore[valid-type]
         state = request.app.state.mt
-        if getattr(body, "stream", False):  # text/event-stream (service/api/streaming.py)
+        if getattr(body, "stream", False):  # text/event-stream (service/protocols/v1/streaming.py)
             request.scope["state"]["model"] = body.model or state.settings.repository.default_model
             ctx = await _translate_context(request, body)
             return await streaming.translate_events(registry_of(request), body, ctx, state.detector)

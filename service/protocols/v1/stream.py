@@ -25,13 +25,13 @@ from typing import Any
 
 from engine.decoding import TranslateOptions
 from engine.translation import Translation
+from service.protocols.v1.translate import plan, text_out
 from service.registry import LoadedModel, Registry
 from service.serving.common import run_work
 from service.serving.context import RequestContext
 from service.serving.prepared import constrained, initial_case, mark_truncated, prepare, settled
 from service.serving.routing import Detector
 from service.serving.segmentation import Layout, gap, merge
-from service.serving.translate import plan, text_out
 from service.serving.words import match_initial_case
 
 

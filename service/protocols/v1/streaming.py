@@ -1,4 +1,4 @@
-"""POST /v1/translate with ``"stream": true``: the serving layer's events (service/serving/stream.py) as
+"""POST /v1/translate with ``"stream": true``: the serving layer's events (service/protocols/v1/stream.py) as
 Server-Sent Events (sse-starlette). What fails before the first event keeps its HTTP status (422, 429, 503, ...);
 what fails after it is an ``error`` event carrying the status code the non-streaming answer would have had."""
 
@@ -11,10 +11,10 @@ from typing import Any
 from sse_starlette.sse import EventSourceResponse
 
 from service.api.errors import scheduler_status
-from service.api.schemas import TranslationOut
+from service.protocols.v1 import stream as stream_serving
+from service.protocols.v1.schemas import TranslationOut
 from service.registry import Registry
 from service.scheduling.errors import SchedulerError
-from service.serving import stream as stream_serving
 from service.serving.context import RequestContext
 from service.serving.routing import Detector
 

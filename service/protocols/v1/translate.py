@@ -109,7 +109,7 @@ def text_out(
     options: TranslateOptions,
     ctx: RequestContext,
 ) -> dict[str, Any]:
-    """The answer object of text ``i`` (also the final event of a streamed text, service/serving/stream.py)."""
+    """The answer object of text ``i`` (also the final event of a streamed text, service/protocols/v1/stream.py)."""
     out = translation_out(used, t, body, detected)
     split, fmt = getattr(body, "split_sentences", True), getattr(body, "format", "text")
     # HTML is judged by its text (the markup left out) and was split into sentences
