@@ -17,11 +17,12 @@ from fastapi_offline import FastAPIOffline
 from core.bundle import BundleError
 from core.language import UnknownLanguage, detect, detect_among, unserved
 from core.language import detector as language_detector
-from service.announce import VersionAnnouncer
 from service.api import errors, viewer
 from service.api.admin import build_admin_router
 from service.api.middleware import install as install_middleware
-from service.metrics import Metrics
+from service.models.announce import VersionAnnouncer
+from service.models.registry import LoadedModel, Registry, RunnerWrapper
+from service.observability.metrics import Metrics
 from service.protocols.deepl.documents import build_deepl_document_router
 from service.protocols.deepl.glossaries import build_deepl_glossary_router
 from service.protocols.deepl.routes import build_deepl_router
@@ -30,7 +31,6 @@ from service.protocols.oip.routes import build_v2_router
 from service.protocols.v1 import documents, glossaries
 from service.protocols.v1.glossaries import build_glossary_router
 from service.protocols.v1.routes import build_router
-from service.registry import LoadedModel, Registry, RunnerWrapper
 from service.serving.cache import TranslationCache, translation_cache
 from service.serving.document_jobs import DocumentJobs
 from service.serving.quality import QualityPolicy

@@ -21,21 +21,18 @@ OURS = ("core", "engine", "model", "export", "service", "bench")
 # prefixes is in the layer of the longest)
 SERVICE_LAYERS = [
     (  # leaves: no other module of the service
-        "service.batch_policy",
+        "service.access",  # API key labels and rates, character quotas
+        "service.api.http_protocol",  # HTTP connections under uvicorn
         "service.documents",  # document formats: read into units, written back (no model)
-        "service.http_protocol",
-        "service.inference_stats",
-        "service.keys",
-        "service.logs",
-        "service.metrics",
-        "service.quota",
+        "service.observability",  # logs, metrics, inference statistics
+        "service.scheduling.batch_policy",
         "service.state",
         "service.tools",
     ),
     ("service.scheduling.errors", "service.scheduling.runners"),  # what the worker raises and what it implements
-    ("service.work", "service.worker"),  # typed work; the engine, supervised
+    ("service.execution",),  # typed work; the engine, supervised
     ("service.scheduling",),  # tickets, the request queue, the schedulers' drivers
-    ("service.settings", "service.registry"),  # the loaded models and their schedulers
+    ("service.settings", "service.models"),  # the loaded models and their schedulers
     (  # the serving layer, and each protocol's mapping onto it (service/protocols/<protocol>/)
         "service.serving",
         "service.protocols.deepl.mapping",
@@ -46,7 +43,7 @@ SERVICE_LAYERS = [
         "service.protocols.v1.stream",
         "service.protocols.v1.translate",
     ),
-    ("service.announce",),  # model versions across replicas (the registry's swaps, over Redis)
+    ("service.models.announce",),  # model versions across replicas (the registry's swaps, over Redis)
     ("service.api", "service.protocols", "service.app", "service.__main__"),  # HTTP: routes, schemas, errors
 ]
 

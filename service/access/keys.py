@@ -6,7 +6,7 @@ log name a key by its label, the first 8 hex digits of its sha256.
 With MT_API_KEYS set, each key may send ``MT_KEY_RATE_PER_S`` work requests per second (a bucket of
 ``MT_KEY_BURST`` tokens refilled at that rate; 0 = no rate limit) and hold at most ``MT_KEY_QUEUE_SHARE`` of
 ``MT_MAX_QUEUE_SENTENCES`` queued sentences per model; the scheduler takes work from the keys in turn
-(``service/batch_policy.py`` ``fair_order``).
+(``service/scheduling/batch_policy.py`` ``fair_order``).
 """
 
 from __future__ import annotations

@@ -1,7 +1,7 @@
 """Character quotas: how many characters each API key may have translated, counted in the state store.
 
 The count of a key lives in the store's counters (namespace ``characters``, key = the key's label from
-service/keys.py, never the key itself), so it survives a restart and is shared by whoever shares the store. A
+service/access/keys.py, never the key itself), so it survives a restart and is shared by whoever shares the store. A
 request's characters are reserved before it is translated, atomically against the limit (two requests, or two
 replicas, can never both spend the last characters), and given back when the translation fails: only finished
 translations are charged, and a refused request is charged nothing.

@@ -18,8 +18,8 @@ from engine.translation import SourceTooLongError
 from service.api.limits import too_long_hint
 from service.api.middleware.body import BodyTooLarge, body_limit, too_large
 from service.api.middleware.paths import error_body
+from service.models.registry import UnknownModel
 from service.protocols.v1.attention import OutOfRange
-from service.registry import UnknownModel
 from service.scheduling.errors import (
     BatchFailed,
     DeadlineExceeded,

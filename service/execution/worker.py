@@ -34,10 +34,10 @@ from engine.chooser import decodes_live
 from engine.decoding import TranslateOptions
 from engine.engine import Engine
 from engine.live import LiveBatch, StepOutput, supports_live
-from service.metrics import Metrics
+from service.execution.work import Source, engine_runner
+from service.observability.metrics import Metrics
 from service.scheduling.errors import EngineRestarted
 from service.scheduling.runners import BatchRunner, Stats
-from service.work import Source, engine_runner
 
 log = logging.getLogger(__name__)
 

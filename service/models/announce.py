@@ -1,6 +1,6 @@
 """Model versions across replicas: a version swap on one replica (POST /v1/models/{name}/load, or SIGHUP) is
 announced on Redis (pub/sub channel ``mt:models``) and recorded (``mt:served:<name>``); every other replica loads
-the same version with the registry's live swap (service/registry.py ``load_version``), one replica at a time (a
+the same version with the registry's live swap (service/models/registry.py ``load_version``), one replica at a time (a
 per-model lock in Redis), so the set never warms up a new version everywhere at once. A replica that starts, or
 that finds Redis again after an outage, catches up with a recorded version newer than its own (never back to an
 older one: a replica of a newer image in a rolling update keeps its version).
@@ -21,7 +21,7 @@ import uuid
 import redis.asyncio as aioredis
 from redis.exceptions import RedisError
 
-from service.registry import Registry
+from service.models.registry import Registry
 from service.state.redis_link import RedisLink
 from service.state.store import StateUnavailable
 

@@ -11,17 +11,17 @@ from typing import Any
 
 from core.bundle import Bundle, BundleError, discover, load_bundle, versions_of
 from engine import Engine
-from service.batch_policy import BatchLimits, LiveLimits
-from service.inference_stats import InferenceStatistics
-from service.keys import key_queue_cap
-from service.metrics import Metrics
+from service.access.keys import key_queue_cap
+from service.execution.work import EmbedOptions
+from service.execution.worker import EngineWorker, RunnerWrapper
+from service.observability.inference_stats import InferenceStatistics
+from service.observability.metrics import Metrics
+from service.scheduling.batch_policy import BatchLimits, LiveLimits
 from service.scheduling.continuous import continuous_scheduler
 from service.scheduling.dynamic import dynamic_scheduler
 from service.scheduling.errors import QueueFull
 from service.scheduling.scheduler import Scheduler
 from service.settings import Settings
-from service.work import EmbedOptions
-from service.worker import EngineWorker, RunnerWrapper
 
 log = logging.getLogger(__name__)
 
@@ -112,7 +112,7 @@ class Registry:
         self.reasons: dict[str, str] = {}  # why each model serves the version it serves (/v1/models, logs)
         self.unloaded: dict[str, str] = {}  # models taken out of service -> the version they served
         self.stats = InferenceStatistics()  # the v2 statistics extension: fed by requests and the schedulers
-        # told (name, version, reason) after each swap: service/announce.py tells the other replicas
+        # told (name, version, reason) after each swap: service/models/announce.py tells the other replicas
         self.on_swap: Callable[[str, str, str], None] | None = None
 
     def verify(self) -> None:

@@ -16,7 +16,7 @@ _EXTRA_FIELDS = (
     "request_ids",
     "batch_id",
     "client",
-    "api_key",  # the label of the request's API key (service/keys.py), never the key
+    "api_key",  # the label of the request's API key (service/access/keys.py), never the key
     "method",
     "texts",
     "error",

@@ -23,7 +23,7 @@ from service.api.errors import NotReady, scheduler_status
 from service.api.middleware.body import BodyTooLarge, body_limit, too_large
 from service.api.requests import InvalidDeadline, deadline_s, request_context
 from service.documents import DocumentError
-from service.registry import UnknownModel
+from service.models.registry import UnknownModel
 from service.scheduling.errors import BatchFailed, EngineRestarted, QueueFull, SchedulerError
 from service.serving.context import RequestContext
 from service.serving.document_jobs import JobNotFound
@@ -123,7 +123,8 @@ class ProtocolRoute(APIRoute):
 
 def context_of(request: Request, timeout_s: float | None = None, timing: Any = None) -> RequestContext:
     """The serving layer's context, with /v1's language policy (warnings, MT_LANGUAGE_MISMATCH); ``timeout_s`` is the
-    protocol's own deadline parameter, when it has one; ``timing`` (service/inference_stats.py RequestTiming) gets
+    protocol's own deadline parameter, when it has one; ``timing`` (service/observability/inference_stats.py
+    RequestTiming) gets
     where the time went. A bad X-Request-Timeout is a 400."""
     try:
         ctx = request_context(request, deadline_s(request, timeout_s), request.app.state.mt.quality)

@@ -55,7 +55,7 @@ class Queued:
     payload: Any = None
     rows: int = 1  # continuous batching: decoder rows it takes (its beam size)
     positions: int = 0  # continuous batching: the cache positions it may reach (its length limit)
-    client: str = ""  # who sent it: an API key's label (service/keys.py), "" without API keys
+    client: str = ""  # who sent it: an API key's label (service/access/keys.py), "" without API keys
     priority: int = 0  # 0 interactive; higher waits for every more urgent sentence (BACKGROUND: document jobs)
 
 

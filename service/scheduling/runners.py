@@ -1,6 +1,7 @@
 """What the schedulers drive, one Protocol per kind of runner: whole batches, and a live decode.
 
-The engine's runners (service/work.py ``engine_runner``, and service/worker.py, which supervises both kinds) satisfy
+The engine's runners (service/execution/work.py ``engine_runner``, and service/execution/worker.py, which supervises
+both kinds) satisfy
 them; the scheduler tests drive fakes. Keys and payloads are opaque here: the work's frozen options and its sources.
 """
 

@@ -22,9 +22,9 @@ import numpy as np
 
 from engine.decoding import TranslateOptions
 from engine.translation import Translation
-from service.registry import LoadedModel
+from service.execution.work import Source
+from service.models.registry import LoadedModel
 from service.state.cache import LocalLRU, RedisLRU
-from service.work import Source
 
 DTYPES = {"float32", "float16", "float64"}  # what attention arrays may be decoded as
 

@@ -8,10 +8,10 @@ from typing import Any
 
 from engine.decoding import TranslateOptions
 from engine.translation import SourceTooLongError
-from service.registry import LoadedModel, UnknownModel
+from service.execution.work import Source, WorkOptions
+from service.models.registry import LoadedModel, UnknownModel
 from service.scheduling.errors import ShuttingDown
 from service.serving.context import RequestContext
-from service.work import Source, WorkOptions
 
 
 def tokenize(

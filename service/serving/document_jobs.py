@@ -30,11 +30,11 @@ from pathlib import Path
 from typing import Any
 
 from engine.decoding import TranslateOptions
-from service.batch_policy import BACKGROUND
 from service.documents import DocumentError, DocumentTooLarge, format_of, open_document
 from service.documents.inline import plain, read
-from service.metrics import Metrics
-from service.registry import Registry, UnknownModel
+from service.models.registry import Registry, UnknownModel
+from service.observability.metrics import Metrics
+from service.scheduling.batch_policy import BACKGROUND
 from service.scheduling.errors import ShuttingDown
 from service.serving.context import RequestContext
 from service.serving.documents import plan_units, translate_units

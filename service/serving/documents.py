@@ -14,7 +14,7 @@ from dataclasses import dataclass
 
 from engine.decoding import TranslateOptions
 from engine.translation import SourceTooLongError
-from service.registry import LoadedModel
+from service.models.registry import LoadedModel
 from service.serving.context import RequestContext
 from service.serving.html import Aligned, HtmlPlan, align_words
 from service.serving.prepared import html_options, run_sources, tokenize_sentences

@@ -44,7 +44,7 @@ import numpy as np
 
 from core.tokenizer import EOS_ID
 from engine.translation import Translation
-from service.registry import LoadedModel
+from service.models.registry import LoadedModel
 from service.serving.segmentation import NO_SPACE_LANGUAGES, segment
 from service.serving.terms import Use, recase_words
 from service.serving.words import is_glued, match_initial_case, split_punctuation

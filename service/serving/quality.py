@@ -26,7 +26,7 @@ from core.confidence import confidence
 from core.language import MISMATCH_MIN_CONFIDENCE, is_mismatch
 from engine.decoding import TranslateOptions
 from engine.translation import Translation
-from service.registry import LoadedModel
+from service.models.registry import LoadedModel
 from service.serving.segmentation import split_text
 
 LOW_CONFIDENCE = 0.5

@@ -126,7 +126,7 @@ def test_variant_choice_follows_the_provider():
     from types import SimpleNamespace
 
     from core.bundle import BundleError
-    from service.registry import choose_variant
+    from service.models.registry import choose_variant
 
     def bundle(variants, default):
         return SimpleNamespace(variants=variants, default_variant=default, path="b")

@@ -9,10 +9,10 @@ from concurrent.futures import ThreadPoolExecutor
 
 import pytest
 
-import service.worker as worker_module
-from service.metrics import Metrics
+import service.execution.worker as worker_module
+from service.execution.worker import EngineWorker
+from service.observability.metrics import Metrics
 from service.scheduling.errors import EngineRestarted
-from service.worker import EngineWorker
 
 MODEL = "m"
 
@@ -197,7 +197,7 @@ def test_what_decodes_live():
     """Plain translations decode live; constrained ones and other work never; with the repeated-n-gram block only a
     streaming request (whole batches search a lone blocked sentence faster: worker.py)."""
     from engine.decoding import TranslateOptions
-    from service.worker import SupervisedLive
+    from service.execution.worker import SupervisedLive
 
     plain, blocked = TranslateOptions(), TranslateOptions(no_repeat_ngram_size=4)
     assert SupervisedLive.accepts(plain, False) and SupervisedLive.accepts(plain, True)

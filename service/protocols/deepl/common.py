@@ -20,9 +20,9 @@ from fastapi import Request
 from fastapi.responses import JSONResponse, Response
 from fastapi.routing import APIRoute
 
+from service.access.quota import CharacterLimitExceeded, CharacterQuota
 from service.protocols.deepl.mapping import BadValue, unserved
 from service.protocols.protocol_route import ProtocolError, status_of
-from service.quota import CharacterLimitExceeded, CharacterQuota
 from service.serving.glossaries import GlossaryLimit, GlossaryNotFound
 from service.serving.html import MarkupError
 from service.serving.quality import LanguageMismatch
@@ -185,7 +185,8 @@ def caller(request: Request) -> str:
 
 
 def quota_of(request: Request) -> CharacterQuota:
-    """The character quota (service/quota.py) over the state store; StateUnavailable (503) when it cannot be used."""
+    """The character quota (service/access/quota.py) over the state store; StateUnavailable (503) when it cannot be
+    used."""
     state = request.app.state.mt
     access = state.settings.access
     limits = {label: int(value) for label, value in access.key_character_limits.items()}

@@ -20,7 +20,7 @@ import lxml.html
 
 from core import language
 from engine.decoding import TranslateOptions
-from service.registry import LoadedModel, Registry
+from service.models.registry import LoadedModel, Registry
 from service.serving.context import RequestContext
 from service.serving.html import Markup
 from service.serving.prepared import prepare

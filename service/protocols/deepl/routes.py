@@ -4,7 +4,7 @@ POST /v2/translate, GET|POST /v2/languages, GET|POST /v2/usage, for DeepL's clie
 
 Keys come as DeepL sends them (``Authorization: DeepL-Auth-Key <key>``; also ``Bearer``) and go through the same
 access control, rate limits, fair turns and load shedding as /v1 (service/api/middleware/); each key has a
-character quota (MT_KEY_CHARACTER_LIMIT, service/quota.py). Fields come as JSON or as a form (``text`` repeated);
+character quota (MT_KEY_CHARACTER_LIMIT, service/access/quota.py). Fields come as JSON or as a form (``text`` repeated);
 docs/protocols.md lists every field and status, honoured, accepted and ignored, or refused. Errors and fields:
 service/protocols/deepl/common.py; languages, routing and answers: service/protocols/deepl/mapping.py.
 """
@@ -17,6 +17,7 @@ from fastapi import APIRouter, FastAPI, Request
 from fastapi.responses import JSONResponse
 
 from engine.decoding import beam_within
+from service.access.quota import UNLIMITED
 from service.api.limits import too_long_hint
 from service.api.requests import InvalidDeadline, deadline_s, registry_of, request_context
 from service.protocols.deepl import mapping as serving
@@ -34,7 +35,6 @@ from service.protocols.deepl.common import (
     strings,
 )
 from service.protocols.deepl.glossaries import stored_glossary
-from service.quota import UNLIMITED
 from service.serving.html import HTML, Markup
 from service.serving.segmentation import NO_NEWLINES
 from service.serving.terms import Terms

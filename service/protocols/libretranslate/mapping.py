@@ -17,7 +17,7 @@ from typing import Any
 
 from core import language
 from engine.decoding import TranslateOptions
-from service.registry import LoadedModel, Registry
+from service.models.registry import LoadedModel, Registry
 from service.serving.context import RequestContext
 from service.serving.html import plain_text
 from service.serving.prepared import prepare

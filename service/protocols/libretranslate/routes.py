@@ -22,9 +22,9 @@ from typing import Any
 from fastapi import APIRouter, FastAPI, Request, Response
 from pydantic import BaseModel, Field
 
+from service.access.keys import match_key
 from service.api.limits import too_long_hint
 from service.api.requests import registry_of
-from service.keys import match_key
 from service.protocols.libretranslate import mapping as serving
 from service.protocols.protocol_route import ProtocolError, ProtocolRoute, check_unicode, context_of, error_schema
 from service.protocols.v1.documents import result_response, upload_of
@@ -129,7 +129,7 @@ def _string(fields: dict[str, Any], name: str, required: bool = True) -> str | N
 
 def _check_key(request: Request, fields: dict[str, Any]) -> str:
     """With MT_API_KEYS: api_key in the body (or the /v1 headers); 403 for a wrong one, 400 for none. Returns the
-    key's label (service/keys.py), also set in the request scope for its limits and logs; "" without keys."""
+    key's label (service/access/keys.py), also set in the request scope for its limits and logs; "" without keys."""
     offered = fields.get("api_key")
     if "api_key" in fields and not isinstance(offered, str):  # null too: the schema says string
         raise ProtocolError(400, "Invalid request: api_key must be a string")

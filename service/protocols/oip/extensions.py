@@ -4,12 +4,12 @@ Model repository: ``POST /v2/repository/index`` (body ``{"ready": true}`` lists 
 admin key (MT_ADMIN_KEY, header X-Admin-Key, as /v1's admin calls), ``POST /v2/repository/models/{name}/load`` and
 ``/unload``. A model is loaded and unloaded with both its views ({name} and {name}-embed name the same model). Load
 serves a model that is not served (unloaded, or in the repository but not among MT_MODELS), or swaps the version of
-a served one without downtime (service/registry.py). Its version: the highest on disk, or the one named by
+a served one without downtime (service/models/registry.py). Its version: the highest on disk, or the one named by
 ``parameters.version`` or by a Triton ``config`` whose ``version_policy`` is ``{"specific": {"versions": [n]}}``.
 Unload takes the model out of service: what it accepted finishes; later requests get 404 saying it is unloaded.
 
 Statistics: ``GET /v2/models/stats``, ``/v2/models/{name}/stats``, ``/v2/models/{name}/versions/{v}/stats``, Triton's
-``{"model_stats": [...]}`` from service/inference_stats.py.
+``{"model_stats": [...]}`` from service/observability/inference_stats.py.
 
 Errors are {"error": message} (tritonclient shows the message): 400 bad body, 403 admin key, 404 unknown model or
 version, 503 while loading; a refused bundle (bad files, failed warm-up) is 400 and the serving version serves on.

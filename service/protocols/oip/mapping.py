@@ -10,7 +10,8 @@ Request parameters: translation ``beam_size``, ``max_length``, ``length_penalty`
 ``format``; embeddings ``pooling``, ``normalize`` (the /v1 fields of the same names, with the same defaults).
 Work goes through the model's scheduler exactly as /v1's does (service/serving/prepared.py, run_work), and the
 language policy applies as on /v1 (MT_LANGUAGE_MISMATCH=reject refuses a text in another language: LanguageMismatch).
-Where the time goes is added to ``ctx.timing`` (service/inference_stats.py): tokenization here, queue and engine by
+Where the time goes is added to ``ctx.timing`` (service/observability/inference_stats.py): tokenization here, queue and
+engine by
 the scheduler.
 """
 
@@ -25,13 +26,13 @@ import numpy as np
 
 from core.bundle import discover
 from engine.decoding import TranslateOptions
-from service.registry import LoadedModel, Registry, UnknownModel
+from service.execution.work import EmbedOptions, Source
+from service.models.registry import LoadedModel, Registry, UnknownModel
 from service.serving.common import run_work, tokenize
 from service.serving.context import RequestContext
 from service.serving.html import plain_text
 from service.serving.prepared import prepare
 from service.serving.quality import check_languages, text_assessment
-from service.work import EmbedOptions, Source
 
 EMBED_SUFFIX = "-embed"
 PLATFORM = "mtserve_onnxruntime"

@@ -23,7 +23,7 @@ from pydantic import BaseModel, BeforeValidator, ConfigDict, Field
 from core.search import DEFAULT_LENGTH_PENALTY
 from service.api.limits import too_long_hint
 from service.api.requests import registry_of
-from service.inference_stats import RequestTiming
+from service.observability.inference_stats import RequestTiming
 from service.protocols.oip import mapping as inference_v2
 from service.protocols.oip.extensions import add_repository_routes, add_statistics_routes
 from service.protocols.protocol_route import (

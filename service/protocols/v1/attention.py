@@ -6,10 +6,10 @@ from typing import Any
 
 import numpy as np
 
-from service.registry import LoadedModel
+from service.execution.work import AttentionOptions, Source
+from service.models.registry import LoadedModel
 from service.serving.common import run_work, tokenize
 from service.serving.context import RequestContext
-from service.work import AttentionOptions, Source
 
 
 class OutOfRange(ValueError):

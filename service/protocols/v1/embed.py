@@ -4,10 +4,10 @@ from __future__ import annotations
 
 from typing import Any
 
-from service.registry import LoadedModel
+from service.execution.work import EmbedOptions, Source
+from service.models.registry import LoadedModel
 from service.serving.common import run_work, tokenize
 from service.serving.context import RequestContext
-from service.work import EmbedOptions, Source
 
 
 async def embed(model: LoadedModel, body: Any, ctx: RequestContext) -> dict[str, Any]:

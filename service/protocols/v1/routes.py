@@ -9,6 +9,7 @@ from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 
 from service.api.errors import ERROR_RESPONSES, NotReady
 from service.api.requests import InvalidDeadline, deadline_s, registry_of, request_context
+from service.models.registry import LoadedModel
 from service.protocols.v1 import attention as attention_serving
 from service.protocols.v1 import embed as embed_serving
 from service.protocols.v1 import streaming as streaming
@@ -21,7 +22,6 @@ from service.protocols.v1.schemas import (
     TranslateResponse,
     request_models,
 )
-from service.registry import LoadedModel
 from service.serving.context import RequestContext
 
 
@@ -145,7 +145,7 @@ def build_router(app: FastAPI) -> APIRouter:
             detail = state.registry.failed or "loading"
             return JSONResponse({"status": detail}, status_code=503, headers={"Retry-After": "2"})
         restarting = state.registry.restarting()
-        if restarting:  # after an engine fault (service/worker.py); queued work waits for the fresh engine
+        if restarting:  # after an engine fault (service/execution/worker.py); queued work waits for the fresh engine
             detail = f"engine restarting after a fault: {', '.join(restarting)}"
             return JSONResponse({"status": detail}, status_code=503, headers={"Retry-After": "2"})
         answer = {"status": "ready", "models": sorted(state.registry.models)}

@@ -25,8 +25,8 @@ from typing import Any
 
 from engine.decoding import TranslateOptions
 from engine.translation import Translation
+from service.models.registry import LoadedModel, Registry
 from service.protocols.v1.translate import plan, text_out
-from service.registry import LoadedModel, Registry
 from service.serving.common import run_work
 from service.serving.context import RequestContext
 from service.serving.prepared import constrained, initial_case, mark_truncated, prepare, settled

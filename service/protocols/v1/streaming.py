@@ -11,9 +11,9 @@ from typing import Any
 from sse_starlette.sse import EventSourceResponse
 
 from service.api.errors import scheduler_status
+from service.models.registry import Registry
 from service.protocols.v1 import stream as stream_serving
 from service.protocols.v1.schemas import TranslationOut
-from service.registry import Registry
 from service.scheduling.errors import SchedulerError
 from service.serving.context import RequestContext
 from service.serving.routing import Detector

@@ -10,7 +10,7 @@ from typing import Any
 from engine.decoding import TranslateOptions
 from engine.engine import alignment
 from engine.translation import Translation
-from service.registry import LoadedModel, Registry
+from service.models.registry import LoadedModel, Registry
 from service.serving.context import RequestContext
 from service.serving.html import plain_text
 from service.serving.prepared import prepare
