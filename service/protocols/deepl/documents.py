@@ -107,33 +107,76 @@ def _formality(fields: dict[str, str]) -> None:
     raise DeepLError(400, f"Value for 'formality' not supported. Send one of {', '.join(FORMALITY)}.")
 
 
+NOT_FOUND = {
+    403: error_schema("a wrong document_key (or API key)"),
+    404: error_schema("no such document (unknown, expired, or another key's)"),
+}
+UPLOAD_RESPONSES = {
+    **ERRORS,
+    200: {
+        "description": "the document accepted",
+        "content": {
+            "application/json": {
+                "schema": {
+                    "type": "object",
+                    "required": ["document_id", "document_key"],
+                    "properties": {"document_id": {"type": "string"}, "document_key": {"type": "string"}},
+                }
+            }
+        },
+    },
+    404: error_schema("glossary_id names no glossary of this key"),
+    413: error_schema("over MT_MAX_DOCUMENT_BYTES, _CHARS or _PAGES"),
+    415: error_schema("a file type not served, or content of another format than its name says"),
+}
+STATUS_RESPONSES = {
+    **ERRORS,
+    **NOT_FOUND,
+    200: {
+        "description": "the document's status",
+        "content": {
+            "application/json": {
+                "schema": {
+                    "type": "object",
+                    "required": ["document_id", "status"],
+                    "properties": {
+                        "document_id": {"type": "string"},
+                        "status": {"type": "string", "enum": sorted(set(STATUS.values()))},
+                        "seconds_remaining": {"type": "integer"},
+                        "billed_characters": {"type": "integer"},
+                        "error_message": {"type": "string"},
+                    },
+                }
+            }
+        },
+    },
+}
+RESULT_RESPONSES = {
+    **ERRORS,
+    **NOT_FOUND,
+    200: {"description": "the translated file", "content": {"application/octet-stream": {}}},
+    503: error_schema("the document is not translated yet"),
+}
+
+
+async def _glossary(request: Request, fields: dict, source: str | None, target: str) -> dict | None:
+    """The upload's glossary_id (this key's glossary for the document's pair), None without one."""
+    if not fields.get("glossary_id"):
+        return None
+    if source is None:
+        raise DeepLError(400, "Use of a glossary requires the source_lang parameter to be set.")
+    glossary = await stored_glossary(request, fields["glossary_id"])
+    if (glossary["source_language"], glossary["target_language"]) != (source, target):
+        raise DeepLError(400, "The glossary's language pair is not the document's source_lang and target_lang.")
+    return glossary
+
+
 def build_deepl_document_router(app: FastAPI) -> APIRouter:
     router = APIRouter(prefix="/v2", route_class=DeepLRoute, tags=["DeepL API"])
-    not_found = {
-        403: error_schema("a wrong document_key (or API key)"),
-        404: error_schema("no such document (unknown, expired, or another key's)"),
-    }
 
     @router.post(
         "/document",
-        responses={
-            **ERRORS,
-            200: {
-                "description": "the document accepted",
-                "content": {
-                    "application/json": {
-                        "schema": {
-                            "type": "object",
-                            "required": ["document_id", "document_key"],
-                            "properties": {"document_id": {"type": "string"}, "document_key": {"type": "string"}},
-                        }
-                    }
-                },
-            },
-            404: error_schema("glossary_id names no glossary of this key"),
-            413: error_schema("over MT_MAX_DOCUMENT_BYTES, _CHARS or _PAGES"),
-            415: error_schema("a file type not served, or content of another format than its name says"),
-        },
+        responses=UPLOAD_RESPONSES,
         summary="Upload a document to translate (DeepL)",
         openapi_extra={
             "requestBody": {"required": True, "content": {"multipart/form-data": {"schema": UPLOAD_SCHEMA}}}
@@ -161,13 +204,7 @@ def build_deepl_document_router(app: FastAPI) -> APIRouter:
             raise DeepLError(
                 400, "Parameter 'glossary_ids' is not supported: one glossary per document; send glossary_id."
             )
-        glossary = None
-        if fields.get("glossary_id"):
-            if source is None:
-                raise DeepLError(400, "Use of a glossary requires the source_lang parameter to be set.")
-            glossary = await stored_glossary(request, fields["glossary_id"])
-            if (glossary["source_language"], glossary["target_language"]) != (source, target):
-                raise DeepLError(400, "The glossary's language pair is not the document's source_lang and target_lang.")
+        glossary = await _glossary(request, fields, source, target)
         quota, label = quota_of(request), caller(request)
         record = await jobs_of(request).submit(
             data, filename, source, target, None, label, request.app.state.mt.detector, glossary,
@@ -178,28 +215,7 @@ def build_deepl_document_router(app: FastAPI) -> APIRouter:
 
     @router.post(
         "/document/{document_id}",
-        responses={
-            **ERRORS,
-            **not_found,
-            200: {
-                "description": "the document's status",
-                "content": {
-                    "application/json": {
-                        "schema": {
-                            "type": "object",
-                            "required": ["document_id", "status"],
-                            "properties": {
-                                "document_id": {"type": "string"},
-                                "status": {"type": "string", "enum": sorted(set(STATUS.values()))},
-                                "seconds_remaining": {"type": "integer"},
-                                "billed_characters": {"type": "integer"},
-                                "error_message": {"type": "string"},
-                            },
-                        }
-                    }
-                },
-            },
-        },
+        responses=STATUS_RESPONSES,
         summary="A document's status (DeepL)",
         openapi_extra=KEY_BODY,
     )
@@ -208,12 +224,7 @@ def build_deepl_document_router(app: FastAPI) -> APIRouter:
 
     @router.post(
         "/document/{document_id}/result",
-        responses={
-            **ERRORS,
-            **not_found,
-            200: {"description": "the translated file", "content": {"application/octet-stream": {}}},
-            503: error_schema("the document is not translated yet"),
-        },
+        responses=RESULT_RESPONSES,
         summary="Download a translated document (DeepL)",
         openapi_extra=KEY_BODY,
     )

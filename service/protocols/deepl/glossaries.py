@@ -82,10 +82,55 @@ async def stored_glossary(request: Request, glossary_id: str) -> Record:
     return await glossaries_of(request).get(owner_of(request), glossary_id)
 
 
+NOT_FOUND = {404: error_schema("no glossary of this id for this key")}
+ONE_GLOSSARY = {200: {"description": "the glossary", "content": {"application/json": {"schema": GLOSSARY_SCHEMA}}}}
+CREATE_BODY = {
+    "requestBody": {
+        "required": True,
+        "content": {
+            "application/json": {
+                "schema": CREATE_SCHEMA,
+                "example": {
+                    "name": "pets",
+                    "source_lang": "de",
+                    "target_lang": "en",
+                    "entries": "Hund\thound",
+                    "entries_format": "tsv",
+                },
+            },
+            "application/x-www-form-urlencoded": {"schema": CREATE_SCHEMA},
+        },
+    }
+}
+
+
+LIST_RESPONSES = {
+    **ERRORS,
+    200: {
+        "description": "this key's glossaries",
+        "content": {
+            "application/json": {
+                "schema": {
+                    "type": "object",
+                    "required": ["glossaries"],
+                    "properties": {"glossaries": {"type": "array", "items": GLOSSARY_SCHEMA}},
+                }
+            }
+        },
+    },
+}
+
+
+ENTRIES_RESPONSES = {
+    **ERRORS,
+    **NOT_FOUND,
+    200: {"description": "source<TAB>target a line", "content": {TSV: {"schema": {"type": "string"}}}},
+    415: error_schema("an Accept header without text/tab-separated-values"),
+}
+
+
 def build_deepl_glossary_router(app: FastAPI) -> APIRouter:
     router = APIRouter(prefix="/v2", route_class=DeepLRoute, tags=["DeepL API"])
-    not_found = {404: error_schema("no glossary of this id for this key")}
-    one_glossary = {200: {"description": "the glossary", "content": {"application/json": {"schema": GLOSSARY_SCHEMA}}}}
 
     @router.get("/glossary-language-pairs", responses=ERRORS, summary="Glossary language pairs (DeepL)")
     async def language_pairs(request: Request) -> dict[str, Any]:
@@ -97,28 +142,11 @@ def build_deepl_glossary_router(app: FastAPI) -> APIRouter:
         status_code=201,
         responses={
             **ERRORS,
-            201: one_glossary[200],
+            201: ONE_GLOSSARY[200],
             456: error_schema("the key already keeps the most glossaries allowed (MT_GLOSSARIES_PER_KEY)"),
         },
         summary="Create a glossary (DeepL)",
-        openapi_extra={
-            "requestBody": {
-                "required": True,
-                "content": {
-                    "application/json": {
-                        "schema": CREATE_SCHEMA,
-                        "example": {
-                            "name": "pets",
-                            "source_lang": "de",
-                            "target_lang": "en",
-                            "entries": "Hund\thound",
-                            "entries_format": "tsv",
-                        },
-                    },
-                    "application/x-www-form-urlencoded": {"schema": CREATE_SCHEMA},
-                },
-            }
-        },
+        openapi_extra=CREATE_BODY,
     )
     async def create(request: Request) -> JSONResponse:
         fields, _ = await read_fields(request)
@@ -141,21 +169,7 @@ def build_deepl_glossary_router(app: FastAPI) -> APIRouter:
 
     @router.get(
         "/glossaries",
-        responses={
-            **ERRORS,
-            200: {
-                "description": "this key's glossaries",
-                "content": {
-                    "application/json": {
-                        "schema": {
-                            "type": "object",
-                            "required": ["glossaries"],
-                            "properties": {"glossaries": {"type": "array", "items": GLOSSARY_SCHEMA}},
-                        }
-                    }
-                },
-            },
-        },
+        responses=LIST_RESPONSES,
         summary="List glossaries (DeepL)",
     )
     async def listing(request: Request) -> dict[str, Any]:
@@ -163,7 +177,7 @@ def build_deepl_glossary_router(app: FastAPI) -> APIRouter:
 
     @router.get(
         "/glossaries/{glossary_id}",
-        responses={**ERRORS, **not_found, **one_glossary},
+        responses={**ERRORS, **NOT_FOUND, **ONE_GLOSSARY},
         summary="A glossary (DeepL)",
     )
     async def get(glossary_id: str, request: Request) -> dict[str, Any]:
@@ -171,12 +185,7 @@ def build_deepl_glossary_router(app: FastAPI) -> APIRouter:
 
     @router.get(
         "/glossaries/{glossary_id}/entries",
-        responses={
-            **ERRORS,
-            **not_found,
-            200: {"description": "source<TAB>target a line", "content": {TSV: {"schema": {"type": "string"}}}},
-            415: error_schema("an Accept header without text/tab-separated-values"),
-        },
+        responses=ENTRIES_RESPONSES,
         summary="A glossary's entries as TSV (DeepL)",
     )
     async def entries(glossary_id: str, request: Request) -> Response:
@@ -189,7 +198,7 @@ def build_deepl_glossary_router(app: FastAPI) -> APIRouter:
     @router.delete(
         "/glossaries/{glossary_id}",
         status_code=204,
-        responses={**ERRORS, **not_found, 204: {"description": "deleted"}},
+        responses={**ERRORS, **NOT_FOUND, 204: {"description": "deleted"}},
         summary="Delete a glossary (DeepL)",
     )
     async def delete(glossary_id: str, request: Request) -> Response:

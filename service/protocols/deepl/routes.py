@@ -188,6 +188,69 @@ def parse_translate(fields: dict, registry, max_texts: int, max_chars: int, beam
     return serving.Request(texts, source, target, _split(fields, fmt), fmt, rules, beam)
 
 
+LANGUAGES_RESPONSE = {
+    200: {
+        "description": "source languages, or (type=target) target languages with supports_formality",
+        "content": {
+            "application/json": {
+                "schema": {
+                    "type": "array",
+                    "items": {
+                        "type": "object",
+                        "required": ["language", "name"],
+                        "properties": {
+                            "language": {"type": "string"},
+                            "name": {"type": "string"},
+                            "supports_formality": {"type": "boolean"},
+                        },
+                    },
+                }
+            }
+        },
+    }
+}
+TYPE_PARAMETER = {
+    "parameters": [
+        {
+            "name": "type",
+            "in": "query",
+            "required": False,
+            "schema": {"type": "string", "enum": ["source", "target"]},
+        }
+    ]
+}
+
+async def _languages(request: Request) -> JSONResponse:
+    fields, _ = await read_fields(request)  # the deepl client sends type in a form body, even with GET
+    kind = string(fields, "type")
+    kind = "source" if kind is None else kind
+    registry = registry_of(request)
+    if kind == "source":
+        return JSONResponse(serving.source_languages(registry))
+    if kind == "target":
+        return JSONResponse(serving.target_languages(registry))
+    raise DeepLError(400, "Value for 'type' not supported. Send source or target.")
+
+USAGE_RESPONSE = {
+    200: {
+        "description": "characters translated for the calling key, and its limit",
+        "content": {
+            "application/json": {
+                "schema": {
+                    "type": "object",
+                    "required": ["character_count", "character_limit"],
+                    "properties": {"character_count": {"type": "integer"}, "character_limit": {"type": "integer"}},
+                }
+            }
+        },
+    }
+}
+
+async def _usage(request: Request) -> dict[str, Any]:
+    found = await quota_of(request).usage(caller(request))
+    return {"character_count": found.count, "character_limit": found.limit or UNLIMITED}
+
+
 def build_deepl_router(app: FastAPI) -> APIRouter:
     s = app.state.mt.settings
     router = APIRouter(prefix="/v2", route_class=DeepLRoute, tags=["DeepL API"])
@@ -223,85 +286,23 @@ def build_deepl_router(app: FastAPI) -> APIRouter:
                 t["model_type_used"] = "latency_optimized"
         return JSONResponse({"translations": translations})
 
-    languages_response = {
-        200: {
-            "description": "source languages, or (type=target) target languages with supports_formality",
-            "content": {
-                "application/json": {
-                    "schema": {
-                        "type": "array",
-                        "items": {
-                            "type": "object",
-                            "required": ["language", "name"],
-                            "properties": {
-                                "language": {"type": "string"},
-                                "name": {"type": "string"},
-                                "supports_formality": {"type": "boolean"},
-                            },
-                        },
-                    }
-                }
-            },
-        }
-    }
-    type_parameter = {
-        "parameters": [
-            {
-                "name": "type",
-                "in": "query",
-                "required": False,
-                "schema": {"type": "string", "enum": ["source", "target"]},
-            }
-        ]
-    }
-
-    async def languages(request: Request) -> JSONResponse:
-        fields, _ = await read_fields(request)  # the deepl client sends type in a form body, even with GET
-        kind = string(fields, "type")
-        kind = "source" if kind is None else kind
-        registry = registry_of(request)
-        if kind == "source":
-            return JSONResponse(serving.source_languages(registry))
-        if kind == "target":
-            return JSONResponse(serving.target_languages(registry))
-        raise DeepLError(400, "Value for 'type' not supported. Send source or target.")
-
-    usage_response = {
-        200: {
-            "description": "characters translated for the calling key, and its limit",
-            "content": {
-                "application/json": {
-                    "schema": {
-                        "type": "object",
-                        "required": ["character_count", "character_limit"],
-                        "properties": {"character_count": {"type": "integer"}, "character_limit": {"type": "integer"}},
-                    }
-                }
-            },
-        }
-    }
-
-    async def usage(request: Request) -> dict[str, Any]:
-        found = await quota_of(request).usage(caller(request))
-        return {"character_count": found.count, "character_limit": found.limit or UNLIMITED}
-
     # GET and POST each their own operation (one route for both would give both the same operation id, which
     # FastAPI warns about, in plain text, whenever /openapi.json is built)
     for method in ("GET", "POST"):
         router.add_api_route(
             "/languages",
-            languages,
+            _languages,
             methods=[method],
-            responses={**ERRORS, **languages_response},
+            responses={**ERRORS, **LANGUAGES_RESPONSE},
             summary="Languages served (DeepL)",
-            openapi_extra=type_parameter,
+            openapi_extra=TYPE_PARAMETER,
             operation_id=f"deepl_languages_{method.lower()}",
         )
         router.add_api_route(
             "/usage",
-            usage,
+            _usage,
             methods=[method],
-            responses={**ERRORS, **usage_response},
+            responses={**ERRORS, **USAGE_RESPONSE},
             summary="Usage (DeepL)",
             operation_id=f"deepl_usage_{method.lower()}",
         )

@@ -182,10 +182,9 @@ FILE_UPLOAD = {
 }
 
 
-def build_libretranslate_router(app: FastAPI) -> APIRouter:
-    s = app.state.mt.settings
-    max_alternatives = s.limits.max_beam_size - 1
-    text = {"type": "string", "maxLength": s.limits.max_chars_per_text}
+def _schemas(limits, max_alternatives: int) -> tuple[dict[str, Any], dict[str, Any]]:
+    """The JSON schemas of /translate and /detect, with this server's limits."""
+    text = {"type": "string", "maxLength": limits.max_chars_per_text}
     translate_schema = {
         "type": "object",
         "required": ["q", "source", "target"],
@@ -193,7 +192,7 @@ def build_libretranslate_router(app: FastAPI) -> APIRouter:
             "q": {
                 "anyOf": [
                     {**text, "minLength": 1},
-                    {"type": "array", "items": text, "minItems": 1, "maxItems": s.limits.max_texts_translate},
+                    {"type": "array", "items": text, "minItems": 1, "maxItems": limits.max_texts_translate},
                 ],
                 "description": "text, or texts, to translate",
             },
@@ -209,6 +208,70 @@ def build_libretranslate_router(app: FastAPI) -> APIRouter:
         "required": ["q"],
         "properties": {"q": {**text, "minLength": 1}, "api_key": {"type": "string"}},
     }
+    return translate_schema, detect_schema
+
+
+def _texts(fields: dict[str, Any], limits) -> tuple[list[str], bool]:
+    """The texts of a /translate request's q (a text or a list of texts) within the limits, and whether q is a list."""
+    q = fields.get("q")
+    if q is None or q == "" or q == []:
+        raise ProtocolError(400, "Invalid request: missing q parameter")
+    batch = isinstance(q, list)
+    texts = q if batch else [q]
+    if not all(isinstance(t, str) for t in texts):
+        raise ProtocolError(400, "Invalid request: q must be a string or a list of strings")
+    texts = [check_unicode(t, "q") for t in texts]
+    if len(texts) > limits.max_texts_translate:
+        limit = limits.max_texts_translate
+        message = f"Invalid request: request ({len(texts)}) exceeds text limit ({limit})"
+        raise ProtocolError(400, f"{message}; at most {limit} texts per request (MT_MAX_TEXTS_TRANSLATE)")
+    for t in texts:
+        if len(t) > limits.max_chars_per_text:
+            raise ProtocolError(400, _too_long(len(t), limits.max_chars_per_text))
+    return texts, batch
+
+
+def _answer(results: list, batch: bool, detected: bool, alternatives: int, response: Response) -> dict[str, Any]:
+    """LibreTranslate's answer: one text's fields, or lists of them for a list q; the warnings header too."""
+    answer: dict[str, Any] = {"translatedText": [r.text for r in results] if batch else results[0].text}
+    if detected:
+        answer["detectedLanguage"] = [r.detected for r in results] if batch else results[0].detected
+    if alternatives > 0:
+        answer["alternatives"] = [r.alternatives for r in results] if batch else results[0].alternatives
+    found = [r.warnings or [] for r in results]
+    answer["warnings"] = found if batch else found[0]
+    header = warnings_header(found)
+    if header is not None:
+        response.headers[WARNINGS_HEADER] = header
+    return answer
+
+
+async def _translate_file(request: Request, timeout_s: float) -> dict[str, str]:
+    """/translate_file: the upload translated as a document job, waited for up to ``timeout_s``; its download URL."""
+    registry_of(request)
+    data, filename, fields = await upload_of(request)
+    label = _check_key(request, fields)
+    await _check_rate(request, label)
+    source, target = _string(fields, "source"), _string(fields, "target")
+    state = request.app.state.mt
+    jobs = state.documents
+    source = None if source == "auto" else source
+    record = await jobs.submit(data, filename, source, target, None, label, state.detector)
+    request.scope["state"]["model"] = record["model"]
+    record = await jobs.wait(record["id"], timeout_s)
+    if record["status"] == "failed":
+        raise ProtocolError(500, f"the file could not be translated: {record['error']}")
+    if record["status"] != "done":
+        where = f"/v1/documents/{record['id']}"
+        raise ProtocolError(504, f"the file is still being translated; its status and result are at {where}")
+    name = f"{record['id']}.{record['filename']}"
+    return {"translatedFileUrl": str(request.url_for("download_file", filename=name))}
+
+
+def build_libretranslate_router(app: FastAPI) -> APIRouter:
+    s = app.state.mt.settings
+    max_alternatives = s.limits.max_beam_size - 1
+    translate_schema, detect_schema = _schemas(s.limits, max_alternatives)
     router = APIRouter(route_class=LibreRoute, tags=["LibreTranslate"])
 
     @router.get("/health", summary="Liveness, as LibreTranslate answers it")
@@ -246,27 +309,11 @@ def build_libretranslate_router(app: FastAPI) -> APIRouter:
     async def translate(request: Request, response: Response) -> dict[str, Any]:
         fields, is_json = await _fields(request)
         await _check_rate(request, _check_key(request, fields))
-        q = fields.get("q")
-        if q is None or q == "" or q == []:
-            raise ProtocolError(400, "Invalid request: missing q parameter")
-        source = _string(fields, "source")
-        target = _string(fields, "target")
+        texts, batch = _texts(fields, s.limits)
+        source, target = _string(fields, "source"), _string(fields, "target")
         fmt = _string(fields, "format", required=False) or "text"
         if fmt not in ("text", "html"):
             raise ProtocolError(400, f"{fmt} format is not supported")
-        batch = isinstance(q, list)
-        texts = q if batch else [q]
-        if not all(isinstance(t, str) for t in texts):
-            raise ProtocolError(400, "Invalid request: q must be a string or a list of strings")
-        texts = [check_unicode(t, "q") for t in texts]
-        if len(texts) > s.limits.max_texts_translate:
-            limit = s.limits.max_texts_translate
-            message = f"Invalid request: request ({len(texts)}) exceeds text limit ({limit})"
-            raise ProtocolError(400, f"{message}; at most {limit} texts per request (MT_MAX_TEXTS_TRANSLATE)")
-        for t in texts:
-            if len(t) > s.limits.max_chars_per_text:
-                limit = s.limits.max_chars_per_text
-                raise ProtocolError(400, _too_long(len(t), limit))
         alternatives = _alternatives(fields.get("alternatives", 0), is_json, max_alternatives)
         registry = registry_of(request)
         results, first = await serving.translate(
@@ -274,17 +321,7 @@ def build_libretranslate_router(app: FastAPI) -> APIRouter:
             s.languages.detect_languages, context_of(request),
         )  # fmt: skip
         request.scope["state"]["model"] = first.name
-        answer: dict[str, Any] = {"translatedText": [r.text for r in results] if batch else results[0].text}
-        if source == "auto":
-            answer["detectedLanguage"] = [r.detected for r in results] if batch else results[0].detected
-        if alternatives > 0:
-            answer["alternatives"] = [r.alternatives for r in results] if batch else results[0].alternatives
-        found = [r.warnings or [] for r in results]
-        answer["warnings"] = found if batch else found[0]
-        header = warnings_header(found)
-        if header is not None:
-            response.headers[WARNINGS_HEADER] = header
-        return answer
+        return _answer(results, batch, source == "auto", alternatives, response)
 
     @router.post(
         "/translate_file",
@@ -293,25 +330,7 @@ def build_libretranslate_router(app: FastAPI) -> APIRouter:
         openapi_extra={"requestBody": {"required": True, "content": {"multipart/form-data": {"schema": FILE_UPLOAD}}}},
     )
     async def translate_file(request: Request) -> dict[str, str]:
-        registry_of(request)
-        data, filename, fields = await upload_of(request)
-        label = _check_key(request, fields)
-        await _check_rate(request, label)
-        source, target = _string(fields, "source"), _string(fields, "target")
-        state = request.app.state.mt
-        jobs = state.documents
-        record = await jobs.submit(
-            data, filename, None if source == "auto" else source, target, None, label, state.detector
-        )
-        request.scope["state"]["model"] = record["model"]
-        record = await jobs.wait(record["id"], s.limits.max_request_timeout_s)
-        if record["status"] == "failed":
-            raise ProtocolError(500, f"the file could not be translated: {record['error']}")
-        if record["status"] != "done":
-            where = f"/v1/documents/{record['id']}"
-            raise ProtocolError(504, f"the file is still being translated; its status and result are at {where}")
-        name = f"{record['id']}.{record['filename']}"
-        return {"translatedFileUrl": str(request.url_for("download_file", filename=name))}
+        return await _translate_file(request, s.limits.max_request_timeout_s)
 
     @router.get(
         "/download_file/{filename}",
