@@ -321,15 +321,12 @@ def _since(started: float) -> float:
     return time.perf_counter() - started
 
 
-# --- routes -------------------------------------------------------------------------------------------------
-def build_v2_router(app: FastAPI) -> APIRouter:
-    limits = app.state.mt.settings.limits
-    InferRequest, Parameters = request_models(limits)
-    router = APIRouter(prefix="/v2", route_class=ProtocolRoute, tags=["Open Inference Protocol v2"])
+def _infer_route(infer_request: type[BaseModel]) -> dict[str, Any]:
+    """The infer operations' OpenAPI: the request body (JSON, or binary tensors after a JSON header) and answers."""
     infer_body = {
         "requestBody": {
             "required": True,
-            "content": {"application/json": {"schema": inline_refs(InferRequest.model_json_schema())}},
+            "content": {"application/json": {"schema": inline_refs(infer_request.model_json_schema())}},
             "description": "JSON, or (Triton's binary tensor data extension) a JSON header of "
             "Inference-Header-Content-Length bytes followed by the binary tensors",
         }
@@ -344,7 +341,68 @@ def build_v2_router(app: FastAPI) -> APIRouter:
             },
         },
     }
+    return {"responses": infer_responses, "openapi_extra": infer_body, "response_class": Response}
 
+
+def _check_texts(texts: list[str], kind: str, limits: LimitSettings) -> None:
+    """400 for more texts than a request may hold, or a text over MT_MAX_CHARS_PER_TEXT."""
+    limit = limits.max_texts_embed if kind == "embed" else limits.max_texts_translate
+    if len(texts) > limit:
+        raise ProtocolError(400, f"input TEXT has {len(texts)} elements; at most {limit} per request")
+    for i, text in enumerate(texts):
+        if len(text) > limits.max_chars_per_text:
+            limit = limits.max_chars_per_text
+            hint = too_long_hint(limit, "POST /v1/documents")
+            raise ProtocolError(400, f"text {i} has {len(text)} characters; at most {limit}: {hint}")
+
+
+async def _metadata(request: Request, model_name: str, model_version: str | None) -> dict[str, Any]:
+    view = inference_v2.view_of(registry_of(request), model_name, model_version)
+    request.scope["state"]["model"] = view.model.name
+    return view.metadata()
+
+async def _model_ready(request: Request, model_name: str, model_version: str | None) -> dict[str, Any]:
+    view = inference_v2.view_of(registry_of(request), model_name, model_version)
+    request.scope["state"]["model"] = view.model.name
+    return {"name": view.name, "ready": True}
+
+async def _infer(
+    request: Request, model_name: str, model_version: str | None, limits: LimitSettings, infer_request, parameters
+) -> Response:
+    """One inference: the body parsed (JSON or binary), its texts within the limits, the model's outputs; counted in
+    the statistics once the request reaches the model."""
+    view = inference_v2.view_of(registry_of(request), model_name, model_version)
+    request.scope["state"]["model"] = view.model.name
+    body = await request.body()
+    parsed, binary = _parse(body, request.headers.get(BINARY_HEADER), infer_request)
+    texts = _texts(parsed.inputs[0], binary)
+    _check_texts(texts, view.kind, limits)
+    params = parsed.parameters or parameters()
+    names = [o["name"] for o in view.outputs]
+    wanted = parsed.outputs or []
+    for out in wanted:
+        if out.name not in names:
+            raise ProtocolError(400, f"model {view.name} has no output {out.name}; its outputs are {names}")
+    # a valid request reaches the model from here: it counts in the statistics, as a success or a failure
+    started, timing, version = time.perf_counter(), RequestTiming(), view.model.version
+    try:
+        timeout = params.timeout / 1e6 if params.timeout is not None else None
+        ctx = context_of(request, timeout, timing)
+        arrays, used = await inference_v2.infer(view, texts, params.model_dump(exclude_unset=True), ctx)
+        version = used.version
+        response = _infer_response(parsed, view, used, arrays, names, wanted, params)
+    except BaseException:
+        stats_of(request).request(view.model.name, view.kind, version, False, _since(started), timing, len(texts))
+        raise
+    stats_of(request).request(view.model.name, view.kind, version, True, _since(started), timing, len(texts))
+    return response
+
+
+# --- routes -------------------------------------------------------------------------------------------------
+def build_v2_router(app: FastAPI) -> APIRouter:
+    limits = app.state.mt.settings.limits
+    InferRequest, Parameters = request_models(limits)
+    router = APIRouter(prefix="/v2", route_class=ProtocolRoute, tags=["Open Inference Protocol v2"])
     @router.get("", response_model=ServerMetadata, responses=ERRORS, summary="Server metadata")
     async def server_metadata() -> dict[str, Any]:
         return {"name": SERVER_NAME, "version": SERVER_VERSION, "extensions": EXTENSIONS}
@@ -371,79 +429,35 @@ def build_v2_router(app: FastAPI) -> APIRouter:
     add_repository_routes(router)
     add_statistics_routes(router)  # before /models/{model_name}, which would take "stats" for a model name
 
-    async def metadata(request: Request, model_name: str, model_version: str | None) -> dict[str, Any]:
-        view = inference_v2.view_of(registry_of(request), model_name, model_version)
-        request.scope["state"]["model"] = view.model.name
-        return view.metadata()
-
-    async def model_ready(request: Request, model_name: str, model_version: str | None) -> dict[str, Any]:
-        view = inference_v2.view_of(registry_of(request), model_name, model_version)
-        request.scope["state"]["model"] = view.model.name
-        return {"name": view.name, "ready": True}
-
-    async def infer(request: Request, model_name: str, model_version: str | None) -> Response:
-        view = inference_v2.view_of(registry_of(request), model_name, model_version)
-        request.scope["state"]["model"] = view.model.name
-        body = await request.body()
-        parsed, binary = _parse(body, request.headers.get(BINARY_HEADER), InferRequest)
-        texts = _texts(parsed.inputs[0], binary)
-        limit = limits.max_texts_embed if view.kind == "embed" else limits.max_texts_translate
-        if len(texts) > limit:
-            raise ProtocolError(400, f"input TEXT has {len(texts)} elements; at most {limit} per request")
-        for i, text in enumerate(texts):
-            if len(text) > limits.max_chars_per_text:
-                limit = limits.max_chars_per_text
-                hint = too_long_hint(limit, "POST /v1/documents")
-                raise ProtocolError(400, f"text {i} has {len(text)} characters; at most {limit}: {hint}")
-        params = parsed.parameters or Parameters()
-        names = [o["name"] for o in view.outputs]
-        wanted = parsed.outputs or []
-        for out in wanted:
-            if out.name not in names:
-                raise ProtocolError(400, f"model {view.name} has no output {out.name}; its outputs are {names}")
-        # a valid request reaches the model from here: it counts in the statistics, as a success or a failure
-        started, timing, version = time.perf_counter(), RequestTiming(), view.model.version
-        try:
-            timeout = params.timeout / 1e6 if params.timeout is not None else None
-            ctx = context_of(request, timeout, timing)
-            arrays, used = await inference_v2.infer(view, texts, params.model_dump(exclude_unset=True), ctx)
-            version = used.version
-            response = _infer_response(parsed, view, used, arrays, names, wanted, params)
-        except BaseException:
-            stats_of(request).request(view.model.name, view.kind, version, False, _since(started), timing, len(texts))
-            raise
-        stats_of(request).request(view.model.name, view.kind, version, True, _since(started), timing, len(texts))
-        return response
-
     # the same three operations with and without /versions/{model_version}
     model_path, version_path = "/models/{model_name}", "/models/{model_name}/versions/{model_version}"
 
     @router.get(model_path, response_model=ModelMetadata, responses=ERRORS, summary="Model metadata")
     async def model_metadata(request: Request, model_name: str) -> dict[str, Any]:
-        return await metadata(request, model_name, None)
+        return await _metadata(request, model_name, None)
 
     @router.get(version_path, response_model=ModelMetadata, responses=ERRORS, summary="Model metadata (a version)")
     async def model_version_metadata(request: Request, model_name: str, model_version: str) -> dict[str, Any]:
-        return await metadata(request, model_name, model_version)
+        return await _metadata(request, model_name, model_version)
 
     @router.get(model_path + "/ready", response_model=ModelReady, responses=ERRORS, summary="Model readiness")
     async def ready_model(request: Request, model_name: str) -> dict[str, Any]:
-        return await model_ready(request, model_name, None)
+        return await _model_ready(request, model_name, None)
 
     @router.get(
         version_path + "/ready", response_model=ModelReady, responses=ERRORS, summary="Model readiness (a version)"
     )
     async def ready_model_version(request: Request, model_name: str, model_version: str) -> dict[str, Any]:
-        return await model_ready(request, model_name, model_version)
+        return await _model_ready(request, model_name, model_version)
 
-    infer_route = {"responses": infer_responses, "openapi_extra": infer_body, "response_class": Response}
+    infer_route = _infer_route(InferRequest)
 
     @router.post(model_path + "/infer", summary="Inference", **infer_route)
     async def infer_model(request: Request, model_name: str) -> Response:
-        return await infer(request, model_name, None)
+        return await _infer(request, model_name, None, limits, InferRequest, Parameters)
 
     @router.post(version_path + "/infer", summary="Inference (a version)", **infer_route)
     async def infer_model_version(request: Request, model_name: str, model_version: str) -> Response:
-        return await infer(request, model_name, model_version)
+        return await _infer(request, model_name, model_version, limits, InferRequest, Parameters)
 
     return router
