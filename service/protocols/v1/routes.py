@@ -53,25 +53,65 @@ async def _translate_context(request: Request, body: Any) -> RequestContext:
     return ctx
 
 
-def build_router(app: FastAPI) -> APIRouter:
-    settings = app.state.mt.settings
-    models = request_models(settings.limits)
-    TranslateRequest, EmbedRequest, AttentionRequest = models.translate, models.embed, models.attention
-    router = APIRouter()
-    # X-Request-Timeout is read by deadline_s (so its errors say what to change); declared here for /openapi.json.
-    timeout_header = {
+STREAM_RESPONSE = {
+    200: {
+        "description": 'the translations; with "stream": true Server-Sent Events (delta, translation, error, done)',
+        "content": {
+            "text/event-stream": {
+                "schema": {  # one Server-Sent Event; data is one JSON object (README, Streaming)
+                    "type": "object",
+                    "properties": {
+                        "event": {"type": "string", "enum": ["delta", "translation", "error", "done"]},
+                        "data": {"type": "string"},
+                    },
+                    "required": ["event", "data"],
+                }
+            }
+        },
+    }
+}
+
+
+def _timeout_header(max_request_timeout_s: float) -> dict[str, Any]:
+    """X-Request-Timeout is read by deadline_s (so its errors say what to change); declared for /openapi.json."""
+    return {
         "parameters": [
             {
                 "name": "X-Request-Timeout",
                 "in": "header",
                 "required": False,
                 "description": "deadline in seconds, in (0, 3600], capped at "
-                f"{settings.limits.max_request_timeout_s}; the body's timeout_s wins when both are given. Work not "
+                f"{max_request_timeout_s}; the body's timeout_s wins when both are given. Work not "
                 "started by then is dropped and answered 504.",
                 "schema": {"type": "number", "exclusiveMinimum": 0, "maximum": 3600},
             }
         ]
     }
+
+
+def _readiness(state) -> Response:
+    """/readyz: 503 while draining, loading or restarting an engine; else ready, with the state store's health."""
+    if state.draining:
+        return JSONResponse({"status": "draining"}, status_code=503, headers={"Retry-After": "5"})
+    if not state.registry.ready:
+        detail = state.registry.failed or "loading"
+        return JSONResponse({"status": detail}, status_code=503, headers={"Retry-After": "2"})
+    restarting = state.registry.restarting()
+    if restarting:  # after an engine fault (service/execution/worker.py); queued work waits for the fresh engine
+        detail = f"engine restarting after a fault: {', '.join(restarting)}"
+        return JSONResponse({"status": detail}, status_code=503, headers={"Retry-After": "2"})
+    answer = {"status": "ready", "models": sorted(state.registry.models)}
+    if state.link is not None:  # Redis down never makes a replica unready: it serves on, degraded
+        answer["state_store"] = "redis" if state.link.up else "degraded: Redis unreachable, local state"
+    return JSONResponse(answer)
+
+
+def build_router(app: FastAPI) -> APIRouter:
+    settings = app.state.mt.settings
+    models = request_models(settings.limits)
+    TranslateRequest, EmbedRequest, AttentionRequest = models.translate, models.embed, models.attention
+    router = APIRouter()
+    timeout_header = _timeout_header(settings.limits.max_request_timeout_s)
 
     def work_endpoint(path: str, response_model, summary: str, responses: dict | None = None):
         """POST route of a work endpoint: error responses and the deadline header documented alike."""
@@ -84,25 +124,7 @@ def build_router(app: FastAPI) -> APIRouter:
             summary=summary,
         )
 
-    stream_response = {
-        200: {
-            "description": 'the translations; with "stream": true Server-Sent Events (delta, translation, error, done)',
-            "content": {
-                "text/event-stream": {
-                    "schema": {  # one Server-Sent Event; data is one JSON object (README, Streaming)
-                        "type": "object",
-                        "properties": {
-                            "event": {"type": "string", "enum": ["delta", "translation", "error", "done"]},
-                            "data": {"type": "string"},
-                        },
-                        "required": ["event", "data"],
-                    }
-                }
-            },
-        }
-    }
-
-    @work_endpoint("/v1/translate", TranslateResponse, "Translate a batch of texts", stream_response)
+    @work_endpoint("/v1/translate", TranslateResponse, "Translate a batch of texts", STREAM_RESPONSE)
     async def translate(body: TranslateRequest, request: Request) -> Any:  # type: ignore[valid-type]
         state = request.app.state.mt
         if getattr(body, "stream", False):  # text/event-stream (service/protocols/v1/streaming.py)
@@ -138,20 +160,7 @@ def build_router(app: FastAPI) -> APIRouter:
         "/readyz", summary="Readiness: every model loaded and warmed up", responses={503: {"description": "not ready"}}
     )
     async def readyz(request: Request) -> Response:
-        state = request.app.state.mt
-        if state.draining:
-            return JSONResponse({"status": "draining"}, status_code=503, headers={"Retry-After": "5"})
-        if not state.registry.ready:
-            detail = state.registry.failed or "loading"
-            return JSONResponse({"status": detail}, status_code=503, headers={"Retry-After": "2"})
-        restarting = state.registry.restarting()
-        if restarting:  # after an engine fault (service/execution/worker.py); queued work waits for the fresh engine
-            detail = f"engine restarting after a fault: {', '.join(restarting)}"
-            return JSONResponse({"status": detail}, status_code=503, headers={"Retry-After": "2"})
-        answer = {"status": "ready", "models": sorted(state.registry.models)}
-        if state.link is not None:  # Redis down never makes a replica unready: it serves on, degraded
-            answer["state_store"] = "redis" if state.link.up else "degraded: Redis unreachable, local state"
-        return JSONResponse(answer)
+        return _readiness(request.app.state.mt)
 
     @router.get("/metrics", summary="Prometheus metrics", response_class=Response)
     async def metrics(request: Request) -> Response:

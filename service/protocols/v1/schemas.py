@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Annotated, Literal
+from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, StringConstraints, model_validator
 
@@ -156,6 +156,12 @@ class RequestModels:
 
 def request_models(limits: LimitSettings) -> RequestModels:
     """Request bodies whose bounds are this service's settings."""
+    types = _field_types(limits)
+    return RequestModels(_translate_request(limits, *types), _embed_request(limits, *types), _attention_request(*types))
+
+
+def _field_types(limits: LimitSettings) -> tuple[Any, Any, Any]:
+    """The bounded field types the request bodies share: a text, a model name, a deadline."""
     Text = Annotated[str, StringConstraints(max_length=limits.max_chars_per_text)]
     ModelName = Annotated[str | None, Field(None, max_length=200, description="model name; default model when absent")]
     Timeout = Annotated[
@@ -168,7 +174,17 @@ def request_models(limits: LimitSettings) -> RequestModels:
             "also settable with the X-Request-Timeout header",
         ),
     ]
+    return Text, ModelName, Timeout
 
+
+def _n_best_within_beam(body: Any) -> Any:
+    """A translate request's n-best list fits its beam."""
+    if body.beam_size is not None and body.num_hypotheses > body.beam_size:
+        raise ValueError(f"num_hypotheses ({body.num_hypotheses}) must not exceed beam_size ({body.beam_size})")
+    return body
+
+
+def _translate_request(limits: LimitSettings, Text, ModelName, Timeout) -> type[BaseModel]:
     class TranslateRequest(BaseModel):
         model_config = ConfigDict(
             extra="forbid",
@@ -245,12 +261,12 @@ def request_models(limits: LimitSettings) -> RequestModels:
             "(errors after the first event: an error event {code, detail}); see the README",
         )
 
-        @model_validator(mode="after")
-        def _n_best(self) -> TranslateRequest:
-            if self.beam_size is not None and self.num_hypotheses > self.beam_size:
-                raise ValueError(f"num_hypotheses ({self.num_hypotheses}) must not exceed beam_size ({self.beam_size})")
-            return self
+        _n_best = model_validator(mode="after")(_n_best_within_beam)
 
+    return TranslateRequest
+
+
+def _embed_request(limits: LimitSettings, Text, ModelName, Timeout) -> type[BaseModel]:
     class EmbedRequest(BaseModel):
         model_config = ConfigDict(
             extra="forbid",
@@ -263,6 +279,10 @@ def request_models(limits: LimitSettings) -> RequestModels:
         normalize: bool = True
         timeout_s: Timeout = None
 
+    return EmbedRequest
+
+
+def _attention_request(Text, ModelName, Timeout) -> type[BaseModel]:
     class AttentionRequest(BaseModel):
         model_config = ConfigDict(
             extra="forbid",
@@ -288,4 +308,4 @@ def request_models(limits: LimitSettings) -> RequestModels:
         aggregate: Literal["none", "mean"] = "none"
         timeout_s: Timeout = None
 
-    return RequestModels(TranslateRequest, EmbedRequest, AttentionRequest)
+    return AttentionRequest
