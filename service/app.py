@@ -125,6 +125,13 @@ def create_app(settings: Settings | None = None, wrap_runner: RunnerWrapper | No
         lifespan=lifespan,
     )
     app.state.mt = state
+    _install_routes(app, settings)
+    install_middleware(app, state)
+    return app
+
+
+def _install_routes(app: FastAPI, settings: Settings) -> None:
+    """Error handlers, every protocol's routes the settings turn on, the viewer, CORS."""
     errors.install(app)
     documents.install_errors(app)
     app.include_router(build_router(app))
@@ -149,8 +156,6 @@ def create_app(settings: Settings | None = None, wrap_runner: RunnerWrapper | No
             allow_headers=["Authorization", "X-API-Key", "Content-Type", "X-Request-ID", "X-Request-Timeout"],
             expose_headers=["X-Request-ID", "Retry-After"],
         )
-    install_middleware(app, state)
-    return app
 
 
 def _reload_on_sighup(state: AppState) -> None:

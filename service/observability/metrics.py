@@ -12,7 +12,11 @@ ROW_BUCKETS = (1, 2, 4, 8, 16, 32, 64, 128, 256, 512)
 class Metrics:
     def __init__(self) -> None:
         self.registry = CollectorRegistry()
-        r = self.registry
+        self._requests_and_batches(self.registry)
+        self._continuous_batching(self.registry)
+        self._documents_and_state(self.registry)
+
+    def _requests_and_batches(self, r: CollectorRegistry) -> None:
         self.requests = Counter(
             "mt_requests_total",
             "HTTP requests by endpoint, model and status code",
@@ -66,7 +70,9 @@ class Metrics:
             ["key", "reason"],
             registry=r,
         )
-        # continuous batching (MT_SCHEDULER=continuous)
+
+    def _continuous_batching(self, r: CollectorRegistry) -> None:
+        """continuous batching (MT_SCHEDULER=continuous) and engine faults"""
         self.step_rows = Histogram(
             "mt_decoder_step_rows",
             "Rows per decoder step (continuous batching)",
@@ -94,7 +100,9 @@ class Metrics:
             ["model"],
             registry=r,
         )
-        # document translation (service/serving/document_jobs.py)
+
+    def _documents_and_state(self, r: CollectorRegistry) -> None:
+        """document translation (service/serving/document_jobs.py); scale-out (service/state/, serving/cache.py)"""
         self.document_jobs = Counter(
             "mt_document_jobs_total",
             "Document jobs that ended, by format and outcome (done, failed)",
