@@ -16,8 +16,9 @@ from engine.decoding import TranslateOptions
 from engine.translation import SourceTooLongError
 from service.models.registry import LoadedModel
 from service.serving.context import RequestContext
-from service.serving.html import Aligned, HtmlPlan, align_words
+from service.serving.html import Aligned, HtmlPlan
 from service.serving.prepared import html_options, run_sources, tokenize_sentences
+from service.serving.word_alignment import align_words
 
 Progress = Callable[[int, int], Awaitable[None]]
 

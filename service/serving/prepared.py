@@ -22,10 +22,11 @@ from service.models.registry import LoadedModel
 from service.serving.casing import casing_of, truecased
 from service.serving.common import run_work, tokenize
 from service.serving.context import RequestContext
-from service.serving.html import HTML, HtmlPlan, Markup, align_words
+from service.serving.html import HTML, HtmlPlan, Markup
 from service.serving.segmentation import Layout, merge, split_text
 from service.serving.spans import find_spans, has_placeholders, merged, with_stand_ins
 from service.serving.terms import Use, constraints, settle
+from service.serving.word_alignment import align_words
 from service.serving.words import match_initial_case
 
 
