@@ -171,6 +171,41 @@ def _cache_inputs(layers: int) -> list[str]:
     return cache + [f"{kind}_{i}" for i in range(layers) for kind in ("past_keys", "past_values")]
 
 
+def _step_closure(
+    raw_nodes: list, producer: dict[str, int], step_inputs: list[str], step_outputs: list[str]
+) -> set[int]:
+    """The nodes that compute the step outputs from the step inputs (indices into ``raw_nodes``)."""
+    closure: set[int] = set()
+    stack = list(step_outputs)
+    while stack:
+        name = stack.pop()
+        at = producer.get(name)
+        if name in step_inputs or at is None or at in closure:
+            continue
+        closure.add(at)
+        stack += sorted(_needs(raw_nodes[at][0]))
+    return closure
+
+
+def _weights(products: dict, layers: int) -> list[str]:
+    """The fused node's weight inputs after the step inputs, in the operator's order (native/fused_step/)."""
+    weights = ["tokens.embedding", "tokens.scale", "tokens.positions"]
+    for i in range(layers):
+        p = f"decoder.{i}."
+        norm = [p + NORMS[0] + ".gamma", p + NORMS[0] + ".beta"]
+        weights += norm + _product_inputs(products, p + "self.qkv.weight_quantized", False) + [p + "self.qkv.bias"]
+        weights += _product_inputs(products, p + "self.out.weight_quantized", True)
+        weights += [p + NORMS[1] + ".gamma", p + NORMS[1] + ".beta"]
+        weights += _product_inputs(products, p + "cross.q.weight_quantized", True)
+        weights += _product_inputs(products, p + "cross.out.weight_quantized", True)
+        weights += [p + NORMS[2] + ".gamma", p + NORMS[2] + ".beta"]
+        weights += _product_inputs(products, p + "ffn.w1.weight_quantized", True)
+        weights += _product_inputs(products, p + "ffn.w2.weight_quantized", True)
+    weights += ["decoder.final_norm.gamma", "decoder.final_norm.beta"]
+    weights += _product_inputs(products, "output.weight_quantized", False)
+    return weights
+
+
 def _fuse(graph: bytes, folder: Path, outer: dict[str, Tensor], layers: int, has_vocab_ids: bool) -> bytes:
     """A graph (a step graph, or the body of a search loop) with its step computation, from the step inputs to the
     step outputs, replaced by one fused node; the rest of its nodes unchanged."""
@@ -182,15 +217,7 @@ def _fuse(graph: bytes, folder: Path, outer: dict[str, Tensor], layers: int, has
     missing = [name for name in step_outputs if name not in producer]
     if missing:
         raise NotFused(f"no node computes {missing}")
-    closure: set[int] = set()
-    stack = list(step_outputs)
-    while stack:
-        name = stack.pop()
-        at = producer.get(name)
-        if name in step_inputs or at is None or at in closure:
-            continue
-        closure.add(at)
-        stack += sorted(_needs(raw_nodes[at][0]))
+    closure = _step_closure(raw_nodes, producer, step_inputs, step_outputs)
     step_nodes = [raw_nodes[i][0] for i in sorted(closure)]
 
     unexpected = {n.op_type for n in step_nodes} - EXPECTED_OPS
@@ -211,20 +238,7 @@ def _fuse(graph: bytes, folder: Path, outer: dict[str, Tensor], layers: int, has
     if first_norm.inputs[1] != "decoder.0.self.norm.gamma":
         raise NotFused("the first norm is not layer 0's self-attention norm (post-norm layers?)")
 
-    weights = ["tokens.embedding", "tokens.scale", "tokens.positions"]
-    for i in range(layers):
-        p = f"decoder.{i}."
-        norm = [p + NORMS[0] + ".gamma", p + NORMS[0] + ".beta"]
-        weights += norm + _product_inputs(products, p + "self.qkv.weight_quantized", False) + [p + "self.qkv.bias"]
-        weights += _product_inputs(products, p + "self.out.weight_quantized", True)
-        weights += [p + NORMS[1] + ".gamma", p + NORMS[1] + ".beta"]
-        weights += _product_inputs(products, p + "cross.q.weight_quantized", True)
-        weights += _product_inputs(products, p + "cross.out.weight_quantized", True)
-        weights += [p + NORMS[2] + ".gamma", p + NORMS[2] + ".beta"]
-        weights += _product_inputs(products, p + "ffn.w1.weight_quantized", True)
-        weights += _product_inputs(products, p + "ffn.w2.weight_quantized", True)
-    weights += ["decoder.final_norm.gamma", "decoder.final_norm.beta"]
-    weights += _product_inputs(products, "output.weight_quantized", False)
+    weights = _weights(products, layers)
 
     # weights the kept nodes derive (Concat of the Q|K|V parts), and the check that every weight is there
     kept: set[int] = set()
