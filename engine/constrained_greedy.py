@@ -104,6 +104,46 @@ class _Row:
                 return
 
 
+def _row_token(
+    row: _Row, lp: np.ndarray, t: int, room: int, eos: int, after_term: np.ndarray | None, top_k: int
+) -> tuple[int, bool]:
+    """A bound row's token at step ``t`` (``room``: tokens left, this one included) from its log-probabilities
+    ``lp``: the constraint it is writing, a constraint's start (planned here, among the ``top_k`` best, or late), or
+    the model's best; and whether the row is stuck (it wanted EOS with a constraint unmet and none could start)."""
+    if row.just_met and after_term is not None:
+        lp = np.where(after_term, lp, -np.inf)
+    if row.unmet:
+        lp = lp.copy() if not (row.just_met and after_term is not None) else lp
+        wanted_eos = int(lp.argmax()) == eos
+        lp[eos] = -np.inf  # EOS is refused while a constraint is unmet
+    else:
+        wanted_eos = False
+    if row.doing >= 0:
+        return row.forced(lp, room), False
+    token = int(lp.argmax())
+    if not row.unmet:
+        return token, False
+    starts = [(s, c) for s, c in row.starts(room) if np.isfinite(lp[s])]
+    if not starts:
+        return token, False
+    values = lp[[s for s, _ in starts]]
+    first = int(np.argmax(values))
+    planned = [j for j, (_, c) in enumerate(starts) if row.plan and row.plan.get(c) == t]
+    if not wanted_eos:
+        top = lp[token]
+        for (_, c), v in zip(starts, values.tolist(), strict=True):
+            gap = float(top - v)
+            if c not in row.spots or gap < row.spots[c][0]:
+                row.spots[c] = (gap, t)
+    near = int(np.count_nonzero(lp > values[first])) < top_k  # among the top_k best
+    late = row.needed() >= room
+    if planned:
+        return starts[max(planned, key=lambda j: values[j])][0], False
+    if near or late:
+        return starts[first][0], False
+    return token, wanted_eos
+
+
 def constrained_greedy_search(
     step: StepFn,
     limits: list[int],
@@ -148,44 +188,13 @@ def constrained_greedy_search(
             row = rows_state[i]
             if not row.unmet and not row.just_met:
                 continue  # free: the model's best token
-            lp = out[r]
-            if row.just_met and after_term is not None:
-                lp = np.where(after_term, lp, -np.inf)
-            if row.unmet:
-                lp = lp.copy() if not (row.just_met and after_term is not None) else lp
-                wanted_eos = int(lp.argmax()) == eos
-                lp[eos] = -np.inf  # EOS is refused while a constraint is unmet
-            else:
-                wanted_eos = False
-            room = int(limit[i]) - t  # tokens left, this one included
-            if row.doing >= 0:
-                token = row.forced(lp, room)
-            else:
-                token = int(lp.argmax())
-                if row.unmet:
-                    starts = [(s, c) for s, c in row.starts(room) if np.isfinite(lp[s])]
-                    if starts:
-                        values = lp[[s for s, _ in starts]]
-                        first = int(np.argmax(values))
-                        planned = [j for j, (_, c) in enumerate(starts) if row.plan and row.plan.get(c) == t]
-                        if not wanted_eos:
-                            top = lp[token]
-                            for (_, c), v in zip(starts, values.tolist(), strict=True):
-                                gap = float(top - v)
-                                if c not in row.spots or gap < row.spots[c][0]:
-                                    row.spots[c] = (gap, t)
-                        near = int(np.count_nonzero(lp > values[first])) < top_k  # among the top_k best
-                        late = row.needed() >= room
-                        if planned:
-                            token = starts[max(planned, key=lambda j: values[j])][0]
-                        elif near or late:
-                            token = starts[first][0]
-                        elif wanted_eos:
-                            row.stuck = True
-                            if fallback:
-                                stuck.append(i)
-                                keep[r] = False
-                                continue
+            token, is_stuck = _row_token(row, out[r], t, int(limit[i]) - t, eos, after_term, top_k)
+            if is_stuck:
+                row.stuck = True
+                if fallback:
+                    stuck.append(i)
+                    keep[r] = False
+                    continue
             best[r] = token
         scores[active] += out[np.arange(m), best].astype(np.float64)
         is_eos = best == eos
