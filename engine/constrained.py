@@ -145,6 +145,76 @@ class _Memo:
         return _State(state.met) if state.doing >= 0 or state.just_met else state
 
 
+def grown_limits(limits: list[int], constraints: list[list[Constraint]], max_limit: int | None) -> list[int]:
+    """Each sentence's length limit grown by its constraints' longest alternatives (never beyond ``max_limit``)."""
+    grown = []
+    for limit, cons in zip(limits, constraints, strict=True):
+        extra = sum(max(len(a) for a in c.alternatives) for c in cons)
+        grown.append(limit + extra if max_limit is None else min(limit + extra, max_limit))
+    return grown
+
+
+def _constraint_ids(memos: list[_Memo]) -> np.ndarray:
+    """(sentences, width) each sentence's constraint tokens, -1 padded."""
+    width = max((len(m.tokens) for m in memos), default=0) or 1
+    con_ids = np.full((len(memos), width), -1, dtype=np.int64)
+    for i, m in enumerate(memos):
+        con_ids[i, : len(m.tokens)] = m.tokens
+    return con_ids
+
+
+def _banked(top, ext_ids, just, after_term, scores, eos, memos, row_states, facts, k):
+    """Each row's candidates (its 2k best tokens, then its sentence's constraint tokens read from the full
+    log-probabilities) with their log-probabilities, banks and validity: (ids, lps, bank, valid), (rows, c) each."""
+    top_ids, top_lps, full = top
+    ext_lps = np.take_along_axis(full, np.maximum(ext_ids, 0), axis=1).astype(np.float64)
+    if after_term is not None and just.any():
+        ext_lps[just] = np.where(after_term[np.maximum(ext_ids[just], 0)], ext_lps[just], -np.inf)
+    ids = np.concatenate([top_ids, ext_ids], axis=1)  # (m*k, c)
+    lps = np.concatenate([top_lps.astype(np.float64), ext_lps], axis=1)
+    in_top = (ext_ids[:, :, None] == top_ids[:, None, :]).any(axis=2)
+    is_con = (ids[:, :, None] == ext_ids[:, None, :]).any(axis=2) & (ids >= 0)
+    rows = len(row_states)
+    plain_bank = np.fromiter((f[1] for f in facts), dtype=np.int64, count=rows)
+    complete = np.fromiter((f[2] for f in facts), dtype=bool, count=rows)
+    bank = np.repeat(plain_bank[:, None], ids.shape[1], axis=1)
+    valid = np.isfinite(lps) & np.isfinite(scores.reshape(-1))[:, None]
+    valid[:, 2 * k :] &= (ext_ids >= 0) & ~in_top  # a constraint token already among the best counts once
+    valid &= (ids != eos) | complete[:, None]  # a hypothesis ends only with every constraint placed
+    for r, j in zip(*np.nonzero(is_con & valid), strict=True):
+        memo, st = memos[r // k], row_states[r]
+        token = int(ids[r, j])
+        if j >= 2 * k and token not in facts[r][3]:
+            valid[r, j] = False  # only the constraint tokens that advance this row are extra candidates
+            continue
+        bank[r, j] = memo.facts(memo.advance(st, token))[0]
+    return ids, lps, bank, valid
+
+
+def _ended(chosen, hist, row_states, memo, length_penalty) -> list[tuple[Hypothesis, bool]]:
+    """Hypotheses ended at the length limit as they are: (row, token, score) each; whether each placed every
+    constraint."""
+    out = []
+    for row, token, score in chosen:
+        seq = [*hist[row], token]
+        new = memo.advance(row_states[row], token)
+        out.append((Hypothesis.beam(seq, score, len(seq), length_penalty), new.complete(memo.constraints)))
+    return out
+
+
+def _next_states(memo, row_states, picked, rows, ids) -> list[_State]:
+    """A sentence's k constraint states after a step: each kept place's row advanced by its token (a fresh state for
+    an unfilled place)."""
+    out = []
+    for keep, row, token in zip(picked.tolist(), rows.tolist(), ids.tolist(), strict=True):
+        if not keep:
+            out.append(_State())
+            continue
+        st = row_states[row]
+        out.append(memo.advance(st, token) if token in memo.token_set else memo.plain(st))
+    return out
+
+
 def constrained_beam_search(
     step: StepFn,
     limits: list[int],
@@ -175,18 +245,12 @@ def constrained_beam_search(
         raise ValueError(f"n_best must be in 1..beam_size ({k}), got {n_best}")
     n = len(limits)
     memos = [_Memo(list(c)) for c in constraints]
-    grown = []
-    for limit, cons in zip(limits, constraints, strict=True):
-        extra = sum(max(len(a) for a in c.alternatives) for c in cons)
-        grown.append(limit + extra if max_limit is None else min(limit + extra, max_limit))
+    grown = grown_limits(limits, constraints, max_limit)
     if n == 1:
         return [_search_one(step, grown[0], bos, eos, k, length_penalty, n_best, memos[0], after_term)]
     limit = np.asarray(grown)
-    width = max((len(m.tokens) for m in memos), default=0) or 1
-    con_ids = np.full((n, width), -1, dtype=np.int64)  # each sentence's constraint tokens, -1 padded
-    for i, m in enumerate(memos):
-        con_ids[i, : len(m.tokens)] = m.tokens
-    c = 2 * k + width  # candidates per row
+    con_ids = _constraint_ids(memos)  # each sentence's constraint tokens, -1 padded
+    c = 2 * k + con_ids.shape[1]  # candidates per row
     offsets = np.repeat(np.arange(k, dtype=np.int64), c)[None, :] * (1 << 32)  # beam before token, as search.rank
     finished: list[list[tuple[Hypothesis, bool]]] = [[] for _ in range(n)]
     n_complete = np.zeros(n, dtype=np.int64)
@@ -203,29 +267,10 @@ def constrained_beam_search(
         row_states = [st for i in active.tolist() for st in states[i]]
         facts = [memos[i].facts(st) for i in active.tolist() for st in states[i]]
         just = np.fromiter((st.just_met for st in row_states), dtype=bool, count=m * k)
-        top_ids, top_lps, full = _candidates(out, k, just if after_term is not None else None, after_term)
-        # the constraint tokens of each row's sentence, read from the full log-probabilities
-        ext_ids = np.repeat(con_ids[active], k, axis=0)  # (m*k, width)
-        ext_lps = np.take_along_axis(full, np.maximum(ext_ids, 0), axis=1).astype(np.float64)
-        if after_term is not None and just.any():
-            ext_lps[just] = np.where(after_term[np.maximum(ext_ids[just], 0)], ext_lps[just], -np.inf)
-        ids = np.concatenate([top_ids, ext_ids], axis=1)  # (m*k, c)
-        lps = np.concatenate([top_lps.astype(np.float64), ext_lps], axis=1)
-        in_top = (ext_ids[:, :, None] == top_ids[:, None, :]).any(axis=2)
-        is_con = (ids[:, :, None] == ext_ids[:, None, :]).any(axis=2) & (ids >= 0)
-        plain_bank = np.fromiter((f[1] for f in facts), dtype=np.int64, count=m * k)
-        complete = np.fromiter((f[2] for f in facts), dtype=bool, count=m * k)
-        bank = np.repeat(plain_bank[:, None], c, axis=1)
-        valid = np.isfinite(lps) & np.isfinite(scores.reshape(-1))[:, None]
-        valid[:, 2 * k :] &= (ext_ids >= 0) & ~in_top  # a constraint token already among the best counts once
-        valid &= (ids != eos) | complete[:, None]  # a hypothesis ends only with every constraint placed
-        for r, j in zip(*np.nonzero(is_con & valid), strict=True):
-            memo, st = memos[active[r // k]], row_states[r]
-            token = int(ids[r, j])
-            if j >= 2 * k and token not in facts[r][3]:
-                valid[r, j] = False  # only the constraint tokens that advance this row are extra candidates
-                continue
-            bank[r, j] = memo.facts(memo.advance(st, token))[0]
+        top = _candidates(out, k, just if after_term is not None else None, after_term)
+        ext_ids = np.repeat(con_ids[active], k, axis=0)  # (m*k, width): the constraint tokens of each row's sentence
+        live = [memos[i] for i in active.tolist()]
+        ids, lps, bank, valid = _banked(top, ext_ids, just, after_term, scores, eos, live, row_states, facts, k)
         total = (scores.reshape(-1)[:, None] + lps).reshape(m, k * c)
         flat_ids, flat_bank, flat_valid = ids.reshape(m, k * c), bank.reshape(m, k * c), valid.reshape(m, k * c)
         key_bank = np.where(flat_valid, flat_bank, -1)
@@ -267,17 +312,9 @@ def constrained_beam_search(
         if at_limit.any():  # length limit: the live hypotheses end as they are, the fullest ones first
             hist = history.tolist() if hist is None else hist
             for p in np.flatnonzero(at_limit).tolist():
-                i, memo = int(active[p]), memos[int(active[p])]
-                for j in range(int(counts[p])):
-                    row, token = int(p_rows[p, j]), int(p_ids[p, j])
-                    seq = [*hist[row], token]
-                    new = memo.advance(row_states[row], token)
-                    finished[i].append(
-                        (
-                            Hypothesis.beam(seq, float(p_total[p, j]), len(seq), length_penalty),
-                            new.complete(memo.constraints),
-                        )
-                    )
+                i = int(active[p])
+                chosen = [(int(p_rows[p, j]), int(p_ids[p, j]), float(p_total[p, j])) for j in range(int(counts[p]))]
+                finished[i] += _ended(chosen, hist, row_states, memos[i], length_penalty)
         still = ~(done | at_limit)
         if not still.any():
             break
@@ -285,26 +322,20 @@ def constrained_beam_search(
         p_rows = np.where(picked, p_rows, p_rows[:, :1])
         p_ids = np.where(picked, p_ids, p_ids[:, :1])
         for p in np.flatnonzero(still).tolist():
-            i, memo = int(active[p]), memos[int(active[p])]
-            new_states = []
-            for j in range(k):
-                if not picked[p, j]:
-                    new_states.append(_State())
-                    continue
-                row, token = int(p_rows[p, j]), int(p_ids[p, j])
-                st = row_states[row]
-                new_states.append(memo.advance(st, token) if token in memo.token_set else memo.plain(st))
-            states[i] = new_states
+            i = int(active[p])
+            states[i] = _next_states(memos[i], row_states, picked[p], p_rows[p], p_ids[p])
         rows = p_rows[still].reshape(-1)
         last = p_ids[still].reshape(-1, 1)
         history = np.concatenate([history[rows], last], axis=1)
         scores = p_total[still]
         active = active[still]
-    out_hyps = []
-    for f in finished:
-        ranked = sorted(f, key=lambda p: (not p[1], -p[0].normalized))
-        out_hyps.append([h for h, _ in ranked[:n_best]] or [Hypothesis([], -math.inf, -math.inf)])
-    return out_hyps
+    return [_n_best(f, n_best) for f in finished]
+
+
+def _n_best(finished: list[tuple[Hypothesis, bool]], n_best: int) -> list[Hypothesis]:
+    """A sentence's n best ended hypotheses, those with every constraint placed first."""
+    ranked = sorted(finished, key=lambda p: (not p[1], -p[0].normalized))
+    return [h for h, _ in ranked[:n_best]] or [Hypothesis([], -math.inf, -math.inf)]
 
 
 def _search_one(
