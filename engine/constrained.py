@@ -163,10 +163,13 @@ def _constraint_ids(memos: list[_Memo]) -> np.ndarray:
     return con_ids
 
 
-def _banked(top, ext_ids, just, after_term, scores, eos, memos, row_states, facts, k):
+def _banked(top, active, con_ids, all_memos, just, after_term, scores, eos, row_states, facts):
     """Each row's candidates (its 2k best tokens, then its sentence's constraint tokens read from the full
     log-probabilities) with their log-probabilities, banks and validity: (ids, lps, bank, valid), (rows, c) each."""
     top_ids, top_lps, full = top
+    k = scores.shape[1]
+    ext_ids = np.repeat(con_ids[active], k, axis=0)  # (m*k, width): the constraint tokens of each row's sentence
+    memos = [all_memos[i] for i in active.tolist()]
     ext_lps = np.take_along_axis(full, np.maximum(ext_ids, 0), axis=1).astype(np.float64)
     if after_term is not None and just.any():
         ext_lps[just] = np.where(after_term[np.maximum(ext_ids[just], 0)], ext_lps[just], -np.inf)
@@ -215,6 +218,55 @@ def _next_states(memo, row_states, picked, rows, ids) -> list[_State]:
     return out
 
 
+def _in_banks(total, ids, bank, valid, offsets, k: int):
+    """Each sentence's candidates (m, k * c) sorted by (bank, score, beam, token), invalid ones last (bank -1):
+    (total, ids, bank, valid, row) each sorted."""
+    m, width = total.shape
+    flat_ids, flat_bank, flat_valid = ids.reshape(m, width), bank.reshape(m, width), valid.reshape(m, width)
+    key_bank = np.where(flat_valid, flat_bank, -1)
+    order = np.lexsort((offsets + np.maximum(flat_ids, 0), -total, -key_bank), axis=1)
+    sentence = np.arange(m)[:, None]
+    c = width // k
+    return (
+        total[sentence, order], flat_ids[sentence, order], key_bank[sentence, order], flat_valid[sentence, order],
+        sentence * k + order // c,
+    )  # fmt: skip
+
+
+def _bank_starts(s_bank: np.ndarray) -> np.ndarray:
+    """For each sorted candidate, the place where its bank begins (the banks are contiguous, fullest first; the full
+    bank is the fullest: State.bank)."""
+    starts = np.ones_like(s_bank, dtype=bool)
+    starts[:, 1:] = s_bank[:, 1:] != s_bank[:, :-1]
+    return np.maximum.accumulate(np.where(starts, np.arange(s_bank.shape[1])[None, :], 0), axis=1)
+
+
+def _rank_in_bank(s_valid: np.ndarray, first: np.ndarray) -> np.ndarray:
+    """A candidate's rank in its bank: the valid ones before it there."""
+    before = np.cumsum(s_valid, axis=1) - s_valid
+    return before - np.take_along_axis(before, first, axis=1)
+
+
+def _allocate(s_total, s_rows, s_ids, s_bank, s_valid, in_bank, k: int):
+    """Dynamic beam allocation: round r gives each bank's r-th best, fullest bank first; the first k are kept, best
+    first (score, beam, token), the unfilled places last. (total, rows, ids, picked), (m, k) each."""
+    turn = np.lexsort((-s_bank, np.where(s_valid, in_bank, s_valid.shape[1])), axis=1)[:, :k]
+    picked = np.take_along_axis(s_valid, turn, axis=1)
+    p_total = np.where(picked, np.take_along_axis(s_total, turn, axis=1), -np.inf)
+    p_rows, p_ids = np.take_along_axis(s_rows, turn, axis=1), np.take_along_axis(s_ids, turn, axis=1)
+    best = np.lexsort(((p_rows % k) * (1 << 32) + np.maximum(p_ids, 0), -p_total, ~picked), axis=1)
+    p_total, p_rows, p_ids = (np.take_along_axis(a, best, axis=1) for a in (p_total, p_rows, p_ids))
+    return p_total, p_rows, p_ids, np.take_along_axis(picked, best, axis=1)
+
+
+def _row_facts(memos: list[_Memo], states: list[list[_State]], active: np.ndarray):
+    """The live rows' constraint states, their facts (_Memo.facts) and which just met a constraint."""
+    row_states = [st for i in active.tolist() for st in states[i]]
+    facts = [memos[i].facts(st) for i in active.tolist() for st in states[i]]
+    just = np.fromiter((st.just_met for st in row_states), dtype=bool, count=len(row_states))
+    return row_states, facts, just
+
+
 def constrained_beam_search(
     step: StepFn,
     limits: list[int],
@@ -253,82 +305,47 @@ def constrained_beam_search(
     c = 2 * k + con_ids.shape[1]  # candidates per row
     offsets = np.repeat(np.arange(k, dtype=np.int64), c)[None, :] * (1 << 32)  # beam before token, as search.rank
     finished: list[list[tuple[Hypothesis, bool]]] = [[] for _ in range(n)]
-    n_complete = np.zeros(n, dtype=np.int64)
-    states = [[_State()] * k for _ in range(n)]
-    active = np.arange(n)
+    n_complete, states, active = np.zeros(n, dtype=np.int64), [[_State()] * k for _ in range(n)], np.arange(n)
     scores = np.full((n, k), -np.inf)
     scores[:, 0] = 0.0  # identical start beams: keep one alive
-    history = np.zeros((n * k, 0), dtype=np.int64)
-    last = np.full((n * k, 1), bos, dtype=np.int64)
+    history, last = np.zeros((n * k, 0), dtype=np.int64), np.full((n * k, 1), bos, dtype=np.int64)
     rows: np.ndarray | None = None
     for t in range(int(limit.max())):
         out = step(last, rows)
-        m = len(active)
-        row_states = [st for i in active.tolist() for st in states[i]]
-        facts = [memos[i].facts(st) for i in active.tolist() for st in states[i]]
-        just = np.fromiter((st.just_met for st in row_states), dtype=bool, count=m * k)
+        row_states, facts, just = _row_facts(memos, states, active)
         top = _candidates(out, k, just if after_term is not None else None, after_term)
-        ext_ids = np.repeat(con_ids[active], k, axis=0)  # (m*k, width): the constraint tokens of each row's sentence
-        live = [memos[i] for i in active.tolist()]
-        ids, lps, bank, valid = _banked(top, ext_ids, just, after_term, scores, eos, live, row_states, facts, k)
-        total = (scores.reshape(-1)[:, None] + lps).reshape(m, k * c)
-        flat_ids, flat_bank, flat_valid = ids.reshape(m, k * c), bank.reshape(m, k * c), valid.reshape(m, k * c)
-        key_bank = np.where(flat_valid, flat_bank, -1)
-        order = np.lexsort((offsets + np.maximum(flat_ids, 0), -total, -key_bank), axis=1)
-        sentence = np.arange(m)[:, None]
-        s_total, s_ids = total[sentence, order], flat_ids[sentence, order]
-        s_bank, s_valid = key_bank[sentence, order], flat_valid[sentence, order]
-        s_rows = sentence * k + order // c
-        full_bank = np.asarray([memos[i].full for i in active.tolist()])[:, None]
-        # the banks are contiguous, fullest first (the full bank is the fullest: State.bank); a candidate's rank in
-        # its bank counts the valid ones before it
-        starts = np.ones_like(s_valid)
-        starts[:, 1:] = s_bank[:, 1:] != s_bank[:, :-1]
-        first = np.maximum.accumulate(np.where(starts, np.arange(k * c)[None, :], 0), axis=1)
-        before = np.cumsum(s_valid, axis=1) - s_valid
-        in_bank = before - np.take_along_axis(before, first, axis=1)
+        ids, lps, bank, valid = _banked(top, active, con_ids, memos, just, after_term, scores, eos, row_states, facts)
+        total = (scores.reshape(-1)[:, None] + lps).reshape(len(active), k * c)
+        s_total, s_ids, s_bank, s_valid, s_rows = _in_banks(total, ids, bank, valid, offsets, k)
+        first = _bank_starts(s_bank)
+        in_bank = _rank_in_bank(s_valid, first)
         is_eos = s_valid & (s_ids == eos)  # only in the full bank
+        full_bank = np.asarray([memos[i].full for i in active.tolist()])[:, None]
         ends = is_eos & (in_bank < k) & (s_bank == full_bank)  # EOS among the k best of the full bank
         hist = history.tolist() if ends.any() else None
-        for p, j in zip(*np.nonzero(ends), strict=True):
-            i = int(active[p])
-            finished[i].append((Hypothesis.beam(hist[s_rows[p, j]], float(s_total[p, j]), t + 1, length_penalty), True))
-            n_complete[i] += 1
+        for p, j in zip(*np.nonzero(ends), strict=True):  # complete: every constraint placed
+            finished[int(active[p])].append((Hypothesis.beam(hist[s_rows[p, j]], float(s_total[p, j]), t + 1,
+                                                             length_penalty), True))  # fmt: skip
+        n_complete[active] += ends.sum(axis=1)
         s_valid &= ~is_eos  # the others continue, ranked again in their banks without them
-        before = np.cumsum(s_valid, axis=1) - s_valid
-        in_bank = before - np.take_along_axis(before, first, axis=1)
-        # dynamic beam allocation: round r gives each bank's r-th best, fullest bank first; the first k are kept
-        turn = np.lexsort((-s_bank, np.where(s_valid, in_bank, k * c)), axis=1)[:, :k]
-        picked = np.take_along_axis(s_valid, turn, axis=1)
-        # the kept ones best first (score, beam, token), the unfilled places last
-        p_total = np.where(picked, np.take_along_axis(s_total, turn, axis=1), -np.inf)
-        p_rows, p_ids = np.take_along_axis(s_rows, turn, axis=1), np.take_along_axis(s_ids, turn, axis=1)
-        best = np.lexsort(((p_rows % k) * (1 << 32) + np.maximum(p_ids, 0), -p_total, ~picked), axis=1)
-        p_total, p_rows, p_ids = (np.take_along_axis(a, best, axis=1) for a in (p_total, p_rows, p_ids))
-        picked = np.take_along_axis(picked, best, axis=1)
+        in_bank = _rank_in_bank(s_valid, first)
+        p_total, p_rows, p_ids, picked = _allocate(s_total, s_rows, s_ids, s_bank, s_valid, in_bank, k)
         counts = picked.sum(axis=1)
         done = (n_complete[active] >= k) | (counts == 0)
         at_limit = ~done & (t + 1 >= limit[active])
-        if at_limit.any():  # length limit: the live hypotheses end as they are, the fullest ones first
+        for p in np.flatnonzero(at_limit).tolist():  # length limit: the live hypotheses end as they are
             hist = history.tolist() if hist is None else hist
-            for p in np.flatnonzero(at_limit).tolist():
-                i = int(active[p])
-                chosen = [(int(p_rows[p, j]), int(p_ids[p, j]), float(p_total[p, j])) for j in range(int(counts[p]))]
-                finished[i] += _ended(chosen, hist, row_states, memos[i], length_penalty)
+            chosen = [(int(p_rows[p, j]), int(p_ids[p, j]), float(p_total[p, j])) for j in range(int(counts[p]))]
+            finished[int(active[p])] += _ended(chosen, hist, row_states, memos[int(active[p])], length_penalty)
         still = ~(done | at_limit)
         if not still.any():
             break
         # padding places repeat the sentence's best one; their scores stay -inf
-        p_rows = np.where(picked, p_rows, p_rows[:, :1])
-        p_ids = np.where(picked, p_ids, p_ids[:, :1])
+        p_rows, p_ids = np.where(picked, p_rows, p_rows[:, :1]), np.where(picked, p_ids, p_ids[:, :1])
         for p in np.flatnonzero(still).tolist():
-            i = int(active[p])
-            states[i] = _next_states(memos[i], row_states, picked[p], p_rows[p], p_ids[p])
-        rows = p_rows[still].reshape(-1)
-        last = p_ids[still].reshape(-1, 1)
-        history = np.concatenate([history[rows], last], axis=1)
-        scores = p_total[still]
-        active = active[still]
+            states[int(active[p])] = _next_states(memos[int(active[p])], row_states, picked[p], p_rows[p], p_ids[p])
+        rows, last = p_rows[still].reshape(-1), p_ids[still].reshape(-1, 1)
+        history, scores, active = np.concatenate([history[rows], last], axis=1), p_total[still], active[still]
     return [_n_best(f, n_best) for f in finished]
 
 
@@ -417,8 +434,7 @@ def _search_one(
         scores = [-negative if j < live else -math.inf for j, (negative, _, _) in enumerate(chosen)]
         rows = np.asarray([beam for _, beam, _ in chosen], dtype=np.int64)
         last = np.asarray([token for _, _, token in chosen], dtype=np.int64).reshape(k, 1)
-    ranked = sorted(finished, key=lambda p: (not p[1], -p[0].normalized))
-    return [h for h, _ in ranked[:n_best]] or [Hypothesis([], -math.inf, -math.inf)]
+    return _n_best(finished, n_best)
 
 
 def _candidates(
