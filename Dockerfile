@@ -33,6 +33,7 @@ RUN python requirements.py pyproject.toml --without-onnxruntime > requirements-s
 FROM scratch AS app
 COPY pyproject.toml README.md /app/
 COPY core/ /app/core/
+COPY engine/ /app/engine/
 COPY service/ /app/service/
 COPY model_repository/ /app/model_repository/
 COPY --chmod=0755 deploy/entrypoint.sh /app/deploy/entrypoint.sh

@@ -43,7 +43,7 @@ serve: $(SERVE_VENV)/.installed
 		else echo "no C compiler: the fused step is not built (the graphs serve; docs/deployment.md MT_FUSED_STEP)"; fi
 	MT_HOST=$(HOST) MT_PORT=$(PORT) $(SERVE_VENV)/bin/python -m service
 
-# the fused decoder step's onnxruntime operator (MT_FUSED_STEP; service/engine/fused_step.py): a C compiler only.
+# the fused decoder step's onnxruntime operator (MT_FUSED_STEP; engine/fused_step.py): a C compiler only.
 # `make native` always rebuilds; the file target rebuilds when the source changes
 NATIVE_LIB := build/native/libmtserve_fused_step.so
 native:

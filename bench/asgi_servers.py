@@ -1,7 +1,7 @@
 """The same application under four ASGI servers: throughput, latency and CPU, and what each does with slow clients.
 
 Issue 19 asks to choose the slow-client mechanism by measurement: ``python -m service`` (uvicorn with our h11
-protocol subclass, service/http_protocol.py: header and body timeouts, a connection cap, head limits) against
+protocol subclass, service/api/http_protocol.py: header and body timeouts, a connection cap, head limits) against
 uvicorn with httptools (uvicorn's fastest parser, none of those protections), hypercorn (``--read-timeout``) and
 granian (Rust HTTP, ``--http1-header-read-timeout``), all serving ``bench/asgi_app.py``'s app with the same
 settings and one process each. For each server and client count: closed-loop clients (in this process) send
@@ -187,7 +187,7 @@ def report(rows: list[Row], probes: list[SlowProbe], args) -> str:
         f"- machine: {machine()}",
         f"- load: translate one sentence per request, beam {args.beam_size}, {args.requests} requests per row, "
         "closed-loop clients in the benchmark process; settings default (dynamic batching), one server process",
-        "- service = `python -m service` (uvicorn + service/http_protocol.py on h11); the others serve "
+        "- service = `python -m service` (uvicorn + service/api/http_protocol.py on h11); the others serve "
         "`bench/asgi_app.py`'s app with their own HTTP layer",
         "",
         "| server | clients | req/s | vs service | p50 ms | p99 ms | server CPU ms/req | errors |",

@@ -86,9 +86,10 @@ def export_variant(out: Path) -> Path:
 def measure(bundle: Path, args: argparse.Namespace, name: str, languages: tuple[str, str], images: Path) -> dict:
     """Greedy BLEU on val and test, greedy tok/s at batch 1 and 32, and the encoder heatmap PNG."""
     from core.bundle import load_bundle
+    from engine import Engine
+    from engine.decoding import TranslateOptions
     from model.data import read_parallel
     from model.evaluate import bleu
-    from service.engine import Engine, TranslateOptions
     from service.tools.heatmap import render_heatmap, select, token_labels
 
     engine = Engine(load_bundle(bundle), "fp32", "cpu", intra_op_threads=args.threads, lean_decoder=False)

@@ -1,4 +1,4 @@
-"""Accuracy and speed of the offline language detector (service/language.py, lingua) on the project's corpora.
+"""Accuracy and speed of the offline language detector (core/language.py, lingua) on the project's corpora.
 
     python -m bench.detect_language --data ../shared/data [--languages de en zh] [--zh-sample 2000]
 
@@ -14,7 +14,7 @@ import argparse
 import time
 from pathlib import Path
 
-from service import language
+from core import language
 
 
 def _lines(data: Path, zh_sample: int) -> dict[str, list[str]]:

@@ -4,11 +4,11 @@
         [--model checkpoints/de-en] [--bundle model_repository/de-en/1] [--ct2 build/ct2/de-en]
 
 Engines: ``pytorch`` (model.decoding greedy / beam with the key/value cache, fp32), ``ort-fp32`` /
-``ort-int8`` (service.engine.Engine on the bundle's variants), ``ct2-fp32`` / ``ct2-int8`` (CTranslate2
+``ort-int8`` (engine.Engine on the bundle's variants), ``ct2-fp32`` / ``ct2-int8`` (CTranslate2
 on the converted checkpoint, see bench/ct2_convert.py). Append ``+decoder`` to an ort engine to search with
 decoder.onnx instead of the lean decoder_step.onnx, ``+own-arena`` to give each of its sessions an arena of its own
 instead of the process's shared one (for A/B runs), ``+own-tables`` to let each session map the embedding itself
-instead of sharing one map (service/engine/shared_tables.py; for A/B runs), ``+no-pattern`` / ``+no-prepack`` to
+instead of sharing one map (engine/shared_tables.py; for A/B runs), ``+no-pattern`` / ``+no-prepack`` to
 turn off onnxruntime's memory pattern / weight prepacking in its sessions (A/B runs), ``+steps`` to search a lone
 sentence step by step in Python where the bundle has a search loop graph (export/search_loop.py; batch 1), ``+block`` to
 search with a 4-gram block (``no_repeat_ngram_size`` 4, the general-domain bundles' default; every other ort engine
@@ -78,7 +78,8 @@ def _runner(engine: str, args: dict):
         return run
     if engine.startswith("ort-"):
         from core.bundle import load_bundle
-        from service.engine import Engine, TranslateOptions
+        from engine import Engine
+        from engine.decoding import TranslateOptions
 
         variant = engine.split("-")[1].split("+")[0]
         extra = {"lean_decoder": False} if "+decoder" in engine else {}  # older engines lack the options
@@ -92,7 +93,7 @@ def _runner(engine: str, args: dict):
             extra["prepack"] = False
         if "+steps" in engine:  # a lone sentence step by step in Python, not in the search loop graph
             extra["search_loop"] = False
-        if "+fused" in engine:  # the int8 step as one fused operator (service/engine/fused_step.py, item 45)
+        if "+fused" in engine:  # the int8 step as one fused operator (engine/fused_step.py, item 45)
             extra["fused_step"] = True
         if "shortlist" in load_bundle(args["bundle"]).manifest:  # the whole vocabulary unless +shortlist
             extra["shortlist"] = "+shortlist" in engine

@@ -1,5 +1,5 @@
 """Peak resident memory of one process serving several models, with the onnxruntime sessions on the process's one
-shared CPU arena (service/engine/runtime.py, the default) against an arena of their own each.
+shared CPU arena (engine/runtime.py, the default) against an arena of their own each.
 
     python -m bench.engine_memory \
         --model model_repository/de-en/2=../shared/data/multi30k/test_2016_flickr.de \
@@ -47,7 +47,8 @@ def read_sentences(spec: str, limit: int) -> list[str]:
 
 def _worker(conn, models: list[tuple[str, list[str]]], variant: str, beam: int, batch: int, shared: bool) -> None:
     from core.bundle import load_bundle
-    from service.engine import Engine, TranslateOptions
+    from engine import Engine
+    from engine.decoding import TranslateOptions
 
     engines = [(Engine(load_bundle(b), variant, "cpu", shared_arena=shared), texts) for b, texts in models]
     peaks, cpu = [peak_rss_mib()], time.process_time()

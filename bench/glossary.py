@@ -13,7 +13,7 @@ The test set is built from the corpus itself, no hand-picked terms:
 3. do-not-translate: product-name spans (a fixed list, Latin letters, digits, hyphens, umlauts) inserted before
    the final punctuation of other evaluation sentences; exactness = the span appears verbatim in the output.
 
-Every translation goes through the engine (service/engine/constrained_greedy.py for greedy, constrained.py for
+Every translation goes through the engine (engine/constrained_greedy.py for greedy, constrained.py for
 beam 4 in the glossary runs) and the serving layer's matching and checks (Terms.find, constraints, settle), as
 the server does. Timings are CPU seconds of this process (time.process_time: less disturbed than wall time when
 other processes share the cores; the engine runs onnxruntime with one thread, so CPU time is its work) per
@@ -38,9 +38,10 @@ from pathlib import Path
 import numpy as np
 import sacrebleu
 
-import service.engine.engine as engine_module
+import engine.engine as engine_module
 from core.bundle import load_bundle
-from service.engine.engine import Engine, TranslateOptions
+from engine.decoding import TranslateOptions
+from engine.engine import Engine
 from service.serving.terms import Terms, constraints, settle
 
 STOP = frozenset(
@@ -120,21 +121,21 @@ def batched(engine, texts, options, terms, batch):
 
 
 def revision_search(rev: str):
-    """The constrained search of git revision ``rev`` (its service/engine/constrained.py), run by this engine. A
+    """The constrained search of git revision ``rev`` (its engine/constrained.py), run by this engine. A
     revision whose search reads the full log-probabilities only (before TopCandidates.full) gets them: its decoder
     state is switched to the graph's log_probs output, as that revision's engine did."""
     text = subprocess.run(
-        ["git", "show", f"{rev}:service/engine/constrained.py"], check=True, capture_output=True, text=True
+        ["git", "show", f"{rev}:engine/constrained.py"], check=True, capture_output=True, text=True
     ).stdout
     module = types.ModuleType(f"constrained_{rev}")
     sys.modules[module.__name__] = module  # dataclasses look their module up
-    exec(compile(text, f"{rev}:service/engine/constrained.py", "exec"), module.__dict__)
+    exec(compile(text, f"{rev}:engine/constrained.py", "exec"), module.__dict__)
     search = module.constrained_beam_search
     if "out.full" in text:  # it reads TopCandidates.full: this engine's step as it is
         return search
 
     def full_only(step, *args):
-        state = step.__self__  # engine._DecoderState
+        state = step.__self__  # engine.decoder_state.DecoderState
         state.fetch_top, state._top_k_input, state._fetch = False, np.array([0], dtype=np.int64), None
         return search(step, *args)
 
@@ -154,7 +155,7 @@ def main() -> None:
     ap.add_argument(
         "--compare",
         metavar="REV",
-        help="also time the constrained search of git revision REV (its service/engine/constrained.py, which then "
+        help="also time the constrained search of git revision REV (its engine/constrained.py, which then "
         "serves greedy requests too, as before constrained_greedy.py) in this run",
     )
     args = ap.parse_args()

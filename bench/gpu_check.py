@@ -15,7 +15,7 @@ with the machine's own torch, numpy, onnx, sacrebleu, sentencepiece) prints:
   graph converted here from fp32 (the committed bundle has none: its fused attention had no fp16 CPU kernel at
   export), with export.quantize.convert_fp16_step;
 - target tokens per second (EOS included, wall clock, one repeat after one warm-up batch) at batch 1, 32 and 256,
-  greedy and beam 4, for onnxruntime fp16 and fp32 (I/O-binding search, service/engine/device_state.py) and for
+  greedy and beam 4, for onnxruntime fp16 and fp32 (I/O-binding search, engine/device_state.py) and for
   PyTorch fp32 on CUDA with the same weights (model.decoding, the eager reference search) on the first
   ``--sentences`` sentences (batches of more than one sentence: sorted by source length, as bench.engine); and
   ``service-fp16``, what the service serves on CUDA with a bundle whose fp16 variant has no decoder_step (the
@@ -157,7 +157,7 @@ def batches(ids: list[list[int]], size: int) -> list[list[int]]:
 
 def translate_texts(engine, ids: list[list[int]], beam: int, size: int = 256) -> list[str]:
     """The engine's translations of ``ids`` in batches of ``size`` (length-sorted), in input order."""
-    from service.engine import TranslateOptions
+    from engine.decoding import TranslateOptions
 
     texts = [""] * len(ids)
     for group in batches(ids, size):
@@ -168,7 +168,7 @@ def translate_texts(engine, ids: list[list[int]], beam: int, size: int = 256) ->
 
 
 def ort_runner(engine):
-    from service.engine import TranslateOptions
+    from engine import TranslateOptions
 
     def run(sources, beam):
         return [t.token_ids for t in engine.translate_ids(sources, TranslateOptions(beam_size=beam))]
@@ -238,8 +238,8 @@ def run(args: argparse.Namespace) -> int:
         print("this onnxruntime has no CUDA provider: install onnxruntime-gpu (scripts/gpu_check.sh does)")
         return 1
     from core.bundle import load_bundle
+    from engine import Engine
     from model.evaluate import bleu
-    from service.engine import Engine
 
     data = Path(args.data)
     texts = (data / "test_2016_flickr.de").read_text(encoding="utf-8").splitlines()[: args.bleu_sentences]

@@ -5,7 +5,7 @@ and requests, so the server's CPU per request outside its engine thread can be r
     python -m bench.http_floor asgi|fastapi     # MT_HOST, MT_PORT and the connection settings from the environment
 
 - ``asgi``: one bare ASGI callable that reads the body and answers a fixed JSON translation: uvicorn, our guarded
-  h11 protocol (service/http_protocol.py) and the socket work, nothing else.
+  h11 protocol (service/api/http_protocol.py) and the socket work, nothing else.
 - ``fastapi``: a FastAPI app with one ``POST /v1/translate`` route that validates the body against a pydantic model
   of the same fields as the real request and answers the same fixed translation through a response model: the
   floor of any FastAPI service, before middleware, tokenization, scheduling and the engine.
@@ -24,7 +24,7 @@ from fastapi import FastAPI
 from pydantic import BaseModel
 
 from service.__main__ import accept_budget, http_limits, raise_fd_limit
-from service.http_protocol import guarded_protocol
+from service.api.http_protocol import guarded_protocol
 from service.settings import Settings
 
 ANSWER = {"translations": [{"text": "A man rides a bicycle.", "score": -1.0, "model": "floor", "warnings": []}]}

@@ -3,7 +3,7 @@
     python -m bench.live_flow --data ../shared/data/multi30k --bundles <A> <B> [--variant int8] [--beam 4] \
         [--batch 32] [--repeats 3]
 
-The test set, in its own order (as requests arrive), decoded through one live decode (service/engine/live.py, what
+The test set, in its own order (as requests arrive), decoded through one live decode (engine/live.py, what
 continuous batching runs) that holds --batch sentences, a waiting one joining at the step after one finishes: the
 flow of bench/profile_engine.py --flow. Every bundle's engine (one thread) runs one warm-up flow, then --repeats
 timed flows, interleaved (repeat r of every bundle before repeat r + 1), and the median is reported with each
@@ -27,7 +27,7 @@ from bench.harness import machine, now
 
 def flow(engine, ids: list[list[int]], options, batch: int) -> dict[int, list[int]]:
     """Token ids by sentence index, every sentence through one live decode holding at most ``batch``."""
-    from service.engine.live import LiveBatch
+    from engine.live import LiveBatch
 
     state, waiting, out = LiveBatch(engine), list(enumerate(ids))[::-1], {}
     while waiting or len(state):
@@ -53,7 +53,8 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
 
     from core.bundle import load_bundle
-    from service.engine import Engine, TranslateOptions
+    from engine import Engine
+    from engine.decoding import TranslateOptions
 
     engines = [Engine(load_bundle(b), args.variant, "cpu", intra_op_threads=1) for b in args.bundles]
     language = engines[0].bundle.manifest["source_language"]

@@ -1,4 +1,4 @@
-"""BLEU on paragraphs with and without sentence splitting, on service.engine.Engine directly.
+"""BLEU on paragraphs with and without sentence splitting, on engine.Engine directly.
 
     python -m bench.paragraph_bleu --data ../shared/data/multi30k [--bundle model_repository/de-en/1] [--beam 4]
 
@@ -18,7 +18,8 @@ from pathlib import Path
 import sacrebleu
 
 from core.bundle import load_bundle
-from service.engine import Engine, TranslateOptions
+from engine import Engine
+from engine.decoding import TranslateOptions
 from service.serving.segmentation import join, split_text
 
 ROOT = Path(__file__).resolve().parent.parent

@@ -3,14 +3,14 @@
     python -m bench.profile_engine --data ../shared/data/multi30k [--bundle model_repository/de-en/1] \
         [--variant int8] [--beam 1 4] [--batch 32 1] [--rows 32 128] [--live] [--flow]
 
-1. split: the test set (sorted by length, in batches of --batch) translated by service.engine.Engine, the
+1. split: the test set (sorted by length, in batches of --batch) translated by engine.Engine, the
    process's CPU time divided into the encoder graph, the decoder_step graph and everything else (the Python
    search loop, cache gathers, feeds); one warm-up pass, then one timed pass. With --live, the same batches also
-   join a live decode (service/engine/live.py, continuous batching) that steps until they are done. With --flow,
+   join a live decode (engine/live.py, continuous batching) that steps until they are done. With --flow,
    the test set in its own order (not sorted by length, as requests arrive) is decoded twice: in whole batches of
    --batch, and as a steady flow through one live decode that holds --batch sentences, a waiting one joining at
    the step after one finishes (what a loaded continuous server does); "cache reorder" is the time of the gathers
-   that move the key/value cache rows between steps (service/engine/reorder.py).
+   that move the key/value cache rows between steps (engine/reorder.py).
 2. operators: decoder_step.onnx run 200 times with random inputs (--rows rows, 10 cached tokens, source 15,
    the engine's session options) under onnxruntime's profiler; kernel time per operator type, per step.
 """
@@ -64,12 +64,13 @@ def split(
 ) -> dict[str, float]:
     """CPU split of translating ``sources`` with ``batch`` sentences at a time (sorted by length unless
     ``by_length`` is false). ``decode``: "whole" batches (Engine.translate_ids), "live" (each batch joins a live
-    decode, service/engine/live.py, stepped until it is empty) or "flow" (one live
+    decode, engine/live.py, stepped until it is empty) or "flow" (one live
     decode holding ``batch`` sentences, the next one joining at the step after one finishes)."""
     from core.bundle import load_bundle
-    from service.engine import Engine, TranslateOptions
-    from service.engine.live import LiveBatch
-    from service.engine.reorder import ReorderBuffers
+    from engine import Engine
+    from engine.decoding import TranslateOptions
+    from engine.live import LiveBatch
+    from engine.reorder import ReorderBuffers
 
     if decode not in DECODES:
         raise ValueError(f"decode must be one of {DECODES}")
@@ -140,7 +141,7 @@ def operators(path: Path, config: dict, rows: int, beam: int, steps: int = 200) 
     options.intra_op_num_threads = options.inter_op_num_threads = 1
     options.enable_profiling = True
     options.profile_file_prefix = str(Path(tempfile.mkdtemp(prefix="mt-profile-")) / "step")
-    # the engine's CPU options (service/engine/runtime.py): no SkipLayerNormalization fusion
+    # the engine's CPU options (engine/runtime.py): no SkipLayerNormalization fusion
     session = ort.InferenceSession(
         str(path), options, providers=["CPUExecutionProvider"], disabled_optimizers=["SkipLayerNormFusion"]
     )

@@ -13,8 +13,8 @@ requests). The table gives CPU milliseconds per sentence (samples x 1000 / --rat
 
 - ``step graph``: onnxruntime running the decoder step (engine thread);
 - ``encoder``: onnxruntime running the encoder;
-- ``search (Python)``: the search around the step graph (service/engine/live.py, search.py, the cache gathers);
-- ``cache gather``: the part of the previous that reorders the key/value cache (service/engine/reorder.py);
+- ``search (Python)``: the search around the step graph (engine/live.py, search.py, the cache gathers);
+- ``cache gather``: the part of the previous that reorders the key/value cache (engine/reorder.py);
 - ``scheduler``: the rest of the engine thread (admission, metrics, hand-over to the event loop);
 - ``event loop``: the main thread (HTTP, JSON, tokenization, language check);
 - ``other``: any other thread.
@@ -58,10 +58,10 @@ from bench.serving import parse_args as serving_args
 CATEGORIES = ["step graph", "encoder", "search (Python)", "cache gather", "scheduler", "event loop", "other"]
 ENGINE_CATEGORIES = ("step graph", "encoder", "search (Python)", "scheduler")  # the engine thread's, whole
 SEARCH_FRAMES = (
-    "service/engine/live.py",
-    "service/engine/source_slots.py",
-    "service/engine/search.py",
-    "service/engine/engine.py",
+    "engine/live.py",
+    "engine/source_slots.py",
+    "engine/search.py",
+    "engine/engine.py",
 )
 
 
@@ -77,7 +77,7 @@ def categorize(stack: str) -> list[str]:
     if any("onnxruntime_inference_collection" in f for f in frames):  # InferenceSession.run
         return ["step graph"]
     if any(s in f for f in frames for s in SEARCH_FRAMES):
-        gather = any("service/engine/reorder.py" in f for f in frames)  # ReorderBuffers.take
+        gather = any("engine/reorder.py" in f for f in frames)  # ReorderBuffers.take
         return ["search (Python)", "cache gather"] if gather else ["search (Python)"]
     return ["scheduler"]
 

@@ -20,8 +20,9 @@ from pathlib import Path
 from bench.harness import cpu_model
 from core.bundle import load_bundle
 from core.normalize import fold_unknown
+from engine import Engine
+from engine.decoding import TranslateOptions
 from model.data import read_lines
-from service.engine import Engine, TranslateOptions
 from service.serving.casing import casing_of, truecased
 from service.serving.spans import find_spans, has_placeholders, with_stand_ins
 from service.serving.terms import constraints

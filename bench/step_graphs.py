@@ -34,7 +34,7 @@ ROOT = Path(__file__).resolve().parent.parent
 
 
 def _session(path: Path):
-    from service.engine.runtime import create_session  # the engine's own session settings
+    from engine.runtime import create_session  # the engine's own session settings
 
     return create_session(path, "cpu", intra_op_threads=1, inter_op_threads=1)
 
@@ -71,7 +71,7 @@ def step_feeds(session, config: dict, rows: int, sources: int, src: int, past: i
     if "top_k" in names:
         feeds["top_k"] = np.array([top_k if fetch_top else 0])
     if "positions" in names:  # interface 3: every row at position ``past``, grouped by source
-        from service.engine.step_inputs import uniform_inputs
+        from engine.step_inputs import uniform_inputs
 
         feeds.update(uniform_inputs(rows, n_cross, past))
     if VOCAB_IDS in names:  # a shortlist-capable graph: empty = the whole vocabulary (what is timed here)

@@ -30,8 +30,9 @@ def rss_mib() -> float:
 
 def _worker(conn, bundle: str, variant: str) -> None:
     from core.bundle import load_bundle
-    from service.engine import Engine, TranslateOptions
-    from service.engine.live import LiveBatch
+    from engine import Engine
+    from engine.decoding import TranslateOptions
+    from engine.live import LiveBatch
 
     engine = Engine(load_bundle(bundle), variant=variant, providers="cpu")
     engine.translate(TEXTS, TranslateOptions(beam_size=4))

@@ -1,7 +1,7 @@
 """The ONNX graph interface of a bundle: input and output names, metadata keys, the step-graph interface version.
 
 The exporter (export/graphs.py, export/decoder_step.py) writes graphs with these names and the engine
-(service/engine/) feeds and reads them; both import them from here.
+(engine/) feeds and reads them; both import them from here.
 
 encoder.onnx:      src_ids (batch, src) -> encoder_output, encoder_attention, cross_keys, cross_values
 decoder.onnx:      tokens, src_mask, cross_keys, cross_values, past_keys, past_values (stacked per layer)
@@ -15,7 +15,7 @@ decoder_step.onnx: tokens, src_mask, top_k, [positions, self_mask, query_rows, r
 decoder_step_batch.onnx: the same inputs and outputs, interface 3, for whole-batch search (BATCH_STEP below)
 decoder_loop.onnx: decoder_step_batch inside an ONNX Loop: one sentence's whole search (SEARCH_LOOP below)
 
-Interfaces 3 and 4 let rows at different positions share a step (continuous batching, service/engine/live.py):
+Interfaces 3 and 4 let rows at different positions share a step (continuous batching, engine/live.py):
 - ``positions`` (rows, 1) int64: each row's own position (its number of real cache entries);
 - ``self_mask`` (rows, past_len + 1) bool: which cache columns (and the new one, always true) a row attends to.
   Interface 4: a row's real entries are the first ``positions[r]`` columns (right padding) and the step writes its
@@ -133,15 +133,15 @@ def step_graph_keys(graphs: Mapping[str, object]) -> tuple[str, str] | None:
 # (k, 1) float64, the start beams' scores (0, then -inf); src_mask, cross_keys_<i>, cross_values_<i> of one source;
 # vocab_ids when the step graph takes it. Outputs per step (steps, k) each, in rank order: ``ended`` (EOS among the
 # k best candidates), ``ended_beams``, ``ended_scores``, and the k continuing candidates' ``going_beams``,
-# ``going_ids``, ``going_scores``: the back-pointers service/engine/search_loop.py rebuilds hypotheses from. Bundles
+# ``going_ids``, ``going_scores``: the back-pointers engine/search_loop.py rebuilds hypotheses from. Bundles
 # carry it beside the step graphs (same weights file regions); older ones search in Python.
 SEARCH_LOOP = "decoder_loop"
 SEARCH_LOOP_OUTPUTS = ["ended", "ended_beams", "ended_scores", "going_beams", "going_ids", "going_scores"]
-# The fused search graph (core/fused_step_graph.py ``fused_search_graph``) searches a batch of sources in one call:
+# The fused search graph (engine/fused_step_graph.py ``fused_search_graph``) searches a batch of sources in one call:
 # besides the loop graph's inputs (tokens, scores and past of sources * k rows, src_mask and cross keys/values of
 # the sources) it takes ``source_limits`` (sources,) int64, each source's max_steps, and besides its outputs (steps,
 # sources * k) it gives ``source_steps`` (sources,) int64: how many of those rows are each source's own. It also
-# takes ``no_repeat_ngram_size`` () int64 and applies that block itself (0: none; service/engine/no_repeat.py).
+# takes ``no_repeat_ngram_size`` () int64 and applies that block itself (0: none; engine/no_repeat.py).
 SOURCE_LIMITS = "source_limits"
 SOURCE_STEPS = "source_steps"
 NO_REPEAT_NGRAM = "no_repeat_ngram_size"
@@ -160,7 +160,7 @@ VOCAB_SUBSET_KEY = "mtserve.vocab_subset"
 # the union (issue 56). An overridable initializer, empty by default: every row over the whole subset.
 VOCAB_SOURCES = "vocab_sources"
 
-# A step graph rewritten into one fused operator node (core/fused_step_graph.py) carries this metadata entry ("1"):
+# A step graph rewritten into one fused operator node (engine/fused_step_graph.py) carries this metadata entry ("1"):
 # its top-k is a scan over each row's log-probabilities, as cheap as an arg-max at any k, so the engine ranks there
 # for greedy search too instead of fetching log_probs for numpy.
 FUSED_STEP_KEY = "mtserve.fused_step"

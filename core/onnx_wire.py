@@ -13,7 +13,7 @@ from the graph's protobuf encoding (https://protobuf.dev/programming-guides/enco
 ``fields`` / ``raw_fields``: one message's fields, decoded or as their whole encodings (to copy them unchanged);
 ``nodes`` / ``initializers``: a graph's nodes (their subgraphs' nodes inside) and initializers;
 ``external_tensors(path)``: every initializer stored as external data, subgraphs included, with the op types of the
-nodes that read it (in any graph of the file). core/fused_step_graph.py rewrites graphs with these.
+nodes that read it (in any graph of the file). engine/fused_step_graph.py rewrites graphs with these.
 """
 
 from __future__ import annotations

@@ -1,5 +1,5 @@
 """Conventions shared by the PyTorch reference search (``model/decoding.py``) and the numpy engine
-(``service/engine/search.py``), so that both give the same hypotheses:
+(``engine/search.py``), so that both give the same hypotheses:
 
 - log-probabilities are computed in float32 and summed in float64; a hypothesis score is the sum of the
   log-probabilities of its generated tokens, EOS included when generated;
@@ -12,6 +12,10 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+# the decoding defaults of a request that leaves them out (the beam: when its bundle names none), written once here
+DEFAULT_BEAM = 4
+DEFAULT_LENGTH_PENALTY = 0.6
+
 
 @dataclass
 class Hypothesis:
@@ -20,9 +24,10 @@ class Hypothesis:
     normalized: float  # score / length penalty (equals score for greedy)
 
     @classmethod
-    def beam(cls, tokens: list[int], score: float, length: int, alpha: float | LengthPenalty) -> Hypothesis:
-        """A beam hypothesis: normalized = score / length_penalty(length, alpha), length counting a generated EOS."""
-        return cls(tokens, score, score / length_penalty(length, alpha))
+    def beam(cls, tokens: list[int], score: float, length: int, penalty: float | LengthPenalty) -> Hypothesis:
+        """A beam hypothesis: normalized = score / length_divisor(length, penalty), length counting a generated
+        EOS; ``penalty``: the length penalty (a request's ``length_penalty``, alone or in the bundle's form)."""
+        return cls(tokens, score, score / length_divisor(length, penalty))
 
 
 def length_limits(src_lengths: list[int], max_positions: int, max_length: int | None = None) -> list[int]:
@@ -38,9 +43,10 @@ PENALTY_FORMS = ("gnmt", "hf")
 @dataclass(frozen=True)
 class LengthPenalty:
     """A length penalty of a bundle's form (its manifest's ``decoding.length_penalty_form``): "gnmt" ((5 + n) / 6)
-    ** alpha (Wu et al. 2016; our models), "hf" n ** alpha (transformers' ``generate``: imported checkpoints)."""
+    ** length_penalty (Wu et al. 2016, who call it alpha; our models), "hf" n ** length_penalty (transformers'
+    ``generate``: imported checkpoints)."""
 
-    alpha: float
+    length_penalty: float
     form: str = "gnmt"
 
     def __post_init__(self) -> None:
@@ -48,11 +54,11 @@ class LengthPenalty:
             raise ValueError(f"length penalty form {self.form!r}: one of {', '.join(PENALTY_FORMS)}")
 
 
-def length_penalty(length: int, alpha: float | LengthPenalty) -> float:
-    """GNMT length penalty lp = ((5 + length) / 6) ** alpha, or n ** alpha for a LengthPenalty of form "hf"; alpha 0
-    ranks by raw score."""
-    if isinstance(alpha, LengthPenalty):
-        if alpha.form == "hf":
-            return float(length) ** alpha.alpha
-        alpha = alpha.alpha
-    return ((5.0 + length) / 6.0) ** alpha
+def length_divisor(length: int, penalty: float | LengthPenalty) -> float:
+    """What a beam hypothesis's score is divided by: GNMT's lp = ((5 + length) / 6) ** length_penalty, or
+    length ** length_penalty for a LengthPenalty of form "hf"; length_penalty 0 ranks by raw score."""
+    if isinstance(penalty, LengthPenalty):
+        if penalty.form == "hf":
+            return float(length) ** penalty.length_penalty
+        penalty = penalty.length_penalty
+    return ((5.0 + length) / 6.0) ** penalty

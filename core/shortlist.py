@@ -61,6 +61,11 @@ class Shortlist:
         where = np.arange(int(lengths.sum())) + np.repeat(starts - begins, lengths)
         return union([self.targets[where], np.fromiter(extra, dtype=np.int64)], self.vocab_size, self._always)
 
+    def owners(self, sources: Sequence[Sequence[int]], vocab_ids: np.ndarray) -> np.ndarray:
+        """(sources, len(vocab_ids)) bool: the ids of a batch's union ``vocab_ids`` that each source's own list holds
+        (the fused step's ``vocab_sources``: each source normalizes over its own list, as it does alone)."""
+        return np.stack([np.isin(vocab_ids, self.vocab_ids([s]), assume_unique=True) for s in sources])
+
     def save(self, path: Path) -> Path:
         dtype = np.uint16 if self.vocab_size <= np.iinfo(np.uint16).max + 1 else np.int32
         with open(path, "wb") as f:  # np.savez on a path would append ".npz" to names without it

@@ -4,7 +4,7 @@
 #   PYTHON=.venv-serve/bin/python bash deploy/entrypoint.sh
 # It logs the effective settings (never the API keys or a Redis password), then replaces itself with the
 # server (`exec`), so SIGTERM from `docker stop` or the kubelet reaches the server and starts its drain.
-# Every line it prints is a JSON object with the keys of the service's own log lines (service/logs.py:
+# Every line it prints is a JSON object with the keys of the service's own log lines (service/observability/logs.py:
 # time, level, logger, message), logger "entrypoint": log collectors parse the container's log from line one.
 set -euo pipefail
 
@@ -27,7 +27,7 @@ URL_PASSWORD = re.compile(r"(://[^:/@]*):[^@/]*@")  # redis://:password@host -> 
 
 
 def log(level, message, **fields):
-    """One line in service/logs.py's JsonFormatter shape (the service is not imported for it: it may not load)."""
+    """One line in service/observability/logs.py's JsonFormatter shape (the service is not imported for it: it may not load)."""
     now = time.time()
     stamp = time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime(now)) + f".{int(now % 1 * 1000):03d}Z"
     entry = {"time": stamp, "level": level, "logger": "entrypoint", "message": message, **fields}

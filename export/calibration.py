@@ -59,7 +59,8 @@ def record_feeds(
     computed (teacher forcing through decoder.onnx).
     """
     from core.bundle import load_bundle
-    from service.engine import Engine, TranslateOptions
+    from engine import Engine
+    from engine.decoding import TranslateOptions
 
     engine = Engine(load_bundle(bundle_dir), "fp32", "cpu")
     feeds: dict[str, list[dict[str, np.ndarray]]] = {graph: [] for graph in GRAPHS}

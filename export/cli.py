@@ -15,6 +15,8 @@ from pathlib import Path
 from core.bundle import FORMATS, load_bundle
 from core.graphs import STEP_GRAPHS
 from core.tokenizer import EOS_ID
+from engine import Engine
+from engine.decoding import TranslateOptions, decoding_defaults
 from export.calibration import calibrated_as, read_sentences, record_feeds
 from export.manifest import build_manifest, git_commit, seal
 from export.onnx_export import export_graphs
@@ -23,8 +25,6 @@ from export.quantize import convert_fp16, convert_fp16_step, quantize_int8_stati
 from export.search_loop import add_search_loops
 from export.shortlist import DEFAULTS
 from model.checkpoint import TOKENIZER_FILE, load_release
-from service.engine import Engine, TranslateOptions
-from service.engine.engine import decoding_defaults
 
 VARIANTS = ("fp32", "int8", "fp16")
 MAX_BLEU_LOSS = 0.5  # a derived variant may be the default only within this much BLEU of fp32

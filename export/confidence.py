@@ -22,8 +22,9 @@ import sacrebleu
 from core.bundle import load_bundle
 from core.confidence import confidence_of, mean_log_prob
 from core.tokenizer import EOS_ID
+from engine import Engine
+from engine.decoding import TranslateOptions
 from export.manifest import seal
-from service.engine import Engine, TranslateOptions
 
 
 def fit_logistic(x: np.ndarray, y: np.ndarray, steps: int = 50, l2: float = 1e-3) -> tuple[float, float]:

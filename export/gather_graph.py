@@ -1,7 +1,7 @@
-"""The row-gather graph the engine runs on a device (``service/engine/gather.onnx``): ``y = Gather(x, indices, 0)``.
+"""The row-gather graph the engine runs on a device (``engine/gather.onnx``): ``y = Gather(x, indices, 0)``.
 
 With I/O binding the key/value cache and the cross-attention keys/values stay on the device for the whole decode
-(service/engine/device_state.py); this graph moves data there without a copy to the host: it reorders cache rows
+(engine/device_state.py); this graph moves data there without a copy to the host: it reorders cache rows
 when beams trade places or sentences finish (1-D ``indices``) and takes one layer out of the encoder's stacked
 cross keys/values (a scalar ``indices``). Inputs have no shape at all (any rank; onnx's checker wants one,
 onnxruntime does not), so one graph serves every tensor; float32 only, the type every variant's graphs take and
@@ -18,7 +18,7 @@ from pathlib import Path
 import onnx
 from onnx import TensorProto, helper
 
-GATHER_GRAPH = Path(__file__).resolve().parent.parent / "service" / "engine" / "gather.onnx"
+GATHER_GRAPH = Path(__file__).resolve().parent.parent / "engine" / "gather.onnx"
 
 
 def build_gather_graph() -> onnx.ModelProto:

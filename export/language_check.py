@@ -1,7 +1,7 @@
 """``python -m export.language_check``: how often the language_mismatch warning (service/serving/quality.py) would
 fire on a model's own validation text (false alarms) and on text in the wrong language (the English references of
 the same splits, and the other languages' texts: hits), at several detector confidences. The service warns at
-``MISMATCH_MIN_CONFIDENCE`` (service/language.py); this is the measurement to choose or confirm it on new data.
+``MISMATCH_MIN_CONFIDENCE`` (core/language.py); this is the measurement to choose or confirm it on new data.
 
     python -m export.language_check --data runs/data/general --source de \\
         --split news-de.val tatoeba-de.val multi30k.val --other zh:news-zh.val --limit 1000
@@ -16,8 +16,8 @@ import time
 
 from tqdm import tqdm
 
+from core.language import MISMATCH_MIN_CONFIDENCE, detect, is_mismatch
 from model.data import read_parallel, split_language
-from service.language import MISMATCH_MIN_CONFIDENCE, detect, is_mismatch
 
 THRESHOLDS = (0.5, 0.6, 0.7, 0.8, 0.9, 0.95)
 

@@ -21,13 +21,14 @@ from core.graphs import (
     step_interface,
     step_output_names,
 )
+from engine import Engine
+from engine.decoding import TranslateOptions
+from engine.step_inputs import ragged_inputs, uniform_inputs
 from export.graphs import EncoderGraph, decoder_graph, example_inputs
 from model.data import pad
 from model.decoding import beam_search as torch_beam
 from model.decoding import greedy_search as torch_greedy
 from model.transformer import Transformer
-from service.engine import Engine, TranslateOptions
-from service.engine.step_inputs import ragged_inputs, uniform_inputs
 
 
 @torch.no_grad()

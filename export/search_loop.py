@@ -2,10 +2,10 @@
 
 Issue 33, lever 3 ("the search loop out of Python"). ``loop_model`` makes the step graph (interface 3 or 4, with or
 without ``vocab_ids``) the body of a standard ``Loop`` over the k rows (beams) of one sentence, k taken from the
-rows of the ``tokens`` input. Each iteration does what service/engine/search.py's ``_beam_one`` does around a step:
+rows of the ``tokens`` input. Each iteration does what engine/search.py's ``_beam_one`` does around a step:
 
 - the step inputs of k rows of one source at step t (position t, t + 1 columns attended, the source's query group
-  of max(k, MIN_GROUP) slots: service/engine/step_inputs.py ``uniform_inputs``) and ``top_k`` = 2k;
+  of max(k, MIN_GROUP) slots: engine/step_inputs.py ``uniform_inputs``) and ``top_k`` = 2k;
 - the k x 2k candidates' totals, float32 log-probabilities added to the beams' float64 scores in float64, ranked by
   TopK (largest first; among equal totals the lower flat index, which is the lower beam, then the beam's own
   order, lower id first among equal log-probabilities: ``rank_one``'s order (score, beam, token));
@@ -14,7 +14,7 @@ rows of the ``tokens`` input. Each iteration does what service/engine/search.py'
 - the loop stops once k hypotheses have ended, or after ``max_steps``.
 
 Per iteration the loop emits (scan outputs, (steps, k) each) the ranked first k candidates' EOS flags, beams and
-scores, and the continuing candidates' beams, tokens and scores; service/engine/search_loop.py rebuilds the
+scores, and the continuing candidates' beams, tokens and scores; engine/search_loop.py rebuilds the
 hypotheses from these back-pointers exactly as ``_beam_one`` builds them. Greedy search is the case k = 1: the
 best candidate ends the sentence when it is EOS, else it goes on (the same tokens and float64 sums as the greedy
 search: the step's TopK keeps the lower id among ties, as numpy's argmax).
@@ -44,7 +44,7 @@ from onnx import TensorProto, helper
 
 from core.graphs import SEARCH_LOOP, SEARCH_LOOP_OUTPUTS, VOCAB_IDS, step_graph_keys, step_interface
 from core.tokenizer import EOS_ID
-from service.engine.step_inputs import MIN_GROUP
+from engine.step_inputs import MIN_GROUP
 
 log = logging.getLogger(__name__)
 I64, F64, BOOL = TensorProto.INT64, TensorProto.DOUBLE, TensorProto.BOOL

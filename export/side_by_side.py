@@ -14,7 +14,8 @@ import json
 from pathlib import Path
 
 from core.bundle import load_bundle
-from service.engine import Engine, TranslateOptions
+from engine import Engine
+from engine.decoding import TranslateOptions
 
 
 def translations(bundle_dir: str, sentences: list[str], beam: int, variant: str | None) -> list[str]:

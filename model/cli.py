@@ -9,6 +9,7 @@ from pathlib import Path
 
 import torch
 
+from core.search import DEFAULT_LENGTH_PENALTY
 from model.checkpoint import TOKENIZER_FILE, load_release
 from model.config import RunConfig
 from model.data import read_lines, read_parallel, split_language
@@ -178,7 +179,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--data", required=True)
     p.add_argument("--split", default="test_2016_flickr")
     p.add_argument("--beam", type=int, nargs="+", default=[1, 4])
-    p.add_argument("--length-penalty", type=float, default=0.6)
+    p.add_argument("--length-penalty", type=float, default=DEFAULT_LENGTH_PENALTY)
     p.add_argument("--output", help="write the JSON here too")
     p.add_argument("--hypotheses", help="write translations to <this>.beamN")
     p.add_argument("--limit", type=int, default=0, help="only the first N sentences of the split (0 = all)")
@@ -194,7 +195,7 @@ def main(argv: list[str] | None = None) -> int:
     p = sub.add_parser("translate", help="translate text arguments or stdin lines")
     p.add_argument("--model", required=True)
     p.add_argument("--beam", type=int, default=4)
-    p.add_argument("--length-penalty", type=float, default=0.6)
+    p.add_argument("--length-penalty", type=float, default=DEFAULT_LENGTH_PENALTY)
     p.add_argument("--direction", help="a multilingual model's direction, e.g. en-de (the source gets its tag)")
     p.add_argument("text", nargs="*")
     p.set_defaults(func=cmd_translate)

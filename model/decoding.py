@@ -1,6 +1,6 @@
 """Reference decoding in PyTorch: batched greedy and beam search over the key/value cache.
 
-The onnxruntime engine (``service/engine/search.py``) implements the same algorithm in numpy and
+The onnxruntime engine (``engine/search.py``) implements the same algorithm in numpy and
 must give the same hypotheses. Conventions shared by both:
 - log-probabilities are computed in float32 and summed in float64; a hypothesis score is the sum
   of the log-probabilities of its generated tokens, EOS included when generated;
@@ -18,7 +18,7 @@ from __future__ import annotations
 import torch
 from torch import Tensor
 
-from core.search import Hypothesis, length_limits
+from core.search import DEFAULT_BEAM, DEFAULT_LENGTH_PENALTY, Hypothesis, length_limits
 from model.transformer import Transformer
 
 
@@ -67,9 +67,9 @@ def greedy_search(model: Transformer, src: Tensor, max_length: int | None = None
 def beam_search(
     model: Transformer,
     src: Tensor,
-    beam_size: int = 4,
+    beam_size: int = DEFAULT_BEAM,
     max_length: int | None = None,
-    alpha: float = 0.6,
+    length_penalty: float = DEFAULT_LENGTH_PENALTY,
     n_best: int = 1,
 ) -> list[list[Hypothesis]]:
     """Returns, per sentence, the n_best hypotheses, best first."""
@@ -106,7 +106,7 @@ def beam_search(
                 row = b * k + beam
                 if token == cfg.eos_id:
                     if rank < k:
-                        finished[b].append(Hypothesis.beam(tokens[row, 1:].tolist(), score, step + 1, alpha))
+                        finished[b].append(Hypothesis.beam(tokens[row, 1:].tolist(), score, step + 1, length_penalty))
                     continue
                 rows[b, filled], next_tokens[b, filled], next_scores[b, filled] = row, token, score
                 filled += 1
@@ -118,7 +118,7 @@ def beam_search(
                 for beam in range(k):
                     seq = tokens[int(rows[b, beam]), 1:].tolist() + [int(next_tokens[b, beam])]
                     score = float(next_scores[b, beam])
-                    finished[b].append(Hypothesis.beam(seq, score, len(seq), alpha))
+                    finished[b].append(Hypothesis.beam(seq, score, len(seq), length_penalty))
                 done[b] = True
         if all(done):
             break

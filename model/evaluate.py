@@ -10,6 +10,7 @@ import sacrebleu
 import torch
 from tqdm import tqdm
 
+from core.search import DEFAULT_LENGTH_PENALTY
 from model.data import pad
 from model.decoding import beam_search, greedy_search
 from model.directions import bleu_tokenizer, tagged
@@ -22,7 +23,7 @@ def translate(
     tokenizer: Tokenizer,
     texts: Sequence[str],
     beam_size: int = 1,
-    alpha: float = 0.6,
+    length_penalty: float = DEFAULT_LENGTH_PENALTY,
     batch_size: int = 64,
     max_length: int | None = None,
     progress: bool = False,
@@ -39,7 +40,7 @@ def translate(
         if beam_size == 1:
             hyps = greedy_search(model, src, max_length)
         else:
-            hyps = [nb[0] for nb in beam_search(model, src, beam_size, max_length, alpha)]
+            hyps = [nb[0] for nb in beam_search(model, src, beam_size, max_length, length_penalty)]
         for i, hyp in zip(chunk, hyps, strict=True):
             results[i] = tokenizer.decode(hyp.tokens)
     return results
@@ -98,7 +99,7 @@ def evaluate(
     sources: Sequence[str],
     references: Sequence[str],
     beam_size: int = 1,
-    alpha: float = 0.6,
+    length_penalty: float = DEFAULT_LENGTH_PENALTY,
     progress: bool = False,
     direction: str | None = None,
     pivot: str | None = None,
@@ -111,9 +112,9 @@ def evaluate(
     with torch.inference_mode():
         for leg in legs:
             tagged_texts = texts if leg is None else [tagged(t, leg) for t in texts]
-            texts = translate(model, tokenizer, tagged_texts, beam_size, alpha, progress=progress)
+            texts = translate(model, tokenizer, tagged_texts, beam_size, length_penalty, progress=progress)
     result = bleu(texts, references, bleu_tokenizer(direction))
-    result.update(beam_size=beam_size, length_penalty=alpha if beam_size > 1 else None)
+    result.update(beam_size=beam_size, length_penalty=length_penalty if beam_size > 1 else None)
     if direction is not None:
         result.update(direction=direction, legs=legs)
     return result, texts

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Build the fused decoder step's onnxruntime operator library (native/fused_step/, service/engine/fused_step.py).
+# Build the fused decoder step's onnxruntime operator library (native/fused_step/, engine/fused_step.py).
 #   bash native/build.sh [OUTPUT]     default OUTPUT: build/native/libmtserve_fused_step.so
 # CFLAGS: -O3 -march=native by default (the machine that builds it runs it: `make native`, the tests); the Docker
 # image builds for x86-64-v2 (NATIVE_MARCH=x86-64-v2): its AVX-512 VNNI and AMX kernels are compiled for their

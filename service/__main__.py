@@ -12,10 +12,10 @@ import uvicorn
 from pydantic import ValidationError
 from pydantic_settings import SettingsError
 
-from service import logs
+from service.api.http_protocol import HttpLimits, guarded_protocol
 from service.app import create_app
-from service.http_protocol import HttpLimits, guarded_protocol
-from service.registry import RunnerWrapper
+from service.models.registry import RunnerWrapper
+from service.observability import logs
 from service.settings import ConnectionSettings, Settings
 
 log = logging.getLogger("service")

@@ -15,21 +15,22 @@ from fastapi.middleware.cors import CORSMiddleware
 from fastapi_offline import FastAPIOffline
 
 from core.bundle import BundleError
-from service.announce import VersionAnnouncer
-from service.api import documents, errors, glossaries, viewer
+from core.language import UnknownLanguage, detect, detect_among, unserved
+from core.language import detector as language_detector
+from service.api import errors, viewer
 from service.api.admin import build_admin_router
-from service.api.deepl import build_deepl_router
-from service.api.deepl_documents import build_deepl_document_router
-from service.api.deepl_glossaries import build_deepl_glossary_router
-from service.api.glossaries import build_glossary_router
-from service.api.libretranslate import build_libretranslate_router
 from service.api.middleware import install as install_middleware
-from service.api.routes import build_router
-from service.api.v2 import build_v2_router
-from service.language import UnknownLanguage, detect, detect_among, unserved
-from service.language import detector as language_detector
-from service.metrics import Metrics
-from service.registry import LoadedModel, Registry, RunnerWrapper
+from service.models.announce import VersionAnnouncer
+from service.models.registry import LoadedModel, Registry, RunnerWrapper
+from service.observability.metrics import Metrics
+from service.protocols.deepl.documents import build_deepl_document_router
+from service.protocols.deepl.glossaries import build_deepl_glossary_router
+from service.protocols.deepl.routes import build_deepl_router
+from service.protocols.libretranslate.routes import build_libretranslate_router
+from service.protocols.oip.routes import build_v2_router
+from service.protocols.v1 import documents, glossaries
+from service.protocols.v1.glossaries import build_glossary_router
+from service.protocols.v1.routes import build_router
 from service.serving.cache import TranslationCache, translation_cache
 from service.serving.document_jobs import DocumentJobs
 from service.serving.quality import QualityPolicy
@@ -124,6 +125,13 @@ def create_app(settings: Settings | None = None, wrap_runner: RunnerWrapper | No
         lifespan=lifespan,
     )
     app.state.mt = state
+    _install_routes(app, settings)
+    install_middleware(app, state)
+    return app
+
+
+def _install_routes(app: FastAPI, settings: Settings) -> None:
+    """Error handlers, every protocol's routes the settings turn on, the viewer, CORS."""
     errors.install(app)
     documents.install_errors(app)
     app.include_router(build_router(app))
@@ -148,8 +156,6 @@ def create_app(settings: Settings | None = None, wrap_runner: RunnerWrapper | No
             allow_headers=["Authorization", "X-API-Key", "Content-Type", "X-Request-ID", "X-Request-Timeout"],
             expose_headers=["X-Request-ID", "Retry-After"],
         )
-    install_middleware(app, state)
-    return app
 
 
 def _reload_on_sighup(state: AppState) -> None:

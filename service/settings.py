@@ -14,7 +14,7 @@ from pydantic import BaseModel, BeforeValidator, Field, TypeAdapter, ValidationE
 from pydantic.fields import FieldInfo
 from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
 
-from service.keys import key_label
+from service.access.keys import key_label
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
 
@@ -160,7 +160,7 @@ class SchedulingSettings(SettingsGroup):
 
 
 class ConnectionSettings(SettingsGroup):
-    """HTTP connections (service/http_protocol.py): slow, idle and malformed clients."""
+    """HTTP connections (service/api/http_protocol.py): slow, idle and malformed clients."""
 
     keep_alive_s: float = Field(
         75.0,
@@ -240,7 +240,8 @@ class AccessSettings(SettingsGroup):
     @field_validator("api_keys")
     @classmethod
     def _distinct_labels(cls, keys: list[str]) -> list[str]:
-        """Keys are named by their label (service/keys.py) in limits, metrics and logs: two must not share one."""
+        """Keys are named by their label (service/access/keys.py) in limits, metrics and logs: two must not share
+        one."""
         distinct = set(keys)
         if len({key_label(k) for k in distinct}) != len(distinct):
             raise ValueError("two API keys share the first 8 hex digits of their sha256; replace one of them")

@@ -1,7 +1,8 @@
 """The packages' dependency direction, read from the source with ast (nothing is imported):
 
-core/ imports no package of this repository; model/ and export/ never import the service; service/ never imports
-torch, model/ or export/; nothing outside service/api imports the HTTP layer; within service/ no module imports from
+core/ imports no package of this repository; engine/ imports only core/ (nothing of HTTP or the service: the
+engine-process issue runs it in a worker); model/ and export/ never import the service; service/ never imports torch,
+model/ or export/; nothing outside service/api imports the HTTP layer; within service/ no module imports from
 a layer above its own (``SERVICE_LAYERS``); no package has an import cycle, lazy imports included; no module
 imports another's private names; no tuple batch keys remain."""
 
@@ -13,33 +14,37 @@ from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).resolve().parent.parent
-OURS = ("core", "model", "export", "service", "bench")
+OURS = ("core", "engine", "model", "export", "service", "bench")
 
 
 # service/'s layers, bottom up: a module may import from its own layer and those below (a module matching several
 # prefixes is in the layer of the longest)
 SERVICE_LAYERS = [
-    ("service.engine",),  # bundles, onnxruntime sessions, search, the live decode
     (  # leaves: no other module of the service
-        "service.batch_policy",
+        "service.access",  # API key labels and rates, character quotas
+        "service.api.http_protocol",  # HTTP connections under uvicorn
         "service.documents",  # document formats: read into units, written back (no model)
-        "service.http_protocol",
-        "service.inference_stats",
-        "service.keys",
-        "service.language",
-        "service.logs",
-        "service.metrics",
-        "service.quota",
+        "service.observability",  # logs, metrics, inference statistics
+        "service.scheduling.batch_policy",
         "service.state",
         "service.tools",
     ),
     ("service.scheduling.errors", "service.scheduling.runners"),  # what the worker raises and what it implements
-    ("service.work", "service.worker"),  # typed work; the engine, supervised
+    ("service.execution",),  # typed work; the engine, supervised
     ("service.scheduling",),  # tickets, the request queue, the schedulers' drivers
-    ("service.settings", "service.registry"),  # the loaded models and their schedulers
-    ("service.serving",),
-    ("service.announce",),  # model versions across replicas (the registry's swaps, over Redis)
-    ("service.api", "service.app", "service.__main__"),
+    ("service.settings", "service.models"),  # the loaded models and their schedulers
+    (  # the serving layer, and each protocol's mapping onto it (service/protocols/<protocol>/)
+        "service.serving",
+        "service.protocols.deepl.mapping",
+        "service.protocols.libretranslate.mapping",
+        "service.protocols.oip.mapping",
+        "service.protocols.v1.attention",
+        "service.protocols.v1.embed",
+        "service.protocols.v1.stream",
+        "service.protocols.v1.translate",
+    ),
+    ("service.models.announce",),  # model versions across replicas (the registry's swaps, over Redis)
+    ("service.api", "service.protocols", "service.app", "service.__main__"),  # HTTP: routes, schemas, errors
 ]
 
 
@@ -90,9 +95,10 @@ def offenders(package: str, forbidden: tuple[str, ...]) -> list[str]:
 @pytest.mark.parametrize(
     ("package", "forbidden"),
     [
-        ("core", ("model", "export", "service", "bench", "torch", "onnx", "fastapi")),
-        ("model", ("service", "export", "bench")),
-        ("export", ("service.api", "service.serving", "service.scheduling", "bench")),
+        ("core", ("engine", "model", "export", "service", "bench", "torch", "onnx", "fastapi")),
+        ("engine", ("service", "model", "export", "bench", "torch", "onnx", "fastapi", "starlette", "uvicorn")),
+        ("model", ("engine", "service", "export", "bench")),
+        ("export", ("service", "bench")),
         ("service", ("torch", "model", "export", "bench", "onnx")),
     ],
 )
@@ -154,11 +160,13 @@ def test_no_private_names_imported_from_another_module(package):
 
 
 def test_only_the_http_layer_imports_the_http_layer():
+    http = len(SERVICE_LAYERS) - 1
     for package in OURS:
         for path, names in imports(package).items():
-            if "service/api" in path.as_posix() or path.name == "app.py" and path.parent.name == "service":
+            if package == "service" and service_layer(module_of(path)) == http:
                 continue
-            assert not any(n == "service.api" or n.startswith("service.api.") for n in names), path
+            routes = [n for n in names if n.startswith(("service.api", "service.protocols"))]
+            assert not any(service_layer(n) == http for n in routes), path
 
 
 def test_no_tuple_batch_keys():

@@ -53,7 +53,7 @@ def _source_digest() -> str:
         for path in sorted((root / folder).glob("*.py")):
             digest.update(path.read_bytes())
     digest.update(Path(__file__).read_bytes())
-    for path in sorted((root / "service" / "engine").glob("*.py")):
+    for path in sorted((root / "engine").glob("*.py")):
         digest.update(path.read_bytes())
     return digest.hexdigest()[:16]
 

@@ -4,7 +4,7 @@
    mtserve.fused.FusedDecoderStep: a bundle's int8 whole-batch decoder step (decoder_step_batch.onnx, interface 3,
    with vocab_ids) as one onnxruntime custom operator, instead of the graph's ~150 nodes.
 
-   The node (written by core/fused_step_graph.py from the step graph) takes the step graph's own inputs, then the
+   The node (written by engine/fused_step_graph.py from the step graph) takes the step graph's own inputs, then the
    weights the graph's nodes read, in this order (L layers):
      tokens (rows, 1) i64, src_mask (sources, src) bool, top_k (1) i64, positions (rows, 1) i64,
      self_mask (rows, past + 1) bool, query_rows (sources, group) i64, row_slots (rows) i64,
@@ -563,7 +563,7 @@ done:
    k others go on; beams numbered 0..k-1 within the source), until k hypotheses have ended or min(max_steps,
    source_limits[s]) steps; the rows after that are filler. Each row's arithmetic is its own, so a source's
    answer does not depend on the others in the batch. With no_repeat_ngram_size n > 0, a token that would complete
-   an n-gram a row's generated tokens already hold is out of that row's ranking (service/engine/no_repeat.py's
+   an n-gram a row's generated tokens already hold is out of that row's ranking (engine/no_repeat.py's
    block: its log-probability -inf before the top 2k are taken).
    The key/value cache is written in place: at step t row i writes its column t in its own cache row and never
    moves it; a beam that goes on from row j inherits row j's list of where its columns are (`from`), so no cache is

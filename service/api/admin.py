@@ -11,7 +11,7 @@ from fastapi.responses import JSONResponse
 from pydantic import BaseModel, ConfigDict, Field
 
 from core.bundle import BundleError
-from service.registry import UnknownModel
+from service.models.registry import UnknownModel
 
 
 class LoadRequest(BaseModel):

@@ -14,11 +14,12 @@ from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
 from starlette.exceptions import HTTPException
 
+from engine.translation import SourceTooLongError
 from service.api.limits import too_long_hint
 from service.api.middleware.body import BodyTooLarge, body_limit, too_large
 from service.api.middleware.paths import error_body
-from service.engine.engine import SourceTooLongError
-from service.registry import UnknownModel
+from service.models.registry import UnknownModel
+from service.protocols.v1.attention import OutOfRange
 from service.scheduling.errors import (
     BatchFailed,
     DeadlineExceeded,
@@ -28,7 +29,6 @@ from service.scheduling.errors import (
     SchedulerError,
     ShuttingDown,
 )
-from service.serving.attention import OutOfRange
 from service.serving.quality import LanguageMismatch
 from service.serving.routing import UnservedPair
 from service.serving.terms import TermsError
@@ -99,7 +99,8 @@ def _json_safe(value: Any) -> Any:
     return value
 
 
-TEXT_FIELDS = ("texts", "source", "target")  # /v1's Text fields (service/api/schemas.py): MT_MAX_CHARS_PER_TEXT
+# /v1's Text fields (service/protocols/v1/schemas.py): MT_MAX_CHARS_PER_TEXT
+TEXT_FIELDS = ("texts", "source", "target")
 TEXTS_SETTINGS = {"/v1/translate": "MT_MAX_TEXTS_TRANSLATE", "/v1/embed": "MT_MAX_TEXTS_EMBED"}
 
 
@@ -112,99 +113,121 @@ def _unprocessable(loc: list, message: str) -> JSONResponse:
     return JSONResponse({"detail": [{"type": "value_error", "loc": loc, "msg": message, "input": None}]}, 422)
 
 
-def install(app: FastAPI) -> None:
-    @app.exception_handler(RequestValidationError)
-    async def invalid_request(request: Request, exc: RequestValidationError) -> JSONResponse:
-        errors = []
-        json_body = "json" in request.headers.get("content-type", "")
-        for error in jsonable_encoder(exc.errors()):
-            whole_body = list(error.get("loc", [])) == ["body"] and error.get("type") == "model_attributes_type"
-            if whole_body and not json_body:
-                error["msg"] = "the body must be a JSON object sent with 'Content-Type: application/json'"
-            if _a_text_too_long(error):
-                limit = error.get("ctx", {}).get("max_length")
-                error["msg"] = f"{error['msg']}; {too_long_hint(limit, 'POST /v1/documents')}"
-            elif error.get("type") == "too_long" and list(error.get("loc", [])) == ["body", "texts"]:
-                setting = TEXTS_SETTINGS.get(request.url.path)
-                if setting:
-                    error["msg"] = f"{error['msg']}: the texts per request ({setting}); send the rest in more requests"
-            if "input" in error:
-                error["input"] = _echo(error["input"])
-            errors.append(_json_safe(error))
-        return JSONResponse({"detail": errors}, status_code=422)
+async def _invalid_request(request: Request, exc: RequestValidationError) -> JSONResponse:
+    errors = []
+    json_body = "json" in request.headers.get("content-type", "")
+    for error in jsonable_encoder(exc.errors()):
+        whole_body = list(error.get("loc", [])) == ["body"] and error.get("type") == "model_attributes_type"
+        if whole_body and not json_body:
+            error["msg"] = "the body must be a JSON object sent with 'Content-Type: application/json'"
+        if _a_text_too_long(error):
+            limit = error.get("ctx", {}).get("max_length")
+            error["msg"] = f"{error['msg']}; {too_long_hint(limit, 'POST /v1/documents')}"
+        elif error.get("type") == "too_long" and list(error.get("loc", [])) == ["body", "texts"]:
+            setting = TEXTS_SETTINGS.get(request.url.path)
+            if setting:
+                error["msg"] = f"{error['msg']}: the texts per request ({setting}); send the rest in more requests"
+        if "input" in error:
+            error["input"] = _echo(error["input"])
+        errors.append(_json_safe(error))
+    return JSONResponse({"detail": errors}, status_code=422)
 
-    @app.exception_handler(UnknownModel)
-    async def unknown_model(_: Request, exc: UnknownModel) -> JSONResponse:
-        return JSONResponse({"detail": str(exc)}, status_code=404)
 
-    @app.exception_handler(NotReady)
-    async def not_ready(_: Request, exc: NotReady) -> JSONResponse:
-        return JSONResponse({"detail": str(exc)}, status_code=503, headers={"Retry-After": "2"})
+async def _unknown_model(_: Request, exc: UnknownModel) -> JSONResponse:
+    return JSONResponse({"detail": str(exc)}, status_code=404)
 
-    @app.exception_handler(BodyTooLarge)
-    async def body_too_large(request: Request, _: BodyTooLarge) -> JSONResponse:
-        limit = body_limit(request.app.state.mt.settings, request.url.path)
-        return JSONResponse({"detail": too_large(limit)}, status_code=413)
 
-    @app.exception_handler(HTTPException)
-    async def http_error(request: Request, exc: HTTPException):
-        # FastAPI answers 400 when a body cannot be decoded at all (not UTF-8, ...): report it like a JSON error.
-        if exc.status_code == 400 and exc.__cause__ is not None:
-            cause = type(exc.__cause__).__name__
-            message = f"request body could not be parsed ({cause}); send UTF-8 encoded JSON"
-            return JSONResponse(
-                {"detail": [{"type": "json_invalid", "loc": ["body"], "msg": message, "input": None}]}, status_code=422
-            )
-        path = request.url.path
-        if path == "/v2" or path.startswith("/v2/"):  # unrouted under /v2: the inference protocol's or DeepL's form
-            message = f"{exc.detail}: {request.method} {path}"
-            return JSONResponse(error_body(path, message, exc.status_code), exc.status_code, headers=exc.headers)
-        return await http_exception_handler(request, exc)
+async def _not_ready(_: Request, exc: NotReady) -> JSONResponse:
+    return JSONResponse({"detail": str(exc)}, status_code=503, headers={"Retry-After": "2"})
 
-    @app.exception_handler(StateUnavailable)
-    async def state_unavailable(_: Request, exc: StateUnavailable) -> JSONResponse:
-        log.warning("state store unavailable: %s", exc)
-        return JSONResponse({"detail": str(exc)}, status_code=503, headers={"Retry-After": str(exc.retry_after)})
 
-    @app.exception_handler(SourceTooLongError)
-    async def too_long(_: Request, exc: SourceTooLongError) -> JSONResponse:
-        field = getattr(exc, "field", "texts")  # set by the serving layer: the request field the text came from
-        loc = ["body", field, exc.index] if getattr(exc, "indexed", True) else ["body", field]
-        return _unprocessable(loc, str(exc))
+async def _body_too_large(request: Request, _: BodyTooLarge) -> JSONResponse:
+    limit = body_limit(request.app.state.mt.settings, request.url.path)
+    return JSONResponse({"detail": too_large(limit)}, status_code=413)
 
-    @app.exception_handler(LanguageMismatch)
-    async def language_mismatch(_: Request, exc: LanguageMismatch) -> JSONResponse:
-        return _unprocessable(["body", "texts", exc.index], str(exc))
 
-    @app.exception_handler(UnservedPair)
-    async def unserved_pair(_: Request, exc: UnservedPair) -> JSONResponse:
-        return _unprocessable(["body", exc.field], str(exc))
+async def _http_error(request: Request, exc: HTTPException):
+    # FastAPI answers 400 when a body cannot be decoded at all (not UTF-8, ...): report it like a JSON error.
+    if exc.status_code == 400 and exc.__cause__ is not None:
+        cause = type(exc.__cause__).__name__
+        message = f"request body could not be parsed ({cause}); send UTF-8 encoded JSON"
+        return JSONResponse(
+            {"detail": [{"type": "json_invalid", "loc": ["body"], "msg": message, "input": None}]}, status_code=422
+        )
+    path = request.url.path
+    if path == "/v2" or path.startswith("/v2/"):  # unrouted under /v2: the inference protocol's or DeepL's form
+        message = f"{exc.detail}: {request.method} {path}"
+        return JSONResponse(error_body(path, message, exc.status_code), exc.status_code, headers=exc.headers)
+    return await http_exception_handler(request, exc)
 
-    @app.exception_handler(TermsError)
-    async def unusable_terms(_: Request, exc: TermsError) -> JSONResponse:
-        return _unprocessable(["body", exc.field], str(exc))
 
-    @app.exception_handler(OutOfRange)
-    async def out_of_range(_: Request, exc: OutOfRange) -> JSONResponse:
-        return _unprocessable(["body", exc.field], str(exc))
+async def _state_unavailable(_: Request, exc: StateUnavailable) -> JSONResponse:
+    log.warning("state store unavailable: %s", exc)
+    return JSONResponse({"detail": str(exc)}, status_code=503, headers={"Retry-After": str(exc.retry_after)})
 
-    @app.exception_handler(SchedulerError)
-    async def scheduler_error(request: Request, exc: SchedulerError) -> JSONResponse:
-        status = scheduler_status(exc)
-        headers = {}
-        if isinstance(exc, QueueFull | EngineRestarted):
-            headers["Retry-After"] = str(exc.retry_after)
-        elif status == 503:
-            headers["Retry-After"] = "5"
-        if isinstance(exc, BatchFailed):
-            rid = request.scope["state"].get("request_id", "")
-            return JSONResponse(
-                {"detail": f"internal error; quote request id {rid} when reporting it"}, status_code=500
-            )
-        return JSONResponse({"detail": str(exc)}, status_code=status, headers=headers)
 
-    @app.exception_handler(Exception)
-    async def internal(request: Request, exc: Exception) -> JSONResponse:
+async def _too_long(_: Request, exc: SourceTooLongError) -> JSONResponse:
+    field = getattr(exc, "field", "texts")  # set by the serving layer: the request field the text came from
+    loc = ["body", field, exc.index] if getattr(exc, "indexed", True) else ["body", field]
+    return _unprocessable(loc, str(exc))
+
+
+async def _language_mismatch(_: Request, exc: LanguageMismatch) -> JSONResponse:
+    return _unprocessable(["body", "texts", exc.index], str(exc))
+
+
+async def _unserved_pair(_: Request, exc: UnservedPair) -> JSONResponse:
+    return _unprocessable(["body", exc.field], str(exc))
+
+
+async def _unusable_terms(_: Request, exc: TermsError) -> JSONResponse:
+    return _unprocessable(["body", exc.field], str(exc))
+
+
+async def _out_of_range(_: Request, exc: OutOfRange) -> JSONResponse:
+    return _unprocessable(["body", exc.field], str(exc))
+
+
+async def _scheduler_error(request: Request, exc: SchedulerError) -> JSONResponse:
+    status = scheduler_status(exc)
+    headers = {}
+    if isinstance(exc, QueueFull | EngineRestarted):
+        headers["Retry-After"] = str(exc.retry_after)
+    elif status == 503:
+        headers["Retry-After"] = "5"
+    if isinstance(exc, BatchFailed):
         rid = request.scope["state"].get("request_id", "")
-        log.error("unhandled error", exc_info=exc, extra={"request_id": rid})
-        return JSONResponse({"detail": f"internal error; quote request id {rid} when reporting it"}, status_code=500)
+        return JSONResponse(
+            {"detail": f"internal error; quote request id {rid} when reporting it"}, status_code=500
+        )
+    return JSONResponse({"detail": str(exc)}, status_code=status, headers=headers)
+
+
+async def _internal(request: Request, exc: Exception) -> JSONResponse:
+    rid = request.scope["state"].get("request_id", "")
+    log.error("unhandled error", exc_info=exc, extra={"request_id": rid})
+    return JSONResponse({"detail": f"internal error; quote request id {rid} when reporting it"}, status_code=500)
+
+
+HANDLERS = [
+    (RequestValidationError, _invalid_request),
+    (UnknownModel, _unknown_model),
+    (NotReady, _not_ready),
+    (BodyTooLarge, _body_too_large),
+    (HTTPException, _http_error),
+    (StateUnavailable, _state_unavailable),
+    (SourceTooLongError, _too_long),
+    (LanguageMismatch, _language_mismatch),
+    (UnservedPair, _unserved_pair),
+    (TermsError, _unusable_terms),
+    (OutOfRange, _out_of_range),
+    (SchedulerError, _scheduler_error),
+    (Exception, _internal),
+]
+
+
+def install(app: FastAPI) -> None:
+    """Every error a request can meet, mapped here alone to its status and body (the /v2 and LibreTranslate routers'
+    own through service/protocols/protocol_route.py)."""
+    for exc, handler in HANDLERS:
+        app.add_exception_handler(exc, handler)

@@ -9,7 +9,7 @@ from collections.abc import Awaitable, Callable
 from fastapi import Request
 
 from service.api.errors import NotReady
-from service.registry import Registry
+from service.models.registry import Registry
 from service.scheduling.errors import ShuttingDown
 from service.serving.context import RequestContext
 

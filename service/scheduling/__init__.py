@@ -1,7 +1,7 @@
 """Batching between the serving layer and the engine: one scheduler per model.
 
 Requests are split into sentences; sentences with equal keys (the work's frozen options) are merged into engine
-work that ``service/batch_policy.py`` (pure functions, no threads) chooses and times. The package, bottom up:
+work that ``service/scheduling/batch_policy.py`` (pure functions, no threads) chooses and times. The package, bottom up:
 
 - ``errors``: what work is refused or failed with (imported by the worker, the serving layer and the APIs);
 - ``runners``: the Protocols of what runs the work (a batch runner, a live decode);

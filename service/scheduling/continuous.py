@@ -18,8 +18,8 @@ import time
 from collections.abc import Callable
 from typing import Any
 
-from service.batch_policy import BatchLimits, LiveLimits, LiveLoad, Queued, admit, fair_order, next_work
-from service.metrics import Metrics
+from service.observability.metrics import Metrics
+from service.scheduling.batch_policy import BatchLimits, LiveLimits, LiveLoad, Queued, admit, fair_order, next_work
 from service.scheduling.errors import EngineRestarted
 from service.scheduling.queue import Observer, RequestQueue
 from service.scheduling.runners import BatchRunner, LiveRunner

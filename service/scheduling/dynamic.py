@@ -13,8 +13,8 @@ import asyncio
 import time
 from concurrent.futures import ThreadPoolExecutor
 
-from service.batch_policy import BatchLimits, Queued, wait_before_dispatch
-from service.metrics import Metrics
+from service.observability.metrics import Metrics
+from service.scheduling.batch_policy import BatchLimits, Queued, wait_before_dispatch
 from service.scheduling.queue import Observer, RequestQueue
 from service.scheduling.runners import BatchRunner
 from service.scheduling.scheduler import Scheduler

@@ -1,6 +1,7 @@
 """What a scheduler refuses or fails work with, and what a supervised engine fails held work with.
 
-At the bottom of the service: the worker (service/worker.py) raises EngineRestarted, the schedulers raise the rest,
+At the bottom of the service: the worker (service/execution/worker.py) raises EngineRestarted, the schedulers raise the
+rest,
 and the serving layer and the APIs catch them, each importing this module alone rather than the layer that raises.
 Nothing here knows HTTP: service/api/errors.py maps each to its status code.
 """
@@ -55,8 +56,8 @@ class BatchFailed(SchedulerError):
 
 
 class EngineRestarted(SchedulerError):
-    """The engine died while it held the request's work and was restarted (service/worker.py): the work is lost,
-    a retry runs on the fresh engine."""
+    """The engine died while it held the request's work and was restarted (service/execution/worker.py): the work is
+    lost, a retry runs on the fresh engine."""
 
     def __init__(self, retry_after: int) -> None:
         super().__init__(

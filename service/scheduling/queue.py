@@ -16,9 +16,9 @@ import time
 from collections.abc import Callable, Hashable, Sequence
 from typing import Any
 
-from service.batch_policy import BatchLimits, Queued, fair_order, most_urgent, retry_after, select_batch
-from service.keys import key_retry_after
-from service.metrics import Metrics
+from service.access.keys import key_retry_after
+from service.observability.metrics import Metrics
+from service.scheduling.batch_policy import BatchLimits, Queued, fair_order, most_urgent, retry_after, select_batch
 from service.scheduling.errors import (
     BatchFailed,
     EngineRestarted,

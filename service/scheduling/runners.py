@@ -1,6 +1,7 @@
 """What the schedulers drive, one Protocol per kind of runner: whole batches, and a live decode.
 
-The engine's runners (service/work.py ``engine_runner``, and service/worker.py, which supervises both kinds) satisfy
+The engine's runners (service/execution/work.py ``engine_runner``, and service/execution/worker.py, which supervises
+both kinds) satisfy
 them; the scheduler tests drive fakes. Keys and payloads are opaque here: the work's frozen options and its sources.
 """
 
@@ -18,7 +19,7 @@ class BatchRunner(Protocol):
 
 
 class StepResult(Protocol):
-    """What one decoder step of a live decode produced (service/engine/live.py StepOutput)."""
+    """What one decoder step of a live decode produced (engine/live.py StepOutput)."""
 
     finished: list[tuple[Hashable, Any]]  # (sentence key, result) of the sentences that finished
     progress: dict[Hashable, list[int]]  # sentence key -> tokens that became final (streaming)

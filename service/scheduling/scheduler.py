@@ -13,7 +13,7 @@ import time
 from collections.abc import Hashable, Sequence
 from typing import Any, Protocol
 
-from service.batch_policy import Queued
+from service.scheduling.batch_policy import Queued
 from service.scheduling.errors import QueueFull
 from service.scheduling.queue import RequestQueue
 from service.scheduling.tickets import Listener, Ticket
@@ -82,7 +82,8 @@ class Scheduler:
         given, hears each sentence's result as it comes (and its streamed tokens, with continuous batching).
         ``client`` (an API key's label) is whose work it is: each client has its share of the queue, and clients
         are served in turn. ``priority`` 0 is interactive; background work (1, document jobs) runs when no
-        interactive sentence waits (service/batch_policy.py). ``timing`` (service/inference_stats.py RequestTiming),
+        interactive sentence waits (service/scheduling/batch_policy.py). ``timing``
+        (service/observability/inference_stats.py RequestTiming),
         when given, gets the seconds the request waited in the queue and those from its first sentence taken to its
         answer.
         """

@@ -20,10 +20,11 @@ from typing import Any
 
 import numpy as np
 
-from service.engine.engine import TranslateOptions, Translation
-from service.registry import LoadedModel
+from engine.decoding import TranslateOptions
+from engine.translation import Translation
+from service.execution.work import Source
+from service.models.registry import LoadedModel
 from service.state.cache import LocalLRU, RedisLRU
-from service.work import Source
 
 DTYPES = {"float32", "float16", "float64"}  # what attention arrays may be decoded as
 

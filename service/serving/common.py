@@ -6,11 +6,12 @@ import asyncio
 from collections.abc import Sequence
 from typing import Any
 
-from service.engine.engine import SourceTooLongError, TranslateOptions
-from service.registry import LoadedModel, UnknownModel
+from engine.decoding import TranslateOptions
+from engine.translation import SourceTooLongError
+from service.execution.work import Source, WorkOptions
+from service.models.registry import LoadedModel, UnknownModel
 from service.scheduling.errors import ShuttingDown
 from service.serving.context import RequestContext
-from service.work import Source, WorkOptions
 
 
 def tokenize(

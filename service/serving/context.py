@@ -17,9 +17,10 @@ class RequestContext:
     disconnected: Callable[[], Awaitable[None]] | None = None
     logged_texts: list[str] | None = None  # when set (opt-in debugging), the request's texts are appended
     quality: Any = None  # service.serving.quality.QualityPolicy: language checks of translations
-    client: str = ""  # whose work it is: the API key's label (service/keys.py), "" without API keys
-    priority: int = 0  # service/batch_policy.py: 0 interactive, BACKGROUND for document jobs
-    timing: Any = None  # service.inference_stats.RequestTiming: where the time went (the statistics extension)
+    client: str = ""  # whose work it is: the API key's label (service/access/keys.py), "" without API keys
+    priority: int = 0  # service/scheduling/batch_policy.py: 0 interactive, BACKGROUND for document jobs
+    # service.observability.inference_stats.RequestTiming: where the time went (the statistics extension)
+    timing: Any = None
     cache: Any = None  # service.serving.cache.TranslationCache, or None (MT_CACHE_MB=0)
     terms: Any = None  # service.serving.terms.Terms: glossary and do-not-translate spans of the request
     # URLs, numbers, codes ... found in each sentence are placed and checked like do-not-translate spans

@@ -29,12 +29,12 @@ from collections.abc import Awaitable, Callable
 from pathlib import Path
 from typing import Any
 
-from service.batch_policy import BACKGROUND
+from engine.decoding import TranslateOptions
 from service.documents import DocumentError, DocumentTooLarge, format_of, open_document
 from service.documents.inline import plain, read
-from service.engine.engine import TranslateOptions
-from service.metrics import Metrics
-from service.registry import Registry, UnknownModel
+from service.models.registry import Registry, UnknownModel
+from service.observability.metrics import Metrics
+from service.scheduling.batch_policy import BACKGROUND
 from service.scheduling.errors import ShuttingDown
 from service.serving.context import RequestContext
 from service.serving.documents import plan_units, translate_units
@@ -50,7 +50,7 @@ LEASE_S = 10.0  # a lease not renewed for this long is taken over (its process d
 POLL_S = LEASE_S / 2  # how often the runner looks for jobs it did not hear of (another process, an expired lease)
 UNFINISHED_TTL_S = 7 * 86400.0  # a queued or running job's record; a finished one keeps MT_DOCUMENT_RETENTION_S
 ACTIVE, ENDED = ("queued", "translating"), ("done", "failed")
-OPTIONS = TranslateOptions(beam_size=None)  # /v1's default search: the model's beam (engine.DEFAULT_BEAM if none)
+OPTIONS = TranslateOptions.request()  # /v1's default search: the model's beam (core/search.py DEFAULT_BEAM if none)
 
 
 class JobNotFound(LookupError):

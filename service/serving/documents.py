@@ -12,11 +12,13 @@ from __future__ import annotations
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
 
-from service.engine.engine import SourceTooLongError, TranslateOptions
-from service.registry import LoadedModel
+from engine.decoding import TranslateOptions
+from engine.translation import SourceTooLongError
+from service.models.registry import LoadedModel
 from service.serving.context import RequestContext
-from service.serving.html import Aligned, HtmlPlan, align_words
+from service.serving.html import Aligned, HtmlPlan
 from service.serving.prepared import html_options, run_sources, tokenize_sentences
+from service.serving.word_alignment import align_words
 
 Progress = Callable[[int, int], Awaitable[None]]
 

@@ -2,7 +2,7 @@
 
 A glossary is a record ``{glossary_id, name, source_language, target_language, entries: [[source, target]...],
 entry_count, creation_time, owner}`` under its id. ``owner`` is the label of the API key that created it
-(service/keys.py; "" when the server has no API keys): a key sees, uses and deletes only its own glossaries, and
+(service/access/keys.py; "" when the server has no API keys): a key sees, uses and deletes only its own glossaries, and
 another key's id answers 404 as an id that never existed would, so ids do not leak between keys. Without API keys
 everyone is the same owner. Each owner may keep ``MT_GLOSSARIES_PER_KEY`` glossaries, counted by an atomic
 counter of the store (two replicas cannot both create the last one).

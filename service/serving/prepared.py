@@ -15,17 +15,19 @@ from dataclasses import dataclass
 
 from core.search import length_limits
 from core.tokenizer import EOS_ID
-from service.engine.engine import SourceTooLongError, TranslateOptions, Translation
-from service.registry import LoadedModel
+from engine.decoding import TranslateOptions
+from engine.translation import SourceTooLongError, Translation
+from service.execution.work import Source
+from service.models.registry import LoadedModel
 from service.serving.casing import casing_of, truecased
 from service.serving.common import run_work, tokenize
 from service.serving.context import RequestContext
-from service.serving.html import HTML, HtmlPlan, Markup, align_words
+from service.serving.html import HTML, HtmlPlan, Markup
 from service.serving.segmentation import Layout, merge, split_text
 from service.serving.spans import find_spans, has_placeholders, merged, with_stand_ins
 from service.serving.terms import Use, constraints, settle
+from service.serving.word_alignment import align_words
 from service.serving.words import match_initial_case
-from service.work import Source
 
 
 def tokenize_sentences(

@@ -23,9 +23,10 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 from core.confidence import confidence
-from service.engine.engine import TranslateOptions, Translation
-from service.language import MISMATCH_MIN_CONFIDENCE, is_mismatch
-from service.registry import LoadedModel
+from core.language import MISMATCH_MIN_CONFIDENCE, is_mismatch
+from engine.decoding import TranslateOptions
+from engine.translation import Translation
+from service.models.registry import LoadedModel
 from service.serving.segmentation import split_text
 
 LOW_CONFIDENCE = 0.5
@@ -33,7 +34,7 @@ CONSTRAINED = (
     "no confidence for a translation placed under glossary or do_not_translate constraints: the forced subwords make "
     "the model's score no measure of its quality"
 )
-# detect(text, candidates) -> (ISO 639-1 code, its confidence) or None; service/language.py provides one
+# detect(text, candidates) -> (ISO 639-1 code, its confidence) or None; core/language.py provides one
 Identify = Callable[[str, Sequence[str]], "tuple[str, float] | None"]
 
 
@@ -46,7 +47,7 @@ class QualityPolicy:
     candidates: tuple[str, ...] = ()
     reject_mismatch: bool = False
     min_detect_confidence: float = MISMATCH_MIN_CONFIDENCE
-    # unserved(text, known) -> (code, confidence) of a language outside ``known`` (service/language.py ``unserved``)
+    # unserved(text, known) -> (code, confidence) of a language outside ``known`` (core/language.py ``unserved``)
     unserved: Callable[[str, Sequence[str]], tuple[str, float] | None] | None = None
 
 

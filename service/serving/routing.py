@@ -14,7 +14,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 
-from service.registry import LoadedModel, Registry
+from service.models.registry import LoadedModel, Registry
 
 AUTO = "auto"
 # detect(text, candidate languages) -> ISO 639-1 code (one of the candidates) or None when unsure

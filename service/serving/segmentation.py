@@ -22,7 +22,7 @@ import numpy as np
 import sentencex
 
 from core.tokenizer import EOS_ID
-from service.engine.engine import Translation
+from engine.translation import Translation
 
 NO_SPACE_LANGUAGES = frozenset({"zh", "ja", "th", "lo", "km", "my", "bo"})  # written without spaces between words
 _HORIZONTAL_SPACE = re.compile(r"[^\S\r\n\x0b\x0c\x1c-\x1e\x85\u2028\u2029]*")

@@ -2,7 +2,7 @@
 
 ``Terms`` holds a request's glossary (source term -> target term) and its do-not-translate spans. For each
 sentence, ``Terms.find`` lists what applies to it (``Use``: the source found and the target it requires), and
-``constraints`` turns those into the engine's constraints (service/engine/constrained.py). After decoding,
+``constraints`` turns those into the engine's constraints (engine/constrained.py). After decoding,
 ``settle`` restores do-not-translate spans the tokenizer spells differently and names what is missing.
 
 Matching a source term in a sentence:
@@ -27,8 +27,8 @@ import re
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
-from service.engine.constrained import Constraint
-from service.engine.engine import Translation
+from engine.constrained import Constraint
+from engine.translation import Translation
 from service.serving.casing import recased
 
 GERMAN_ENDINGS = ("e", "en", "er", "ern", "es", "n", "ns", "s", "se", "sen", "ses", "nen")

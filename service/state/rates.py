@@ -1,7 +1,7 @@
 """Per-API-key rate limits across replicas: one token bucket per key in Redis, taken from by a Lua script (atomic
 on the server, Redis's clock), so a key limited to R requests/s gets R in total however many replicas it reaches.
 
-While Redis is down each replica falls back to its own in-process bucket (service/keys.py ``KeyRates``) at
+While Redis is down each replica falls back to its own in-process bucket (service/access/keys.py ``KeyRates``) at
 ``rate / MT_REPLICAS`` (burst likewise, at least 1): the total stays near the limit without any coordination.
 Without Redis (one replica), ``KeyRates`` is used as it is.
 """
@@ -11,7 +11,7 @@ from __future__ import annotations
 import math
 import time
 
-from service.keys import KeyRateLimited, KeyRates
+from service.access.keys import KeyRateLimited, KeyRates
 from service.state.redis_link import RedisLink
 from service.state.store import StateUnavailable
 

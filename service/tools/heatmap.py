@@ -22,6 +22,8 @@ from pathlib import Path
 
 import numpy as np
 
+from core.search import DEFAULT_BEAM
+
 KINDS = ("cross", "encoder", "decoder")
 Matrix = Sequence[Sequence[float]]
 
@@ -67,7 +69,7 @@ def fetch_attention(
     source: str,
     target: str | None = None,
     model: str | None = None,
-    beam_size: int = 4,
+    beam_size: int = DEFAULT_BEAM,
     api_key: str | None = None,
     timeout: float = 60.0,
 ) -> dict:
@@ -153,7 +155,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--source", required=True, help="the sentence to translate")
     parser.add_argument("--target", help="a translation to score instead of the model's own")
     parser.add_argument("--model", help="model name (default: the service's default model)")
-    parser.add_argument("--beam-size", type=int, default=4, help="beam size of the translation (default: 4)")
+    parser.add_argument("--beam-size", type=int, default=DEFAULT_BEAM, help="beam size of the translation (default: 4)")
     parser.add_argument("--kind", choices=KINDS, default="cross")
     parser.add_argument("--layer", type=int, default=0, help="layer index; negative counts from the last (default 0)")
     parser.add_argument("--head", type=_head, default="mean", help="head index or 'mean' (default)")

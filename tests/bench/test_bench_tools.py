@@ -206,10 +206,10 @@ def test_server_profile_sorts_py_spy_stacks_by_part():
 
     engine = "thread (7): engine-de-en;Thread.run (threading.py:1)"
     ort_run = "run (onnxruntime/capi/onnxruntime_inference_collection.py:2)"
-    step = f"{engine};LiveBatch.step (service/engine/live.py:9);{ort_run}"
-    reorder = "ReorderBuffers.take (service/engine/reorder.py:27);take (numpy/_core/fromnumeric.py:3)"
-    gather = f"{engine};LiveBatch._gather (service/engine/live.py:9);{reorder}"
-    encoder = f"{engine};Engine.run_encoder (service/engine/engine.py:5);run (onnxruntime/capi/x.py:2)"
+    step = f"{engine};LiveBatch.step (engine/live.py:9);{ort_run}"
+    reorder = "ReorderBuffers.take (engine/reorder.py:27);take (numpy/_core/fromnumeric.py:3)"
+    gather = f"{engine};LiveBatch._gather (engine/live.py:9);{reorder}"
+    encoder = f"{engine};Engine.run_encoder (engine/engine.py:5);run (onnxruntime/capi/x.py:2)"
     assert categorize(step) == ["step graph"]
     assert categorize(gather) == ["search (Python)", "cache gather"]
     assert categorize(encoder) == ["encoder"]

@@ -140,7 +140,7 @@ def test_runtime_stages_are_non_root_with_readyz_healthcheck_and_exec_entrypoint
 
 
 def test_the_cpu_image_carries_the_fused_step_library_built_in_a_stage_of_its_own():
-    """The compiler stays in the native stage; the cpu image gets the library where service/engine/fused_step.py
+    """The compiler stays in the native stage; the cpu image gets the library where engine/fused_step.py
     looks for it by default (build/native/ of the app)."""
     found = stages()
     native = found["native"][1]
@@ -149,7 +149,7 @@ def test_the_cpu_image_carries_the_fused_step_library_built_in_a_stage_of_its_ow
     cpu = found["cpu"][1]
     assert "COPY --from=native /out/libmtserve_fused_step.so /app/build/native/libmtserve_fused_step.so" in cpu
     assert not any("gcc" in line for line in cpu)
-    from service.engine.fused_step import DEFAULT_LIBRARY
+    from engine.fused_step import DEFAULT_LIBRARY
 
     assert DEFAULT_LIBRARY.relative_to(ROOT).as_posix() == "build/native/libmtserve_fused_step.so"
 
@@ -157,7 +157,9 @@ def test_the_cpu_image_carries_the_fused_step_library_built_in_a_stage_of_its_ow
 def test_app_stage_copies_the_serving_files_only():
     copies = [line for line in stages()["app"][1] if line.upper().startswith("COPY")]
     sources = {token for line in copies for token in line.split()[1:-1] if not token.startswith("--")}
-    assert sources == {"pyproject.toml", "README.md", "core/", "service/", "model_repository/", "deploy/entrypoint.sh"}
+    assert sources == {
+        "pyproject.toml", "README.md", "core/", "engine/", "service/", "model_repository/", "deploy/entrypoint.sh"
+    }
     for line in copies:
         assert "--chown" not in line, "the service user must not own (and so not be able to edit) its code or models"
 
@@ -191,7 +193,7 @@ def _dockerignore_included(path: str) -> bool:
         "README.md",
         "core/tokenizer.py",
         "service/app.py",
-        "service/engine/engine.py",
+        "engine/engine.py",
         "deploy/entrypoint.sh",
         "deploy/docker/requirements.py",
         "deploy/docker/requirements.lock",

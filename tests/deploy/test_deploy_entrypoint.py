@@ -44,7 +44,8 @@ def _fake_python(tmp_path: Path) -> Path:
 
 def _json_lines(out: str) -> list[dict]:
     """The entry script's lines (the fake interpreter's EXEC line aside): each must be one JSON object in
-    the service's log shape (service/logs.py), so a log collector parses the container's log from line one."""
+    the service's log shape (service/observability/logs.py), so a log collector parses the container's log from line
+    one."""
     entries = [json.loads(line) for line in out.splitlines() if not line.startswith("EXEC ")]
     for entry in entries:
         assert list(entry)[:4] == ["time", "level", "logger", "message"] and entry["logger"] == "entrypoint", entry

@@ -121,7 +121,7 @@ def test_adapter_rules_validate_and_schema_catches_a_misspelt_field():
 
 
 def test_hpa_scales_on_the_adapters_metric_of_the_services_gauge():
-    from service.metrics import Metrics
+    from service.observability.metrics import Metrics
 
     gauge = {m.name: m for m in Metrics().registry.collect()}["mt_queue_depth"]
     assert gauge.type == "gauge"

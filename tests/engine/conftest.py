@@ -9,7 +9,7 @@ import pytest
 from tiny_bundle import SAMPLE_SENTENCES, WORD_MAP
 
 from core.bundle import load_bundle
-from service.engine import Engine
+from engine import Engine
 
 
 @pytest.fixture(scope="session")

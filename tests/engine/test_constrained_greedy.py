@@ -1,4 +1,4 @@
-"""Constrained greedy search (service/engine/constrained_greedy.py): one row per sentence, on a scripted decoder and
+"""Constrained greedy search (engine/constrained_greedy.py): one row per sentence, on a scripted decoder and
 through the engine's greedy path on the tiny bundle."""
 
 from __future__ import annotations
@@ -7,9 +7,10 @@ import numpy as np
 import pytest
 
 from core.bundle import load_bundle
-from service.engine.constrained import Constraint
-from service.engine.constrained_greedy import constrained_greedy_search
-from service.engine.engine import Engine, TranslateOptions
+from engine.constrained import Constraint
+from engine.constrained_greedy import constrained_greedy_search
+from engine.decoding import TranslateOptions
+from engine.engine import Engine
 from service.serving.terms import Terms, constraints, settle, warnings
 
 BOS, EOS, VOCAB = 1, 2, 12

@@ -1,4 +1,4 @@
-"""Lexically constrained beam search (service/engine/constrained.py): on a scripted decoder and on the tiny bundle."""
+"""Lexically constrained beam search (engine/constrained.py): on a scripted decoder and on the tiny bundle."""
 
 from __future__ import annotations
 
@@ -6,8 +6,9 @@ import numpy as np
 import pytest
 
 from core.bundle import load_bundle
-from service.engine.constrained import Constraint, constrained_beam_search, constrained_beam_size
-from service.engine.engine import Engine, TranslateOptions
+from engine.constrained import Constraint, constrained_beam_search, constrained_beam_size
+from engine.decoding import TranslateOptions
+from engine.engine import Engine
 
 BOS, EOS, VOCAB = 1, 2, 12
 

@@ -10,8 +10,9 @@ from bundle_copies import copy_bundle
 from tiny_bundle import SAMPLE_SENTENCES
 
 from core.bundle import load_bundle
+from engine import Engine
+from engine.decoding import TranslateOptions
 from export.cli import main as export_cli
-from service.engine import Engine, TranslateOptions
 
 
 @pytest.fixture(scope="module")

@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 from core.bundle import FORMAT, MANIFEST, BundleError, discover, load_bundle
-from service.engine import Engine
+from engine import Engine
 
 # protobuf, SentencePiece, JSON, raw tensor bytes (ONNX external data): nothing that is unpickled
 ALLOWED_SUFFIXES = {".onnx", ".model", ".json", ".weights"}

@@ -15,9 +15,10 @@ import pytest
 from core.bundle import load_bundle
 from core.graphs import DECODER_INPUTS, DECODER_OUTPUTS, ENCODER_INPUTS, ENCODER_OUTPUTS
 from core.tokenizer import SPECIAL_IDS
+from engine import Engine
+from engine.decoding import TranslateOptions
 from export.onnx_export import OPSET
 from model.config import ModelConfig
-from service.engine import Engine, TranslateOptions
 
 BUNDLE_DIR = Path(__file__).resolve().parents[2] / "model_repository" / "de-en" / "1"
 # fp32 + int8 + fp16 in 38.9 MB (docs/model-card.md, "Bundle layout"); the self-contained format 1 took 123.9 MB

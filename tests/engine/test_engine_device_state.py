@@ -1,4 +1,4 @@
-"""Search with I/O binding (service/engine/device_state.py), the path CUDA engines take, run here on the CPU provider:
+"""Search with I/O binding (engine/device_state.py), the path CUDA engines take, run here on the CPU provider:
 it must give the host path's answers exactly, keep the cache and cross keys/values as bound OrtValues, and copy
 back only the ranked candidates."""
 
@@ -11,9 +11,10 @@ import onnxruntime as ort
 import pytest
 
 from core.bundle import load_bundle
-from service.engine import Engine, TranslateOptions
-from service.engine.device_state import DeviceDecoderState, device_type, wants_device_search
-from service.engine.search import TopCandidates
+from engine import Engine
+from engine.decoding import TranslateOptions
+from engine.device_state import DeviceDecoderState, device_type, wants_device_search
+from engine.search import TopCandidates
 
 COMMITTED = Path(__file__).resolve().parents[2] / "model_repository" / "de-en" / "1"
 GERMAN = [

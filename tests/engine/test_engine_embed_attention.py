@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from service.engine import TranslateOptions
+from engine.decoding import TranslateOptions
 
 
 def test_embed_shape_and_unit_norm(fp32_engine, sentences):

@@ -6,8 +6,9 @@ import pytest
 
 from core.bundle import load_bundle
 from core.tokenizer import EOS_ID, UNK_ID
-from service.engine import Engine, TranslateOptions
-from service.engine.engine import SourceTooLongError
+from engine import Engine
+from engine.decoding import TranslateOptions
+from engine.translation import SourceTooLongError
 
 
 class _NoRun:

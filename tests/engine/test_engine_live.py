@@ -12,11 +12,12 @@ import pytest
 from tiny_bundle import SAMPLE_SENTENCES, WORD_MAP
 
 from core.bundle import load_bundle
-from service.engine import Engine, TranslateOptions
-from service.engine.live import LiveBatch, supports_live
-from service.engine.no_repeat import repeats_ngram
-from service.engine.runtime import create_session
-from service.engine.step_inputs import uniform_inputs
+from engine import Engine
+from engine.decoding import TranslateOptions
+from engine.live import LiveBatch, supports_live
+from engine.no_repeat import repeats_ngram
+from engine.runtime import create_session
+from engine.step_inputs import uniform_inputs
 
 RUNNING = [  # a running batch mixing searches, beam sizes, length penalties and limits
     ("ein kind rennt im park und spielt", TranslateOptions()),

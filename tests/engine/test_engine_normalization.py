@@ -8,7 +8,7 @@ from bundle_copies import copy_bundle
 
 from core.bundle import load_bundle
 from core.normalize import fold_unknown, normalize_for, source_normalizer
-from service.engine import Engine
+from engine import Engine
 
 
 def test_source_normalizer_versions():

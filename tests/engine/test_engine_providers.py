@@ -9,8 +9,9 @@ import onnxruntime as ort
 import pytest
 
 from core.bundle import load_bundle
-from service.engine import Engine, TranslateOptions, runtime
-from service.engine.runtime import ProviderError, create_session, requested_providers
+from engine import Engine, runtime
+from engine.decoding import TranslateOptions
+from engine.runtime import ProviderError, create_session, requested_providers
 
 CUDA_AVAILABLE = "CUDAExecutionProvider" in ort.get_available_providers()
 NOT_AVAILABLE = "ignore:Specified provider 'CUDAExecutionProvider' is not in available provider names"
@@ -125,7 +126,7 @@ def test_variant_choice_follows_the_provider():
     from types import SimpleNamespace
 
     from core.bundle import BundleError
-    from service.registry import choose_variant
+    from service.models.registry import choose_variant
 
     def bundle(variants, default):
         return SimpleNamespace(variants=variants, default_variant=default, path="b")

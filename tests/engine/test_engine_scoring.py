@@ -8,9 +8,9 @@ import torch
 
 from core.search import length_limits
 from core.tokenizer import BOS_ID, EOS_ID
+from engine.decoder_state import pad_batch
 from model.data import pad
 from model.decoding import greedy_search as torch_greedy
-from service.engine.engine import pad_batch
 
 TOLERANCE = 1e-4
 
@@ -145,7 +145,8 @@ def test_attention_scores_a_target_as_translate_scored_it(tiny_bundle_dir, varia
     """One score: /v1/attention's score of a translation is the score /v1/translate gave it (the same step
     graph and variant, summed the same way), for greedy exactly and for beam search to rounding."""
     from core.bundle import load_bundle
-    from service.engine import Engine, TranslateOptions
+    from engine import Engine
+    from engine.decoding import TranslateOptions
 
     engine = Engine(load_bundle(tiny_bundle_dir), variant=variant)
     for text in ("ein mann spielt", "der hund rennt über die wiese", "eine frau"):

@@ -16,7 +16,8 @@ from tiny_bundle import SAMPLE_SENTENCES, WORD_MAP
 
 from core.bundle import load_bundle
 from core.graphs import SEARCH_LOOP, SEARCH_LOOP_OUTPUTS, VOCAB_IDS
-from service.engine import Engine, TranslateOptions
+from engine import Engine
+from engine.decoding import TranslateOptions
 
 OPTIONS = [
     TranslateOptions(),  # greedy

@@ -15,11 +15,12 @@ from core.bundle import BundleError, load_bundle
 from core.graphs import VOCAB_IDS, has_vocab_ids
 from core.shortlist import SHORTLIST_FILE, Shortlist
 from core.tokenizer import BOS_ID
-from service.engine import Engine, TranslateOptions
-from service.engine.constrained import Constraint
-from service.engine.engine import _DecoderState
-from service.engine.live import LiveBatch
-from service.engine.search import TopCandidates
+from engine import Engine
+from engine.constrained import Constraint
+from engine.decoder_state import DecoderState
+from engine.decoding import TranslateOptions
+from engine.live import LiveBatch
+from engine.search import TopCandidates
 
 GREEDY, BEAM = TranslateOptions(), TranslateOptions(beam_size=4)
 # sentences of the toy corpus's own words (SAMPLE_SENTENCES also hold words it never saw, "dem", "blauen", whose
@@ -57,18 +58,18 @@ def test_subset_log_probs_map_back_to_vocabulary_ids(engines):
     enc = engine.run_encoder(engine.source_ids(SAMPLE_SENTENCES[:2]))
     args = (engine.step_decoder, enc["cross_keys"], enc["cross_values"], enc["src_mask"], True)
     tokens = np.full((2, 1), BOS_ID, dtype=np.int64)
-    full = _DecoderState(*args).step(tokens, None)  # empty vocab_ids: the whole vocabulary
+    full = DecoderState(*args).step(tokens, None)  # empty vocab_ids: the whole vocabulary
     assert isinstance(full, np.ndarray) and full.shape == (2, engine.vocab_size)
     rng = np.random.default_rng(0)
     ids = np.sort(rng.choice(engine.vocab_size, 40, replace=False)).astype(np.int64)
-    top = _DecoderState(*args, top_k=5, vocab_ids=ids, vocab_size=engine.vocab_size).step(tokens, None)
+    top = DecoderState(*args, top_k=5, vocab_ids=ids, vocab_size=engine.vocab_size).step(tokens, None)
     assert isinstance(top, TopCandidates)
     restricted = full[:, ids] - np.log(np.exp(full[:, ids]).sum(axis=1, keepdims=True))  # renormalized
     order = np.argsort(-restricted, axis=1, kind="stable")[:, :5]
     assert np.array_equal(top.ids, ids[order])  # vocabulary ids, best first
     assert np.allclose(top.log_probs, np.take_along_axis(restricted, order, axis=1), atol=1e-4)
     # the full log-probabilities of a subset step: its columns at their ids, -inf elsewhere
-    state = _DecoderState(*args, top_k=64, vocab_ids=ids, vocab_size=engine.vocab_size)  # more than the subset
+    state = DecoderState(*args, top_k=64, vocab_ids=ids, vocab_size=engine.vocab_size)  # more than the subset
     spread = state.step(tokens, None)
     assert spread.shape == (2, engine.vocab_size) and np.isneginf(np.delete(spread, ids, axis=1)).all()
     assert np.allclose(spread[:, ids], restricted, atol=1e-4)

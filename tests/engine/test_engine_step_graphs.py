@@ -14,9 +14,10 @@ from tiny_bundle import SAMPLE_SENTENCES
 
 from core.bundle import MANIFEST, load_bundle, write_manifest
 from core.graphs import BATCH_STEP, LIVE_STEP, STEP_INTERFACE, step_interface
+from engine import Engine
+from engine.decoding import TranslateOptions
+from engine.live import LiveBatch
 from export.pack import storage
-from service.engine import Engine, TranslateOptions
-from service.engine.live import LiveBatch
 
 TEXTS = [*SAMPLE_SENTENCES, "der hund spielt im park", "ein mann und eine frau sitzen"]
 

@@ -6,11 +6,12 @@ import pytest
 import torch
 
 from core.bundle import load_bundle
+from engine import Engine
+from engine.decoding import TranslateOptions
 from export.parity import translation_parity
 from model.data import pad
 from model.decoding import beam_search as torch_beam
 from model.decoding import greedy_search as torch_greedy
-from service.engine import Engine, TranslateOptions
 
 SCORE_TOLERANCE = 1e-4
 

@@ -1,4 +1,4 @@
-"""The fused decoder step (native/fused_step/, core/fused_step_graph.py, service/engine/fused_step.py): the operator
+"""The fused decoder step (native/fused_step/, engine/fused_step_graph.py, engine/fused_step.py): the operator
 built from source, run by onnxruntime, against the int8 step graph it replaces.
 
 The bundle: the tiny model trained pre-norm (the layout the operator computes) and exported in int8, with a shortlist.
@@ -24,12 +24,13 @@ from tiny_bundle import cached_tiny_bundle, write_corpus
 
 from core.bundle import load_bundle
 from core.cpu import cpu_flags
-from core.fused_step_graph import NotFused, fused_loop_graph, fused_search_graph, fused_step_graph
 from core.graphs import SEARCH_LOOP_OUTPUTS, VOCAB_SOURCES, has_vocab_sources, step_input_names
-from service.engine import Engine, TranslateOptions
-from service.engine.fused_step import LIBRARY_ENV, auto_blocker, fused_step_session
-from service.engine.runtime import create_session
-from service.engine.search_loop import SearchLoop
+from engine import Engine
+from engine.decoding import TranslateOptions
+from engine.fused_step import LIBRARY_ENV, auto_blocker, fused_step_session
+from engine.fused_step_graph import NotFused, fused_loop_graph, fused_search_graph, fused_step_graph
+from engine.runtime import create_session
+from engine.search_loop import SearchLoop
 
 ROOT = Path(__file__).resolve().parents[2]
 SENTENCES = [
@@ -334,7 +335,7 @@ def _exact_graphs(monkeypatch) -> None:
     """Engines built from now on open their int8 decoder graphs with exact products (exact_int8.py); the fused
     step's own sessions (fused_step.py) and the encoder, which both engines share, are left as they are (the
     encoder's integer products are batch-invariant; fp32 sgemm's blocking is not)."""
-    import service.engine.engine as engine_module
+    import engine.engine as engine_module
 
     real = engine_module.create_session
 
@@ -422,9 +423,9 @@ def test_engine_auto_uses_the_fused_step_only_where_auto_allows_it(
     pre_norm_bundle, use_library, monkeypatch, caplog, machine
 ):
     flags = cpu_flags(CPUINFO.format(extra="avx512f avx512_vnni" if machine == "vnni" else ""))
-    monkeypatch.setattr("service.engine.engine.auto_blocker", lambda: auto_blocker(flags))
+    monkeypatch.setattr("engine.fused_step.auto_blocker", lambda: auto_blocker(flags))
     bundle = load_bundle(pre_norm_bundle)
-    with caplog.at_level("INFO", logger="service.engine.engine"):
+    with caplog.at_level("INFO", logger="engine.fused_step"):
         engine = Engine(bundle, "int8", "cpu", fused_step="auto")
     assert engine.fused_step == ("fused" if machine == "vnni" else auto_blocker(flags))
     assert not [r for r in caplog.records if r.levelname == "WARNING"]  # auto's fallback is no warning
@@ -590,7 +591,7 @@ def test_every_path_gives_each_sentence_its_alone_answer(
     batch (the fused search, and the step-by-step search) and live beside sentences joining at other steps (the
     continuous decode), with the lexical shortlist (each source over its own list within the batch's union) and the
     n-gram block. No thread timing: the batches are built by hand."""
-    from service.engine.live import LiveBatch
+    from engine.live import LiveBatch
 
     monkeypatch.setenv(LIBRARY_ENV, str(_kernel_library(kernel, library, forced_libraries, monkeypatch)))
     bundle = load_bundle(pre_norm_bundle)

@@ -1,4 +1,4 @@
-"""The repeated-n-gram block (service/engine/no_repeat.py, ``TranslateOptions.no_repeat_ngram_size``): no n-gram
+"""The repeated-n-gram block (engine/no_repeat.py, ``TranslateOptions.no_repeat_ngram_size``): no n-gram
 twice in any hypothesis, greedy and beam, a sentence alike alone and in a batch, and a block no output can reach
 changes nothing."""
 
@@ -9,9 +9,10 @@ import pytest
 from tiny_bundle import SAMPLE_SENTENCES
 
 from core.bundle import load_bundle
-from service.engine import Engine, TranslateOptions
-from service.engine.no_repeat import NgramHistory, NoRepeatNgram, banned_after, drop_banned, repeats_ngram
-from service.engine.search import TopCandidates, beam_search, greedy_search, top_candidates
+from engine import Engine
+from engine.decoding import TranslateOptions
+from engine.no_repeat import NoRepeatNgram, banned_after, drop_banned, repeats_ngram
+from engine.search import TopCandidates, beam_search, greedy_search, top_candidates
 
 BOS, EOS, VOCAB = 1, 2, 12
 
@@ -162,8 +163,9 @@ def test_lone_search_with_the_block_equals_the_step_by_step_search(engine, beam,
 
 
 @pytest.mark.parametrize("size", [1, 2, 3, 4])
-def test_banned_after_a_token_matrix_is_the_step_wrappers_ban(size):
-    """The live decode's ban from its left-padded token history (banned_after) is NoRepeatNgram's, row by row."""
+def test_banned_after_bans_what_would_repeat_an_ngram(size):
+    """The rule's one definition (banned_after) on a left-padded token history, row by row, against its statement:
+    a token is banned when the n-gram it would end is one the row already holds."""
     rng = np.random.default_rng(size)
     width, rows = 14, 40
     lengths = rng.integers(0, width + 1, rows)
@@ -172,12 +174,11 @@ def test_banned_after_a_token_matrix_is_the_step_wrappers_ban(size):
         history[r, width - n :] = rng.integers(3, 7, n)  # a small alphabet: many repeats
     banned = banned_after(history, lengths, size)
     for r, n in enumerate(lengths.tolist()):
-        row = NgramHistory(size)
-        for token in history[r, width - n :].tolist():
-            row.append(token)
-        want = row.banned()
+        tokens = history[r, width - n :].tolist()
+        held = _ngrams(tokens, size)
+        want = {t for t in range(3, 7) if len(tokens) >= size - 1 and tuple([*tokens, t][-size:]) in held}
         got = {int(t) for t in banned[r] if t >= 0}
-        assert got == set(want), (r, history[r].tolist())
+        assert got == want, (r, history[r].tolist())
 
 
 def test_drop_banned_keeps_each_rows_best_candidates_that_are_left():

@@ -1,13 +1,13 @@
 """The model's own word for a term's source words, banned from its sentence's constrained search
-(service/engine/own_words.py; issue 55: "The dog is sleeping hound.")."""
+(engine/own_words.py; issue 55: "The dog is sleeping hound.")."""
 
 from __future__ import annotations
 
 import numpy as np
 
-from service.engine.constrained import Constraint
-from service.engine.own_words import banned_per_sentence, banning, own_word_ids
-from service.engine.search import TopCandidates
+from engine.constrained import Constraint
+from engine.own_words import banned_per_sentence, banning, own_word_ids
+from engine.search import TopCandidates
 
 VOCAB = {"dog": [5], "Dog": [6], "hound": [7], "Hound": [8], "big": [9], "dogs": [5, 3], "the dog": [1, 5]}
 

@@ -10,7 +10,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from service.engine.search import beam_search, greedy_search, top_candidates
+from engine.search import beam_search, greedy_search, top_candidates
 
 VOCAB, EOS, BOS = 50, 2, 1
 

@@ -1,4 +1,4 @@
-"""One map of the embedding per engine (service/engine/shared_tables.py) and the graph reader it stands on
+"""One map of the embedding per engine (engine/shared_tables.py) and the graph reader it stands on
 (core/onnx_wire.py): the reader sees what onnx sees, an engine's sessions map the shipped bundle's embedding once
 instead of once each, and the answers do not change."""
 
@@ -16,9 +16,10 @@ from onnx import TensorProto, helper
 
 from core.bundle import load_bundle
 from core.onnx_wire import ExternalTensor, external_tensors
-from service.engine import Engine, TranslateOptions
-from service.engine.runtime import create_session
-from service.engine.shared_tables import SharedTables
+from engine import Engine
+from engine.decoding import TranslateOptions
+from engine.runtime import create_session
+from engine.shared_tables import SharedTables
 
 ROOT = Path(__file__).resolve().parents[2]
 GENERAL = ROOT / "model_repository" / "de-en" / "3"  # the shipped general-domain bundle (int8 default)
@@ -115,7 +116,7 @@ def test_a_region_that_cannot_hold_its_shape_is_refused(tmp_path):
 MAPPINGS = """
 import json, sys
 from core.bundle import load_bundle
-from service.engine import Engine, TranslateOptions
+from engine import Engine, TranslateOptions
 engine = Engine(load_bundle(sys.argv[1]), "int8", "cpu", intra_op_threads=1, shared_tables=sys.argv[2] == "1")
 engine.translate(["Ein Mann fährt Fahrrad."], TranslateOptions(beam_size=4))  # the search loop's session
 engine.live_step  # and the live decode's

@@ -1,11 +1,11 @@
-"""The live decode's cross-attention store (service/engine/source_slots.py) without a model: slots reused, holes
+"""The live decode's cross-attention store (engine/source_slots.py) without a model: slots reused, holes
 at the end no longer fed, and a compaction that says where every live source went."""
 
 from __future__ import annotations
 
 import numpy as np
 
-from service.engine.source_slots import SourceSlots
+from engine.source_slots import SourceSlots
 
 LAYERS, HEADS, D_HEAD = 2, 2, 3
 

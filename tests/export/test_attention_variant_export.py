@@ -9,11 +9,11 @@ from tiny_bundle import write_corpus
 
 from core.bundle import load_bundle
 from core.graphs import LINEAR_STATE, LINEAR_STATE_INPUTS, decoder_cache
+from engine import Engine
 from export.parity import graph_max_diff, translation_parity
 from model.checkpoint import load_release
 from model.data import read_parallel
 from model.evaluate import bleu
-from service.engine import Engine
 
 TOLERANCE = 1e-4
 

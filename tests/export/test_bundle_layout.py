@@ -19,9 +19,10 @@ from tiny_bundle import SAMPLE_SENTENCES, write_corpus
 
 from core.bundle import load_bundle
 from core.graphs import SEARCH_LOOP, STEP_GRAPHS
+from engine import Engine
+from engine.decoding import TranslateOptions
 from export.cli import main
 from export.pack import GRAPH_KEYS, INLINE_BELOW, PACKED, storage, tensors
-from service.engine import Engine, TranslateOptions
 
 VARIANTS = ("fp32", "int8", "fp16")
 

@@ -6,8 +6,8 @@ import pytest
 from tiny_bundle import SAMPLE_SENTENCES
 
 from core.bundle import load_bundle
+from engine.runtime import create_session
 from export.calibration import GRAPHS, read_sentences, record_feeds
-from service.engine.runtime import create_session
 
 
 def test_read_sentences_draws_a_seeded_sample_of_non_empty_lines(tmp_path):

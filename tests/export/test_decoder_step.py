@@ -16,10 +16,11 @@ from tiny_bundle import SAMPLE_SENTENCES
 from core.bundle import load_bundle
 from core.graphs import STEP_INTERFACE, STEP_INTERFACE_KEY, step_input_names, step_interface, step_output_names
 from core.tokenizer import Tokenizer
+from engine import Engine
+from engine.decoding import TranslateOptions
 from export.decoder_step import build_decoder_step, supports_decoder_step
 from export.parity import ragged_step_max_diff, step_max_diff
 from model.checkpoint import load_release
-from service.engine import Engine, TranslateOptions
 
 TOLERANCE = 1e-4
 STEP_OUTPUTS = {"step.log_probs", "step.top_log_probs", "step.present_keys", "step.present_values"}
@@ -168,7 +169,7 @@ def test_step_graphs_of_older_interfaces_are_served_in_whole_batches(tiny, tmp_p
     """Bundles exported before interface 3 keep loading: interface 2 takes cross keys/values per source and one
     position for all rows, interface 1 (no metadata entry) per row. The engine serves them with its whole-batch
     search (same translations) and offers no live batch (continuous batching) for them."""
-    from service.engine.live import LiveBatch, supports_live
+    from engine.live import LiveBatch, supports_live
 
     model, bundle = tiny
     proto = build_decoder_step(model, interface=2)
@@ -195,7 +196,7 @@ def test_step_graphs_of_interface_3_still_decode_live_over_a_left_padded_cache(t
     """Bundles exported before interface 4 (the committed ones among them) keep continuous batching: their graph
     appends each new key/value after a left-padded cache, which the live decode then keeps. A sentence joining a
     running batch gets its alone answer (within float rounding: that layout is not bit-exact, issue 36)."""
-    from service.engine.live import LiveBatch
+    from engine.live import LiveBatch
 
     model, bundle = tiny
     path = tmp_path / "decoder_step_v3.onnx"

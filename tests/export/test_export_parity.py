@@ -15,10 +15,10 @@ from tiny_bundle import SAMPLE_SENTENCES
 from core.bundle import load_bundle
 from core.graphs import ENCODER_OUTPUTS, decoder_cache, decoder_outputs
 from core.tokenizer import Tokenizer
+from engine import Engine
 from export.parity import graph_max_diff, translation_parity
 from model.checkpoint import load_release
 from model.config import ACTIVATIONS, ATTENTIONS, NORM_PLACEMENTS, POSITIONAL_ENCODINGS, ModelConfig
-from service.engine import Engine
 
 TOLERANCE = 1e-4
 

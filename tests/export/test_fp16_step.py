@@ -13,7 +13,8 @@ import pytest
 from bench.gpu_check import fp16_step_bundle
 from core.bundle import load_bundle
 from core.graphs import step_interface
-from service.engine import Engine, TranslateOptions
+from engine import Engine
+from engine.decoding import TranslateOptions
 
 COMMITTED = Path(__file__).resolve().parents[2] / "model_repository" / "de-en" / "1"
 GERMAN = [
@@ -72,7 +73,7 @@ def test_a_step_graph_of_the_current_interface_converts_and_decodes_live_as_alon
     from tiny_bundle import SAMPLE_SENTENCES
 
     from core.graphs import STEP_INTERFACE
-    from service.engine.live import LiveBatch
+    from engine.live import LiveBatch
 
     bundle = load_bundle(tiny_bundle_dir)
     with warnings.catch_warnings():

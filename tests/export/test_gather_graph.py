@@ -1,4 +1,4 @@
-"""The committed row-gather graph (service/engine/gather.onnx) is what export/gather_graph.py builds, and gathers
+"""The committed row-gather graph (engine/gather.onnx) is what export/gather_graph.py builds, and gathers
 rows (1-D indices) and takes one layer out (a scalar index) of float32 tensors of any rank."""
 
 from __future__ import annotations
@@ -11,7 +11,7 @@ from export.gather_graph import GATHER_GRAPH, build_gather_graph
 
 def test_committed_graph_is_the_built_one():
     assert GATHER_GRAPH.read_bytes() == build_gather_graph().SerializeToString(deterministic=True), (
-        "service/engine/gather.onnx is stale: run python -m export.gather_graph"
+        "engine/gather.onnx is stale: run python -m export.gather_graph"
     )
 
 

@@ -5,8 +5,8 @@ from __future__ import annotations
 
 import json
 
+from core.language import MISMATCH_MIN_CONFIDENCE, is_mismatch
 from export.language_check import THRESHOLDS, main
-from service.language import MISMATCH_MIN_CONFIDENCE, is_mismatch
 
 GERMAN = [
     "Die Regierung hat neue Steuern angekündigt.",

@@ -13,9 +13,10 @@ from marian_checkpoint import SOURCE_WORDS, TARGET_WORDS, sentences, write_check
 
 from core.bundle import load_bundle
 from core.tokenizer import BOS_ID, EOS_ID
+from engine import Engine
+from engine.decoding import TranslateOptions
 from export.cli import main
 from export.marian import SOURCE, ImportRefused, banned_ids, model_config
-from service.engine import Engine, TranslateOptions
 
 transformers = pytest.importorskip("transformers")
 torch = pytest.importorskip("torch")
@@ -328,7 +329,7 @@ def test_every_search_path_ranks_by_generates_penalty(imported):
     """Length penalty 1.0 through each search that ranks finished hypotheses: the search loop graph (a lone sentence),
     the step-by-step numpy beam (a batch, the loop off) and the live decode (continuous batching): generate's
     hypotheses in generate's order on each."""
-    from service.engine.live import LiveBatch, supports_live
+    from engine.live import LiveBatch, supports_live
 
     options = TranslateOptions(beam_size=4, num_hypotheses=4, length_penalty=1.0, max_length=MAX_LENGTH - 1)
     texts = imported.texts[:12]

@@ -5,8 +5,9 @@ from __future__ import annotations
 import json
 
 from core.bundle import load_bundle
+from engine import Engine
+from engine.decoding import TranslateOptions
 from export.side_by_side import main
-from service.engine import Engine, TranslateOptions
 
 
 def test_side_by_side_table_has_a_column_per_bundle_and_the_engines_translations(tiny_bundle_dir, tmp_path, capsys):

@@ -22,11 +22,12 @@ from tiny_bundle import SAMPLE_SENTENCES, write_corpus
 from bench.step_graphs import step_feeds
 from core.bundle import MANIFEST, load_bundle
 from core.graphs import LIVE_STEP
+from engine import Engine
+from engine.decoding import TranslateOptions
+from engine.live import LiveBatch
+from engine.step_inputs import ragged_inputs
 from export.cli import main as export_main
 from export.upgrade import drop_unused, upgrade_bundle
-from service.engine import Engine, TranslateOptions
-from service.engine.live import LiveBatch
-from service.engine.step_inputs import ragged_inputs
 
 
 def _legacy_writes(path, n_heads: int, d_head: int) -> int:

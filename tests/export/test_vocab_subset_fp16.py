@@ -16,11 +16,11 @@ from tiny_bundle import SAMPLE_SENTENCES
 from core.bundle import load_bundle
 from core.graphs import has_vocab_ids
 from core.tokenizer import BOS_ID
+from engine import Engine
+from engine.decoder_state import DecoderState
+from engine.search import TopCandidates
 from export.quantize import convert_fp16_step
 from export.vocab_subset import add_vocab_subset
-from service.engine import Engine
-from service.engine.engine import _DecoderState
-from service.engine.search import TopCandidates
 
 
 @pytest.fixture(scope="module")
@@ -47,11 +47,11 @@ def test_fp16_step_graph_takes_a_vocabulary_subset(fp16_graphs):
     enc = engine.run_encoder(engine.source_ids(SAMPLE_SENTENCES[:2]))
     sources = (enc["cross_keys"], enc["cross_values"], enc["src_mask"], True)
     tokens = np.full((2, 1), BOS_ID, dtype=np.int64)
-    full = _DecoderState(before, *sources).step(tokens, None)
-    same = _DecoderState(after, *sources).step(tokens, None)  # an empty subset runs the original nodes
+    full = DecoderState(before, *sources).step(tokens, None)
+    same = DecoderState(after, *sources).step(tokens, None)  # an empty subset runs the original nodes
     assert np.array_equal(full, same)
     ids = np.sort(np.random.default_rng(0).choice(engine.vocab_size, 40, replace=False)).astype(np.int64)
-    top = _DecoderState(after, *sources, top_k=5, vocab_ids=ids, vocab_size=engine.vocab_size).step(tokens, None)
+    top = DecoderState(after, *sources, top_k=5, vocab_ids=ids, vocab_size=engine.vocab_size).step(tokens, None)
     assert isinstance(top, TopCandidates) and top.log_probs.dtype == np.float32
     restricted = full[:, ids] - np.log(np.exp(full[:, ids]).sum(axis=1, keepdims=True))  # renormalized
     assert set(np.unique(top.ids)) <= set(ids.tolist())  # vocabulary ids, mapped back

@@ -6,7 +6,7 @@ import pytest
 import torch
 from model_toys import EOS, PAD, TOY_VOCAB, tiny_config, toy_batch, toy_pairs
 
-from core.search import length_penalty
+from core.search import length_divisor
 from model.decoding import beam_search, greedy_search
 from model.transformer import Transformer
 
@@ -41,7 +41,7 @@ def test_beam_search_reverses(reverse_model, held_out):
 def test_greedy_equals_beam_of_one(reverse_model, held_out):
     src, _ = held_out
     greedy = greedy_search(reverse_model, src)
-    beam = beam_search(reverse_model, src, beam_size=1, alpha=0.0)
+    beam = beam_search(reverse_model, src, beam_size=1, length_penalty=0.0)
     assert [g.tokens for g in greedy] == [b[0].tokens for b in beam]
     for g, b in zip(greedy, beam, strict=True):
         assert b[0].score == pytest.approx(g.score, abs=1e-4)
@@ -58,8 +58,8 @@ def test_beam_n_best_is_sorted_distinct_and_the_best_is_the_one_best(reverse_mod
         assert normalized == sorted(normalized, reverse=True)
         assert len({tuple(h.tokens) for h in hyps}) == 3
         assert hyps[0].tokens == best[0].tokens
-        for h in hyps:  # normalized = score / ((5 + length) / 6) ** alpha, length counting EOS
-            assert h.normalized == pytest.approx(h.score / length_penalty(len(h.tokens) + 1, 0.6))
+        for h in hyps:  # normalized = score / ((5 + length) / 6) ** length_penalty, length counting EOS
+            assert h.normalized == pytest.approx(h.score / length_divisor(len(h.tokens) + 1, 0.6))
     with pytest.raises(ValueError):
         beam_search(reverse_model, src, beam_size=2, n_best=3)
 

@@ -17,7 +17,7 @@ import pptx
 import pytest
 from live_server import LiveServer
 
-from service.api.deepl_glossaries import NAME_PATTERN
+from service.protocols.deepl.glossaries import NAME_PATTERN
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "documents"))
 from fixtures import make_docx, make_pptx  # noqa: E402

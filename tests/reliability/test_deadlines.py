@@ -18,8 +18,8 @@ import httpx
 import pytest
 from reliability_helpers import metric, start_server
 
-from service.batch_policy import BatchLimits
-from service.metrics import Metrics
+from service.observability.metrics import Metrics
+from service.scheduling.batch_policy import BatchLimits
 from service.scheduling.dynamic import dynamic_scheduler
 from service.scheduling.errors import DeadlineExceeded
 

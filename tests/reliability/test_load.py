@@ -93,7 +93,8 @@ def test_int8_answers_do_not_depend_on_batch_companions(tiny_bundle_dir):
     """Static int8 (scales fixed at export): a sentence's answer is the same alone and in a batch of 32 of mixed
     lengths. Dynamic quantization (scale of the whole batch tensor) failed this; it was a strict xfail then."""
     from core.bundle import load_bundle
-    from service.engine import Engine, TranslateOptions
+    from engine import Engine
+    from engine.decoding import TranslateOptions
 
     engine = Engine(load_bundle(tiny_bundle_dir), "int8", "cpu")
     texts = harness.sentences(None, 32, seed=5)

@@ -16,8 +16,8 @@ STARTUP_INFO = [
     ("uvicorn.error", r"Waiting for application startup\."),
     ("uvicorn.error", r"Application startup complete\."),
     ("uvicorn.error", r"Uvicorn running on http://\S+ \(Press CTRL\+C to quit\)"),
-    ("service.registry", r"model [\w.-]+: serving version \S+ \(.*\)"),
-    ("service.registry", r"model [\w.-]+ v\S+ ready \(.*\)"),
+    ("service.models.registry", r"model [\w.-]+: serving version \S+ \(.*\)"),
+    ("service.models.registry", r"model [\w.-]+ v\S+ ready \(.*\)"),
 ]
 
 

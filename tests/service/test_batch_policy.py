@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from service.batch_policy import (
+from service.scheduling.batch_policy import (
     BatchLimits,
     LiveLimits,
     LiveLoad,

@@ -9,8 +9,8 @@ from dataclasses import dataclass, field
 
 import pytest
 
-from service.batch_policy import BatchLimits, LiveLimits, Queued
-from service.metrics import Metrics
+from service.observability.metrics import Metrics
+from service.scheduling.batch_policy import BatchLimits, LiveLimits, Queued
 from service.scheduling.continuous import continuous_scheduler
 from service.scheduling.dynamic import dynamic_scheduler
 from service.scheduling.errors import BatchFailed, DeadlineExceeded, EngineRestarted, ShuttingDown
@@ -258,7 +258,7 @@ def test_an_engine_restarted_during_a_whole_batch_fails_every_live_sentence_and_
     class RestartingLive(FakeLive):
         def run_batch(self, key, payloads):
             if any(p["text"] == "crash" for p in payloads):
-                raise EngineRestarted(3)  # the engine died in this batch and was rebuilt (service/worker.py)
+                raise EngineRestarted(3)  # the engine died in this batch and was rebuilt (service/execution/worker.py)
             return super().run_batch(key, payloads)
 
     async def scenario():
@@ -329,9 +329,10 @@ def test_the_real_engine_under_concurrent_mixed_requests_gives_every_sentence_it
     from tiny_bundle import SAMPLE_SENTENCES, WORD_MAP
 
     from core.bundle import load_bundle
-    from service.engine import Engine, TranslateOptions
-    from service.work import EmbedOptions, Source
-    from service.worker import EngineWorker
+    from engine import Engine
+    from engine.decoding import TranslateOptions
+    from service.execution.work import EmbedOptions, Source
+    from service.execution.worker import EngineWorker
 
     engine = Engine(load_bundle(tiny_bundle_dir), variant="int8", providers="cpu")
     rng = random.Random(3)

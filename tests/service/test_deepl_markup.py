@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from service.serving.deepl import billed_characters
+from service.protocols.deepl.mapping import billed_characters
 from service.serving.html import HTML, HtmlPlan, Markup, MarkupError
 from service.serving.segmentation import join, split_text
 

@@ -9,10 +9,10 @@ from concurrent.futures import ThreadPoolExecutor
 
 import pytest
 
-import service.worker as worker_module
-from service.metrics import Metrics
+import service.execution.worker as worker_module
+from service.execution.worker import EngineWorker
+from service.observability.metrics import Metrics
 from service.scheduling.errors import EngineRestarted
-from service.worker import EngineWorker
 
 MODEL = "m"
 
@@ -145,7 +145,7 @@ def test_an_engine_that_cannot_be_rebuilt_is_fatal(monkeypatch):
 
 
 class FakeLive:
-    """A live batch on one engine (service/engine/live.py LiveBatch): ``step`` translates nothing, and raises once
+    """A live batch on one engine (engine/live.py LiveBatch): ``step`` translates nothing, and raises once
     its engine is dead."""
 
     def __init__(self, engine: FakeEngine) -> None:
@@ -196,8 +196,8 @@ def test_a_failed_step_on_a_working_engine_is_not_a_restart(monkeypatch):
 def test_what_decodes_live():
     """Plain translations decode live; constrained ones and other work never; with the repeated-n-gram block only a
     streaming request (whole batches search a lone blocked sentence faster: worker.py)."""
-    from service.engine import TranslateOptions
-    from service.worker import SupervisedLive
+    from engine.decoding import TranslateOptions
+    from service.execution.worker import SupervisedLive
 
     plain, blocked = TranslateOptions(), TranslateOptions(no_repeat_ngram_size=4)
     assert SupervisedLive.accepts(plain, False) and SupervisedLive.accepts(plain, True)

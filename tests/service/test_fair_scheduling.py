@@ -132,7 +132,7 @@ def test_continuous_admission_takes_the_clients_in_turn():
 def test_background_work_waits_for_interactive_sentences_and_never_shares_their_batch():
     """A document job's sentences (priority BACKGROUND) queued first: a short request that arrives later runs in
     the next batch, alone, and the background sentences all run afterwards."""
-    from service.batch_policy import BACKGROUND
+    from service.scheduling.batch_policy import BACKGROUND
 
     async def scenario():
         runner = FakeRunner()

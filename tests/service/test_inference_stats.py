@@ -1,4 +1,5 @@
-"""The inference statistics (service/inference_stats.py) and the scheduler's hooks that feed them: a request's queue
+"""The inference statistics (service/observability/inference_stats.py) and the scheduler's hooks that feed them: a
+request's queue
 wait and engine time measured by the dynamic scheduler with a slow fake engine, one execution per engine batch."""
 
 from __future__ import annotations
@@ -7,9 +8,9 @@ import asyncio
 import threading
 import time
 
-from service.batch_policy import BatchLimits, LiveLimits
-from service.inference_stats import InferenceStatistics, RequestTiming
-from service.metrics import Metrics
+from service.observability.inference_stats import InferenceStatistics, RequestTiming
+from service.observability.metrics import Metrics
+from service.scheduling.batch_policy import BatchLimits, LiveLimits
 from service.scheduling.continuous import continuous_scheduler
 from service.scheduling.dynamic import dynamic_scheduler
 

@@ -7,7 +7,7 @@ import hashlib
 import pytest
 from pydantic import ValidationError
 
-from service.keys import (
+from service.access.keys import (
     Bucket,
     KeyRates,
     key_label,

@@ -1,10 +1,10 @@
-"""Offline language detection (service/language.py): lingua with its bundled models, restricted to a set."""
+"""Offline language detection (core/language.py): lingua with its bundled models, restricted to a set."""
 
 from __future__ import annotations
 
 import pytest
 
-from service import language
+from core import language
 
 
 @pytest.mark.parametrize(
@@ -45,7 +45,7 @@ def test_start_up_builds_the_detectors_the_first_requests_use(monkeypatch):
     the model's source language) and /detect's; afterwards no request builds one (about 1 s each)."""
     from types import SimpleNamespace
 
-    import service.language as language
+    import core.language as language
     from service.app import _warm_language_detectors
     from service.settings import LanguageSettings
 

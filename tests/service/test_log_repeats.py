@@ -1,11 +1,12 @@
-"""service.logs.RepeatedWarnings: a warning repeated within the window is logged once, the next one after it says
+"""service.observability.logs.RepeatedWarnings: a warning repeated within the window is logged once, the next one after
+it says
 how many were dropped; errors always pass."""
 
 from __future__ import annotations
 
 import logging
 
-from service.logs import RepeatedWarnings
+from service.observability.logs import RepeatedWarnings
 
 
 def _record(msg: str, level: int = logging.WARNING) -> logging.LogRecord:

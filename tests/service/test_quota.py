@@ -1,4 +1,5 @@
-"""Character quotas (service/quota.py) over the embedded state store: per-key limits and exceptions, refusals that
+"""Character quotas (service/access/quota.py) over the embedded state store: per-key limits and exceptions, refusals
+that
 charge nothing, give-backs, the anonymous caller, counts kept across a reopen."""
 
 from __future__ import annotations
@@ -7,7 +8,7 @@ import asyncio
 
 import pytest
 
-from service.quota import ANONYMOUS, NAMESPACE, CharacterLimitExceeded, CharacterQuota
+from service.access.quota import ANONYMOUS, NAMESPACE, CharacterLimitExceeded, CharacterQuota
 from service.state import open_store
 
 

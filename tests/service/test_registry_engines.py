@@ -7,8 +7,8 @@ from __future__ import annotations
 import pytest
 
 from core.bundle import load_bundle
-from service.metrics import Metrics
-from service.registry import Registry
+from service.models.registry import Registry
+from service.observability.metrics import Metrics
 from service.settings import Settings
 
 

@@ -12,8 +12,8 @@ import threading
 
 import pytest
 
-from service.batch_policy import BatchLimits
-from service.metrics import Metrics
+from service.observability.metrics import Metrics
+from service.scheduling.batch_policy import BatchLimits
 from service.scheduling.dynamic import dynamic_scheduler
 from service.scheduling.errors import (
     BatchFailed,
@@ -347,7 +347,7 @@ def test_engine_failure_fails_its_batch_only_and_the_scheduler_keeps_serving():
 def test_work_held_by_an_engine_that_was_restarted_fails_with_engine_restarted_not_batch_failed():
     def runner(key, payloads):
         if any(p["text"] == "held" for p in payloads):
-            raise EngineRestarted(4)  # what service/worker.py raises for work a dead engine held
+            raise EngineRestarted(4)  # what service/execution/worker.py raises for work a dead engine held
         return [(key, p["text"]) for p in payloads], {}
 
     async def scenario():

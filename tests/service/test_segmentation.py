@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from service.engine.engine import Translation
+from engine.translation import Translation
 from service.serving.segmentation import join, merge, split_text
 
 

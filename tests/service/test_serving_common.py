@@ -6,14 +6,14 @@ import asyncio
 
 import pytest
 
-from service.batch_policy import BatchLimits
-from service.metrics import Metrics
-from service.registry import LoadedModel
+from service.execution.work import EmbedOptions, Source
+from service.models.registry import LoadedModel
+from service.observability.metrics import Metrics
+from service.scheduling.batch_policy import BatchLimits
 from service.scheduling.dynamic import dynamic_scheduler
 from service.scheduling.errors import ShuttingDown
 from service.serving.common import run_work
 from service.serving.context import RequestContext
-from service.work import EmbedOptions, Source
 
 
 def _model(version: str, metrics: Metrics) -> LoadedModel:

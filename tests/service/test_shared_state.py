@@ -9,7 +9,8 @@ import numpy as np
 import pytest
 from redis_server import REDIS_SERVER, RedisServer
 
-from service.engine.engine import TranslateOptions, Translation
+from engine.decoding import TranslateOptions
+from engine.translation import Translation
 from service.serving.cache import cache_key, decode, encode
 from service.state import RedisLink
 from service.state.cache import LocalLRU, RedisLRU

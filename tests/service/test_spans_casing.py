@@ -7,7 +7,7 @@ from __future__ import annotations
 import pytest
 
 from core.numbers import number_value, written_in
-from service.engine.engine import Translation
+from engine.translation import Translation
 from service.serving.casing import casing_of, recased, truecased
 from service.serving.spans import find_spans, merged
 from service.serving.terms import Terms, Use, settle, warnings

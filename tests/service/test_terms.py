@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from service.engine.engine import Translation
+from engine.translation import Translation
 from service.serving.terms import Terms, Use, recase, recase_words, settle, warnings
 
 

@@ -9,7 +9,7 @@ import pytest
 from bundle_copies import two_model_repository
 from live_server import LiveServer
 
-from service.language import unserved
+from core.language import unserved
 
 FRENCH = ["Le chien dort dans le jardin et les enfants jouent.", "Bonjour, comment allez-vous ?"]
 GERMAN = "Der Hund schläft im Garten, und die Kinder spielen im Park."

@@ -7,8 +7,8 @@ import dataclasses
 import numpy as np
 import pytest
 
-from service.engine.engine import TranslateOptions
-from service.work import AttentionOptions, EmbedOptions, Source, engine_runner
+from engine.decoding import TranslateOptions
+from service.execution.work import AttentionOptions, EmbedOptions, Source, engine_runner
 
 
 def test_options_are_frozen_hashable_batch_keys():

@@ -5,9 +5,9 @@ from __future__ import annotations
 
 from starlette.types import ASGIApp, Receive, Scope, Send
 
+from service.access.keys import match_key
 from service.api.middleware.paths import is_deepl, is_protected, is_rate_limited
 from service.api.middleware.replies import discard_body, header, send_error
-from service.keys import match_key
 
 MISSING_KEY = "missing or invalid API key: send 'Authorization: Bearer <key>' or 'X-API-Key: <key>'"
 DEEPL_MISSING_KEY = "Authorization failure: missing or invalid key; send 'Authorization: DeepL-Auth-Key <key>'"

@@ -10,14 +10,15 @@ OPERATIONS_PATHS = ("/healthz", "/readyz", "/metrics")  # open by default (MT_OP
 KNOWN_ENDPOINTS = {
     "/v1/translate", "/v1/embed", "/v1/attention", "/v1/models", "/v1/documents", "/healthz", "/readyz", "/metrics", "/"
 }  # fmt: skip
-# uploads of whole files (service/api/documents.py): their body limit is MT_MAX_DOCUMENT_BYTES
+# uploads of whole files (service/protocols/v1/documents.py): their body limit is MT_MAX_DOCUMENT_BYTES
 DOCUMENT_UPLOAD_PATHS = ("/v1/documents", "/translate_file", "/v2/document")
-# Open Inference Protocol v2 (service/api/v2.py) and the LibreTranslate API (service/api/libretranslate.py):
-# their errors are {"error": ...}; v2 needs an API key like /v1, LibreTranslate's key is checked in its handlers.
+# Open Inference Protocol v2 (service/protocols/oip/routes.py) and the LibreTranslate API
+# (service/protocols/libretranslate/routes.py): their errors are {"error": ...}; v2 needs an API key like /v1,
+# LibreTranslate's key is checked in its handlers.
 LIBRETRANSLATE_PATHS = ("/translate", "/detect", "/languages", "/health", "/translate_file")
-# The DeepL API (service/api/deepl.py) under /v2 beside the inference protocol (no path collides): its errors are
-# {"message": ...}, a missing or wrong key is 403. The prefixes are DeepL's other resources (glossaries, documents),
-# DeepL's wherever they are served; every other /v2 path is the inference protocol's, {"error": ...}.
+# The DeepL API (service/protocols/deepl/routes.py) under /v2 beside the inference protocol (no path collides): its
+# errors are {"message": ...}, a missing or wrong key is 403. The prefixes are DeepL's other resources (glossaries,
+# documents), DeepL's wherever they are served; every other /v2 path is the inference protocol's, {"error": ...}.
 DEEPL_PATHS = ("/v2/translate", "/v2/languages", "/v2/usage")
 DEEPL_PREFIXES = ("/v2/glossaries", "/v2/glossary-language-pairs", "/v2/document", "/v2/write")
 _V2_ENDPOINTS = [

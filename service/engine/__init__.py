@@ -1,5 +1,0 @@
-"""Torch-free inference on a bundle (core/bundle.py): onnxruntime sessions, numpy greedy/beam search."""
-
-from service.engine.engine import Engine, TranslateOptions
-
-__all__ = ["Engine", "TranslateOptions"]

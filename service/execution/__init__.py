@@ -1,0 +1,1 @@
+"""Where work meets the engine: typed work and the engine runner, the supervised engine (its worker)."""

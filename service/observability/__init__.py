@@ -1,0 +1,1 @@
+"""What the service tells about itself: logs (JSON lines), Prometheus metrics, Triton's per-model statistics."""

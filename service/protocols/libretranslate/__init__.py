@@ -1,0 +1,1 @@
+"""LibreTranslate's API: /translate, /detect, /languages, /translate_file, /download_file."""
