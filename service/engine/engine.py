@@ -33,7 +33,7 @@ from core.graphs import (
 from core.normalize import fold_unknown, source_normalizer
 from core.search import Hypothesis, LengthPenalty, length_limits
 from core.shortlist import Shortlist, load_shortlist
-from core.tokenizer import BOS_ID, EOS_ID, PAD_ID, Tokenizer
+from core.tokenizer import BOS_ID, EOS_ID, PAD_ID, Tokenizer, source_mask
 from service.engine.constrained import Constraint, constrained_beam_search, constrained_beam_size
 from service.engine.constrained_greedy import GREEDY_TERM_TOP_K, constrained_greedy_search
 from service.engine.decoder_cache import decoder_feeds, empty_cache
@@ -373,6 +373,7 @@ class Engine:
             self._decoder = create_session(bundle.graph(self.variant, "decoder"), providers, **settings)
         self.providers = self.encoder.get_providers()
         self.max_source_tokens = int(self.config["max_positions"])  # EOS included
+        self.source_eos = bool(self.config.get("source_eos", True))  # False: the source's EOS is masked (source_mask)
         self.vocab_size = int(self.config["vocab_size"])
         self.device_runner: DeviceRunner | None = None
         self._after_term: np.ndarray | None = None
@@ -499,7 +500,7 @@ class Engine:
     def run_encoder(self, sources: Sequence[Sequence[int]]) -> dict[str, np.ndarray]:
         src = pad_batch(sources)
         outputs = dict(zip(ENCODER_OUTPUTS, self.encoder.run(ENCODER_OUTPUTS, {"src_ids": src}), strict=True))
-        outputs["src_mask"] = src != PAD_ID
+        outputs["src_mask"] = source_mask(src, self.source_eos)
         return outputs
 
     def run_decoder_full(self, enc: dict[str, np.ndarray], targets: Sequence[Sequence[int]]) -> dict[str, np.ndarray]:
@@ -721,7 +722,9 @@ class Engine:
     ) -> list[list[Hypothesis]]:
         if self.device_runner is not None and not options.no_repeat_ngram_size:  # encoder outputs, cache on the device
             limits = length_limits([len(s) for s in sources], self.max_source_tokens, options.max_length)
-            return device_search(self.device_runner, pad_batch(sources), limits, options, stats, self.penalty(options))
+            return device_search(
+                self.device_runner, pad_batch(sources), limits, options, stats, self.penalty(options), self.source_eos
+            )
         started = time.perf_counter()
         enc = self.run_encoder(sources)
         stats["encode"] = stats.get("encode", 0.0) + time.perf_counter() - started
