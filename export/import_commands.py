@@ -82,11 +82,15 @@ def cmd_import_argos(args: argparse.Namespace) -> int:
     return write_imported(bundle, args, source_language, target_language)
 
 
-def imported_decoding(generation: dict) -> dict[str, int | str]:
+HF_LENGTH_PENALTY = 1.0  # generate's length_penalty when the checkpoint's generation config names none
+
+
+def imported_decoding(generation: dict) -> dict[str, int | float | str]:
     """A checkpoint's generation defaults as the bundle's decoding defaults (what a request leaves out):
     ``num_beams`` the beam, ``max_length`` the generated tokens less one (generate counts the decoder start), and
-    beam hypotheses ranked by generate's length penalty n ** a (core/search.py LengthPenalty)."""
+    beam hypotheses ranked by generate's length penalty n ** a (core/search.py LengthPenalty) with its exponent."""
     out: dict = {"length_penalty_form": "hf"}
+    out["length_penalty"] = float(generation.get("length_penalty", HF_LENGTH_PENALTY))
     if generation.get("num_beams"):
         out["beam_size"] = int(generation["num_beams"])
     if generation.get("max_length"):

@@ -334,6 +334,12 @@ class Registry:
         variant = choose_variant(bundle, e.variant, engine.providers)
         if variant != engine.variant:
             engine = Engine(bundle, variant, e.providers, **options)
+        cap = self.settings.limits.max_beam_size  # a request may not ask more; neither may a bundle's default
+        if int(engine.decoding.get("beam_size", 0)) > cap:
+            log.warning(
+                "%s: default beam %s above MT_MAX_BEAM_SIZE %d: %d", bundle.path, engine.decoding["beam_size"], cap, cap
+            )
+            engine.decoding["beam_size"] = cap
         return engine
 
     def get(self, name: str | None) -> LoadedModel:

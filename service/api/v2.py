@@ -77,7 +77,7 @@ def request_models(limits: LimitSettings) -> tuple[type[BaseModel], type[BaseMod
         __pydantic_extra__: dict[str, Scalar] = Field(init=False)  # the protocol's parameters are scalars
         beam_size: bounded(1, limits.max_beam_size) | None = Field(None, description="absent: the model's default")
         max_length: bounded(1, limits.max_length_cap) | None = Field(None, description="generated tokens per text")
-        length_penalty: float = Field(0.6, ge=0.0, le=5.0)
+        length_penalty: float | None = Field(None, ge=0.0, le=5.0, description="absent: the model's default")
         split_sentences: bool = True
         format: Literal["text", "html"] = "text"
         pooling: Literal["mean", "max"] = "mean"

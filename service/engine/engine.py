@@ -69,7 +69,9 @@ class TranslateOptions:
     # generated tokens; None: the bundle's default (an imported checkpoint's max_length), else 2 * source tokens + 10
     max_length: int | None = None
     num_hypotheses: int = 1
-    length_penalty: float = 0.6
+    # beam ranking's length penalty; None: the bundle's default (``Engine.resolved``: its manifest's "decoding": an
+    # imported checkpoint's, Argos's 0.2), DEFAULT_LENGTH_PENALTY when it names none
+    length_penalty: float | None = None
     return_attention: bool = False
     constrained: bool = False  # its sources carry constraints: whole batches only (no live decode)
     # > 0: no n-gram of this size twice in a hypothesis (service/engine/no_repeat.py; every search but the constrained
@@ -102,6 +104,7 @@ def _guarded(state: _DecoderState, options: TranslateOptions):
 
 
 DEFAULT_BEAM = 4  # the beam of a request that leaves it out, when the bundle names none (/v1's default)
+DEFAULT_LENGTH_PENALTY = 0.6  # the length penalty of a request that leaves it out, when the bundle names none
 
 
 def decoding_defaults(manifest: dict) -> dict:
@@ -520,12 +523,13 @@ class Engine:
     # --- translate ---------------------------------------------------------------------------
     def penalty(self, options: TranslateOptions) -> LengthPenalty:
         """The options' length penalty in the bundle's form (``decoding.length_penalty_form``; GNMT's by default)."""
-        return LengthPenalty(options.length_penalty, self.decoding.get("length_penalty_form", "gnmt"))
+        alpha = self.resolved(options).length_penalty if options.length_penalty is None else options.length_penalty
+        return LengthPenalty(alpha, self.decoding.get("length_penalty_form", "gnmt"))
 
     def resolved(self, options: TranslateOptions) -> TranslateOptions:
         """``options`` with what it leaves None set to the bundle's decoding defaults (``self.decoding``): the
         n-gram block, the beam (at least num_hypotheses; DEFAULT_BEAM when the bundle names none) and the length
-        limit (when the bundle names one)."""
+        limit (when the bundle names one), the length penalty (DEFAULT_LENGTH_PENALTY when the bundle names none)."""
         changes: dict = {}
         if options.no_repeat_ngram_size is None:
             changes["no_repeat_ngram_size"] = int(self.decoding["no_repeat_ngram_size"])
@@ -533,6 +537,8 @@ class Engine:
             changes["beam_size"] = max(int(self.decoding.get("beam_size", DEFAULT_BEAM)), options.num_hypotheses)
         if options.max_length is None and self.decoding.get("max_length") is not None:
             changes["max_length"] = int(self.decoding["max_length"])
+        if options.length_penalty is None:
+            changes["length_penalty"] = float(self.decoding.get("length_penalty", DEFAULT_LENGTH_PENALTY))
         return replace(options, **changes) if changes else options
 
     def translate(

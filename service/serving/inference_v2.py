@@ -137,7 +137,7 @@ async def infer(
     options = TranslateOptions(
         beam_size=parameters.get("beam_size"),  # None: the model's default
         max_length=parameters.get("max_length"),
-        length_penalty=parameters.get("length_penalty", 0.6),
+        length_penalty=parameters.get("length_penalty"),  # None: the model's default
     )
     split, fmt = parameters.get("split_sentences", True), parameters.get("format", "text")
     if ctx.quality is not None:
