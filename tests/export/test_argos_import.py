@@ -105,6 +105,20 @@ def test_greedy_fp32_equals_ctranslate2(fp32):
     assert unknown, "no source piece outside the vocabulary (<unk> in CTranslate2): the test would not see aliases"
 
 
+@pytest.mark.parametrize("alpha", [0.0, 0.2, 1.0])
+def test_beam_equals_ctranslate2(fp32, alpha):
+    """Beam 4, the best hypothesis: CTranslate2's on every sentence, at Argos's length penalty (0.2, the bundle's
+    default) and two others (both rank by score / length ** penalty: the bundle's length_penalty_form "hf")."""
+    options = TranslateOptions(beam_size=4, max_length=MAX_LENGTH, length_penalty=alpha)
+    ours = [[fp32.vocabulary[fp32.rows[i]] for i in t.token_ids] for t in fp32.engine.translate(TEXTS, options)]
+    translator = ctranslate2.Translator(str(fp32.ct2), compute_type="float32", intra_threads=1)
+    pieces = [fp32.sp.encode(t, out_type=str) for t in TEXTS]
+    results = translator.translate_batch(
+        pieces, beam_size=4, length_penalty=alpha, max_decoding_length=MAX_LENGTH, min_decoding_length=0
+    )
+    assert ours == [r.hypotheses[0] for r in results]
+
+
 def test_source_eos_changes_the_translation(fp32):
     """The EOS option is not a no-op: CTranslate2 given </s> translates some sentences otherwise (6 of 100 here), and
     ours with the EOS masked gives the translations without it (so the masking is what makes the tokens equal)."""
