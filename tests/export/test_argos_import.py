@@ -129,6 +129,15 @@ def test_source_eos_changes_the_translation(fp32):
     assert ours == [without[i] for i in differing] != [with_eos[i] for i in differing]
 
 
+def test_an_empty_text_stays_finite(fp32):
+    """A source of EOS alone (an empty text), all masked in such a bundle: /v1/attention of it stays finite (exact
+    zero probabilities, no NaN of a softmax over nothing), and it translates to an empty text."""
+    result = fp32.engine.attention("")
+    assert result["source_tokens"] == ["</s>"]
+    assert np.isfinite(np.asarray(result["encoder"])).all() and np.isfinite(np.asarray(result["cross"])).all()
+    assert fp32.engine.translate([""])[0].text == ""
+
+
 def test_source_eos_option(checkpoint):
     """--source-eos: the encoder reads the EOS, as CTranslate2 given pieces + </s>."""
     package = Package(checkpoint.parent, checkpoint, "float32", 3, "--source-eos")
