@@ -379,7 +379,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--calibration-data", help="source-language sentences, one per line (for int8)")
     p.add_argument("--calibration-sentences", type=int, default=256)
     p.add_argument("--force", action="store_true")
-    p.set_defaults(func=cmd_import_hf)
+    p.set_defaults(func=lambda a: cmd_import_hf(a, cmd_export))
 
     p = sub.add_parser(
         "import-argos",
@@ -403,7 +403,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--calibration-data", help="source-language sentences, one per line (for int8)")
     p.add_argument("--calibration-sentences", type=int, default=256)
     p.add_argument("--force", action="store_true")
-    p.set_defaults(func=cmd_import_argos)
+    p.set_defaults(func=lambda a: cmd_import_argos(a, cmd_export))
 
     def bundle_and_corpus(p: argparse.ArgumentParser, data_help: str, data_required: bool) -> None:
         """Arguments evaluate and verify share: the bundle, the corpus split, beam sizes, providers."""

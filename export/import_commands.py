@@ -1,15 +1,17 @@
 """``python -m export.cli import-hf`` and ``import-argos``: a Hugging Face Marian checkpoint (export/marian.py) or an
 Argos Translate package (export/argos.py) imported as our Transformer and tokenizer, and written as a bundle by the
-importers' one writer (export/imported_bundle.py)."""
+importers' one writer (export/imported_bundle.py) with ``export`` (export.cli's ``cmd_export``, passed in by the
+command line, which imports this module)."""
 
 from __future__ import annotations
 
 import argparse
 import sys
+from collections.abc import Callable
 from pathlib import Path
 
 
-def cmd_import_hf(args: argparse.Namespace) -> int:
+def cmd_import_hf(args: argparse.Namespace, export: Callable[[argparse.Namespace], int]) -> int:
     """A Hugging Face MarianMTModel checkpoint as a sealed bundle: imported as our Transformer and tokenizer
     (export/marian.py), written by the importers' writer (export/imported_bundle.py), the checkpoint's config,
     generation defaults and vocabulary mapping recorded in the manifest's ``imported``."""
@@ -53,10 +55,10 @@ def cmd_import_hf(args: argparse.Namespace) -> int:
         imported_decoding(imported.generation),
         imported.target_tokenizer_proto,
     )
-    return write_imported(bundle, args, source_language, target_language)
+    return write_imported(bundle, args, source_language, target_language, export)
 
 
-def cmd_import_argos(args: argparse.Namespace) -> int:
+def cmd_import_argos(args: argparse.Namespace, export: Callable[[argparse.Namespace], int]) -> int:
     """An Argos Translate package (.argosmodel: a CTranslate2 Transformer, SentencePiece, metadata) as a sealed
     bundle: imported as our Transformer and tokenizer (export/argos.py, int8 weights de-quantized), written by the
     importers' writer (export/imported_bundle.py); the package's metadata and licence files, CTranslate2 header and
@@ -79,7 +81,7 @@ def cmd_import_argos(args: argparse.Namespace) -> int:
         )
         return 2
     bundle = Imported(imported.model, imported.tokenizer_proto, SOURCE, imported.info, imported.decoding)
-    return write_imported(bundle, args, source_language, target_language)
+    return write_imported(bundle, args, source_language, target_language, export)
 
 
 HF_LENGTH_PENALTY = 1.0  # generate's length_penalty when the checkpoint's generation config names none

@@ -8,6 +8,7 @@ from __future__ import annotations
 import argparse
 import sys
 import tempfile
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -34,10 +35,16 @@ class Imported:
     target_tokenizer_proto: bytes | None = None  # the target side's, when it cuts text otherwise
 
 
-def write_imported(imported: Imported, args: argparse.Namespace, source_language: str, target_language: str) -> int:
+def write_imported(
+    imported: Imported,
+    args: argparse.Namespace,
+    source_language: str,
+    target_language: str,
+    export: Callable[[argparse.Namespace], int],
+) -> int:
     """Write ``args.repository/args.name/args.version`` (``args``: the import command's: source, variants,
-    calibration_data, calibration_sentences, force); 0 when the graphs match PyTorch within MAX_GRAPH_DIFF."""
-    from export.cli import cmd_export
+    calibration_data, calibration_sentences, force) with ``export`` (export.cli's ``cmd_export``, passed in: the
+    command line imports this module); 0 when the graphs match PyTorch within MAX_GRAPH_DIFF."""
     from export.parity import graph_max_diff
     from service.engine import Engine
 
@@ -61,7 +68,7 @@ def write_imported(imported: Imported, args: argparse.Namespace, source_language
             bundle_format=2,
             force=args.force,
         )
-        status = cmd_export(export_args)
+        status = export(export_args)
     if status:
         return status
     bundle = load_bundle(out)
