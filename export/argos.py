@@ -228,7 +228,8 @@ def vocabulary_map(package: ArgosPackage, zero_start: bool) -> tuple[VocabMap, d
     pad = next((p for p in PAD_PIECES if p in index), None)
     unk, eos, start = (index[named[k]] for k in ("unk", "eos", "start"))
     pad_row = index[pad] if pad is not None else unk
-    # the decoder start is an output of its own unless it is the end (a converted Marian model) or another special
+    # the decoder start is an output of its own unless it is the end (a converted Marian model) or another special;
+    # with a zero start embedding it is input only (our start row is zeros: in a shared table, its output row too)
     start_is_output = start not in (eos, unk, pad_row) and not zero_start
     excluded = [PAD_ID] if start_is_output else [PAD_ID, BOS_ID]
     vmap = renumbered(vocab, [pad_row, start, eos, unk], excluded, read_pieces(package.sentencepiece))
@@ -341,8 +342,6 @@ def import_argos(data: bytes, source_eos: bool | None = None) -> ArgosImport:
     zero_start = bool(m.attribute("decoder/start_from_zero_embedding", False))
     vmap, record = vocabulary_map(package, zero_start)
     tied = _tied(m)
-    if zero_start and tied and BOS_ID not in vmap.excluded:
-        raise ImportRefused("a zero start embedding for a decoder start that is an output, in one shared table")
     decoder_table = m.weight("decoder/position_encodings/encodings")
     if not np.array_equal(decoder_table, m.weight("encoder/position_encodings/encodings")):
         raise ImportRefused("encoder and decoder position tables differ: our model has one")
