@@ -1,6 +1,7 @@
 """An imported Argos package served by the real server beside a model trained here: /v1/models lists it (its decoding
 defaults are not all integers: Argos's length penalty 0.2), /v1/translate gives CTranslate2's greedy tokens, a request
-that leaves the length penalty out gets the bundle's, and a bundle's default beam above MT_MAX_BEAM_SIZE is capped."""
+that leaves the length penalty out gets the bundle's, a bundle's default beam above MT_MAX_BEAM_SIZE is capped; a
+glossary term is placed, /v1/attention answers, the DeepL API serves it."""
 
 from __future__ import annotations
 
@@ -35,7 +36,7 @@ def served(tiny_repository, tmp_path_factory):
     shutil.copytree(tiny_repository, repository)  # de-en, trained here
     args = ["import-argos", "--from", str(package), "--name", "argos", "--version", "1"]
     assert main([*args, "--repository", str(repository)]) == 0
-    env = {"MT_MAX_BEAM_SIZE": str(MAX_BEAM)}
+    env = {"MT_MAX_BEAM_SIZE": str(MAX_BEAM), "MT_DEFAULT_MODEL": "argos"}  # the DeepL API routes de->en to it
     with LiveServer(repository, env=env, log_path=root / "service.log") as server:
         yield server.url, ct2, spm.SentencePieceProcessor(model_file=str(checkpoint / "source.spm"))
 
@@ -81,3 +82,21 @@ def test_left_out_options_are_the_bundles(served):
     default = nbest()
     assert default == nbest(beam_size=MAX_BEAM, length_penalty=0.2)
     assert default != nbest(beam_size=MAX_BEAM, length_penalty=0.6)
+
+
+def test_glossary_attention_and_deepl(served):
+    url, _, sp = served
+    text = "Der Zug fährt nach Berlin."
+    glossary = _post(url, texts=[text], glossary={"Berlin": "Berlin"}, max_length=MAX_LENGTH)["translations"][0]
+    assert "Berlin" in glossary["text"]
+    assert not [w for w in glossary["warnings"] if w["code"] == "glossary_term_missing"]
+    attention = httpx.post(f"{url}/v1/attention", json={"source": text, "model": "argos"}, timeout=60)
+    assert attention.status_code == 200, attention.text
+    maps = attention.json()
+    assert maps["source_tokens"] == [*sp.encode(text, out_type=str), "</s>"]  # the EOS is shown, masked
+    cross = maps["cross"]  # [layers][heads][target][source]: no weight on the masked EOS
+    assert all(row[-1] == 0.0 for layer in cross for head in layer for row in head)
+    v1 = _post(url, texts=TEXTS)["translations"]
+    deepl = httpx.post(f"{url}/v2/translate", json={"text": TEXTS, "source_lang": "DE", "target_lang": "EN-US"})
+    assert deepl.status_code == 200, deepl.text
+    assert [t["text"] for t in deepl.json()["translations"]] == [t["text"] for t in v1]
