@@ -93,7 +93,8 @@ def _vocabulary(files: dict[str, bytes], model_dir: str) -> list[str]:
     if f"{model_dir}/shared_vocabulary.json" in files:
         return json.loads(files[f"{model_dir}/shared_vocabulary.json"])
     if f"{model_dir}/shared_vocabulary.txt" in files:
-        return files[f"{model_dir}/shared_vocabulary.txt"].decode("utf-8").split("\n")[:-1]
+        lines = files[f"{model_dir}/shared_vocabulary.txt"].decode("utf-8").split("\n")  # as CTranslate2 reads it
+        return lines[:-1] if lines[-1] == "" else lines
     raise ImportRefused(f"{model_dir}: no shared_vocabulary.json or shared_vocabulary.txt")
 
 

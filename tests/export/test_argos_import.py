@@ -231,3 +231,19 @@ def test_cli_refuses_a_file_that_is_no_package(tmp_path, capsys):
     args = ["import-argos", "--from", str(path), "--name", "x", "--version", "1", "--repository", str(tmp_path)]
     assert main(args) == 2
     assert "not a zip" in capsys.readouterr().err
+
+
+def test_a_text_vocabulary_reads_as_the_json_one(fp32, tmp_path):
+    """shared_vocabulary.txt (one piece a line: older packages) gives the vocabulary shared_vocabulary.json gives."""
+    with zipfile.ZipFile(fp32.path) as archive:
+        files = {n: archive.read(n) for n in archive.namelist()}
+    name = next(n for n in files if n.endswith("model/shared_vocabulary.json"))
+    text = "".join(f"{piece}\n" for piece in json.loads(files.pop(name)))
+    files[name.replace(".json", ".txt")] = text.encode("utf-8")
+    path = tmp_path / "text-vocabulary.argosmodel"
+    with zipfile.ZipFile(path, "w") as archive:
+        for n, data in files.items():
+            archive.writestr(n, data)
+    imported = import_argos(path.read_bytes())
+    assert imported.package.vocabulary == fp32.vocabulary
+    assert imported.vocab.marian_ids == fp32.rows
