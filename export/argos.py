@@ -17,8 +17,9 @@ CTranslate2 does for ``compute_type="float32"``); its TransformerSpec variables 
 - ``position_encodings/encodings``: the table itself, as our learned positions (exact whatever its layout);
 - ``embeddings_0`` / ``embeddings`` / ``projection``: one joint vocabulary renumbered to our special ids
   (export/marian_vocab.py ``renumbered``), the projection's bias (zeros without one) -inf on rows CTranslate2 does not
-  have; ``scale_embeddings`` sqrt(d_model) or none; ``start_from_zero_embedding`` (a converted Marian model): our
-  decoder start embeds as zeros;
+  have (a padding piece it has stays in the softmax and is banned after it, as a trained model never outputs it);
+  ``scale_embeddings`` sqrt(d_model) or none; ``start_from_zero_embedding`` (a converted Marian model): our decoder
+  start embeds as zeros;
 - attributes: ``num_heads``, ``pre_norm``, ``activation`` (ReLU, swish, GELU), config.json ``layer_norm_epsilon``
   (CTranslate2's default 1e-5) and ``add_source_eos`` (Argos feeds SentencePiece pieces without ``</s>``: such a
   model's encoder never sees one, ModelConfig.source_eos false).
@@ -32,6 +33,7 @@ from __future__ import annotations
 import io
 import json
 import math
+import re
 import zipfile
 from dataclasses import dataclass
 from pathlib import PurePosixPath
@@ -140,7 +142,8 @@ def read_package(data: bytes) -> ArgosPackage:
 
 
 def _layers(model: CT2Model, stack: str) -> int:
-    return len({n.split("/")[1] for n in model.names() if n.startswith(f"{stack}/layer_")})
+    """How many ``{stack}/layer_<i>/`` the model has (``{stack}/layer_norm`` is the final norm, not a layer)."""
+    return len({m.group(1) for n in model.names() if (m := re.match(rf"{stack}/layer_(\d+)/", n))})
 
 
 def _scale_embedding(model: CT2Model, d_model: int) -> bool:
@@ -165,7 +168,7 @@ def _scale_embedding(model: CT2Model, d_model: int) -> bool:
     return out.pop()
 
 
-def model_config(package: ArgosPackage, vocab_size: int, tied: bool) -> ModelConfig:
+def model_config(package: ArgosPackage, vocab_size: int, tied: bool, banned_ids: list[int]) -> ModelConfig:
     m, config = package.model, package.config
     for name, wanted in PLAIN.items():
         value = m.attribute(name)
@@ -206,6 +209,7 @@ def model_config(package: ArgosPackage, vocab_size: int, tied: bool) -> ModelCon
         tie_embeddings=tied,
         scale_embedding=_scale_embedding(m, d_model),
         output_bias=True,
+        banned_ids=banned_ids,
         layer_norm_eps=1e-5 if eps is None else float(eps),
         source_eos=bool(config.get("add_source_eos", False)),
     )
@@ -232,7 +236,10 @@ def vocabulary_map(package: ArgosPackage, zero_start: bool) -> tuple[VocabMap, d
     # the decoder start is an output of its own unless it is the end (a converted Marian model) or another special;
     # with a zero start embedding it is input only (our start row is zeros: in a shared table, its output row too)
     start_is_output = start not in (eos, unk, pad_row) and not zero_start
-    excluded = [PAD_ID] if start_is_output else [PAD_ID, BOS_ID]
+    # a padding piece of the vocabulary is an ordinary output to CTranslate2 (in its softmax): ours keeps its logit
+    # and bans it after the log-softmax (banned_ids), so every other token's probability is CTranslate2's; without
+    # one, our pad reads the unk row again and leaves the softmax (-inf bias), as do the aliases
+    excluded = ([] if pad is not None else [PAD_ID]) + ([] if start_is_output else [BOS_ID])
     vmap = renumbered(vocab, [pad_row, start, eos, unk], excluded, read_pieces(package.sentencepiece))
     record = {"pad": pad, "decoder_start": named["start"], "start_from_zero_embedding": zero_start}
     return vmap, record
@@ -346,7 +353,7 @@ def import_argos(data: bytes, source_eos: bool | None = None) -> ArgosImport:
     decoder_table = m.weight("decoder/position_encodings/encodings")
     if not np.array_equal(decoder_table, m.weight("encoder/position_encodings/encodings")):
         raise ImportRefused("encoder and decoder position tables differ: our model has one")
-    cfg = model_config(package, vmap.size, tied)
+    cfg = model_config(package, vmap.size, tied, [PAD_ID] if record["pad"] is not None else [])
     if source_eos is not None:
         cfg.source_eos = source_eos
     model = Transformer(cfg)

@@ -247,3 +247,70 @@ def test_a_text_vocabulary_reads_as_the_json_one(fp32, tmp_path):
     imported = import_argos(path.read_bytes())
     assert imported.package.vocabulary == fp32.vocabulary
     assert imported.vocab.marian_ids == fp32.rows
+
+
+def test_a_pre_norm_relu_package_scores_as_ctranslate2(tiny_model_dir, tmp_path):
+    """The other family of packages (OpenNMT-py's: pre-norm, ReLU, a final LayerNorm per stack, <s> a token of its
+    own as the decoder start, <pad> in the vocabulary, an interleaved position table): a random model of our own
+    written by CTranslate2's spec API (bench/ct2_convert.py), random LayerNorm weights so a misplaced norm shows.
+    Per-token log-probabilities of the imported model equal CTranslate2's score_batch (teacher forcing, sources
+    without </s> as Argos feeds them)."""
+    import shutil
+
+    import torch
+
+    from bench.ct2_convert import convert as convert_ours
+    from core.tokenizer import BOS_ID, EOS_ID, PAD_ID
+    from model.checkpoint import load_release, save_release
+    from model.config import ModelConfig
+    from model.transformer import Transformer
+
+    tiny, _ = load_release(tiny_model_dir / "release")
+    cfg = ModelConfig.from_dict({**tiny.cfg.to_dict(), "norm_placement": "pre", "activation": "relu"})
+    torch.manual_seed(0)
+    model = Transformer(cfg).eval()
+    with torch.no_grad():
+        for module in model.modules():
+            if isinstance(module, torch.nn.LayerNorm):
+                module.weight.uniform_(0.5, 1.5)
+                module.bias.uniform_(-0.2, 0.2)
+    release = tmp_path / "pre-norm"
+    save_release(release, model)
+    shutil.copy(tiny_model_dir / "release" / "tokenizer.model", release / "tokenizer.model")
+    ct2 = convert_ours(release, tmp_path / "ct2")
+    package = tmp_path / "pre-norm.argosmodel"
+    with zipfile.ZipFile(package, "w") as archive:
+        archive.writestr("p/metadata.json", json.dumps(METADATA))
+        archive.writestr("p/sentencepiece.model", (release / "tokenizer.model").read_bytes())
+        for file in sorted(ct2.iterdir()):
+            archive.writestr(f"p/model/{file.name}", file.read_bytes())
+    imported = import_argos(package.read_bytes())
+    ours = imported.model
+    assert (ours.cfg.norm_placement, ours.cfg.activation, ours.cfg.source_eos) == ("pre", "relu", False)
+    assert BOS_ID not in imported.vocab.excluded  # <s> is a token of its own
+    assert PAD_ID not in imported.vocab.excluded and ours.cfg.banned_ids == [PAD_ID]  # <pad>: in CTranslate2's softmax
+    sp = spm.SentencePieceProcessor(model_proto=imported.tokenizer_proto)
+    pieces = imported.package.vocabulary
+    translator = ctranslate2.Translator(str(ct2), compute_type="float32", intra_threads=1)
+    for source, target in zip(TEXTS[:5], reversed(TEXTS[:5]), strict=True):
+        src, tgt = sp.encode(source), sp.encode(target)[:8]
+        theirs = translator.score_batch(
+            [[pieces[imported.vocab.marian_ids[i]] for i in src]], [[pieces[imported.vocab.marian_ids[i]] for i in tgt]]
+        )[0].log_probs
+        with torch.no_grad():
+            logits = ours(torch.tensor([[*src, EOS_ID]]), torch.tensor([[BOS_ID, *tgt]]))
+        expected = torch.log_softmax(logits[0].float(), dim=-1)[range(len(tgt) + 1), [*tgt, EOS_ID]]
+        np.testing.assert_allclose(theirs, expected.numpy(), atol=1e-4, err_msg=source)
+    # and as a bundle: the engine's greedy tokens are CTranslate2's
+    args = ["import-argos", "--from", str(package), "--name", "pre", "--version", "1", "--repository", str(tmp_path)]
+    assert main(args) == 0
+    engine = Engine(load_bundle(tmp_path / "pre" / "1"), variant="fp32")
+    translations = engine.translate(TEXTS[:30], TranslateOptions(beam_size=1, max_length=MAX_LENGTH))
+    rows = imported.vocab.marian_ids
+    results = translator.translate_batch(
+        [[pieces[rows[i]] for i in sp.encode(t)] for t in TEXTS[:30]],
+        beam_size=1,
+        max_decoding_length=MAX_LENGTH,
+        min_decoding_length=0,
+    )
+    assert [[pieces[rows[i]] for i in t.token_ids] for t in translations] == [r.hypotheses[0] for r in results]
