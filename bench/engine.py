@@ -19,7 +19,10 @@ search with a 4-gram block (``no_repeat_ngram_size`` 4, the general-domain bundl
 searches without one, as PyTorch and CTranslate2 do). The bundle's lexical
 shortlist (``python -m export.cli shortlist``, core/shortlist.py) runs only in the ``+shortlist`` ort engines and
 the ``+vmap`` ct2 engines (the same table written as CTranslate2's vmap.txt, decoded with use_vmap); every other
-engine searches the whole vocabulary.
+engine searches the whole vocabulary. ``+avx2`` runs an engine on the code of CPUs without AVX-512: the fused step's
+AVX2 kernels (MT_FUSED_STEP_KERNEL=avx2; use with ``+fused``) and CTranslate2's AVX2 code (CT2_FORCE_CPU_ISA=AVX2).
+onnxruntime's own kernels cannot be forced, so on an AVX-512 machine ``ort-int8+fused+avx2`` against
+``ct2-int8+avx2`` is the one like-for-like AVX2 pair; the graph engines need an AVX2-only CPU.
 
 Method: every engine lives in its own fresh process (its own peak RSS), all get the same token ids
 (tokenisation is outside the timing), the same thread count and the same batches (batch 32: the test set
@@ -115,17 +118,17 @@ def _runner(engine: str, args: dict):
         pieces = json.loads((ct2_dir / "shared_vocabulary.json").read_text(encoding="utf-8"))
         manifest = json.loads((Path(args["bundle"]) / "manifest.json").read_text())
         extra = imported_twin(manifest, pieces) if "imported" in manifest else {"pieces": pieces}
-        base, _, option = engine.partition("+")
+        base, *options = engine.split("+")
         compute_type = {"ct2-fp32": "float32", "ct2-int8": "int8"}[base]
-        if option == "vmap":
+        if "vmap" in options:
             from bench.ct2_convert import vmap_model
 
             ct2_dir = vmap_model(ct2_dir, Path(args["bundle"]))
-        runner = CT2Runner(ct2_dir, compute_type=compute_type, threads=threads, use_vmap=option == "vmap", **extra)
+        runner = CT2Runner(ct2_dir, compute_type=compute_type, threads=threads, use_vmap="vmap" in options, **extra)
         return lambda sources, limits, beam: runner.translate_ids(sources, limits, beam)
     raise ValueError(
         f"unknown engine {engine!r}; choose from {ENGINES} (ort engines accept +decoder, +own-arena, +shortlist, "
-        "+steps, +block, +own-tables, +no-pattern, +no-prepack, +fused; ct2 engines +vmap)"
+        "+steps, +block, +own-tables, +no-pattern, +no-prepack, +fused, +avx2; ct2 engines +vmap, +avx2)"
     )
 
 
@@ -146,6 +149,9 @@ def imported_twin(manifest: dict, ct2_pieces: list[str]) -> dict:
 
 
 def _worker(conn, engine: str, args: dict) -> None:
+    if "+avx2" in engine:  # before any library reads them: the fused step's kernel, CTranslate2's ISA
+        os.environ["MT_FUSED_STEP_KERNEL"] = "avx2"
+        os.environ["CT2_FORCE_CPU_ISA"] = "AVX2"
     started = time.perf_counter()
     run = _runner(engine, args)
     workloads: dict[str, dict] = {}

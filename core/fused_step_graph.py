@@ -23,6 +23,7 @@ from core.graphs import (
     SOURCE_LIMITS,
     SOURCE_STEPS,
     VOCAB_IDS,
+    VOCAB_SOURCES,
     step_input_names,
     step_interface,
     step_output_names,
@@ -53,6 +54,7 @@ EXPECTED_OPS = {
     "LogSoftmax", "TopK", "ReduceMax", "Unsqueeze", "GatherND", "GatherElements", "Div", "Mod",
 }  # fmt: skip
 NO_VOCAB_IDS = "fused.no_vocab_ids"  # the empty vocab_ids of graphs that take none
+NO_VOCAB_SOURCES = "fused.no_vocab_sources"  # the empty vocab_sources of a search loop's body (one source)
 NORMS = ["self.norm", "cross.norm", "ffn.norm"]
 
 
@@ -114,6 +116,25 @@ def _empty_ids(name: str) -> bytes:
     )
 
 
+def _empty_bools(name: str) -> bytes:
+    """An initializer: an empty (0, 0) bool matrix (TensorProto dims 1, data_type 2 = 9, name 8)."""
+    dims = (_key(1, 0) + encode_varint(0)) * 2
+    return _length_delimited(5, dims + _key(2, 0) + encode_varint(9) + _length_delimited(8, name.encode()))
+
+
+def _bools_value(name: str, dims: tuple[str, str]) -> bytes:
+    """A ValueInfoProto: ``name``, a bool tensor of shape ``dims`` (tensor_type elem_type 9, named dims)."""
+    shape = b"".join(_length_delimited(1, _length_delimited(2, dim.encode())) for dim in dims)
+    tensor_type = _key(1, 0) + encode_varint(9) + _length_delimited(2, shape)
+    return _length_delimited(1, name.encode()) + _length_delimited(2, _length_delimited(1, tensor_type))
+
+
+def _vocab_sources_input() -> bytes:
+    """``vocab_sources`` as a graph input with an empty default (an overridable initializer: callers may leave it
+    out, and every row then normalizes over the whole subset)."""
+    return _length_delimited(11, _bools_value(VOCAB_SOURCES, ("sources", "subset"))) + _empty_bools(VOCAB_SOURCES)
+
+
 def _int64_value(name: str, dim: str | None) -> bytes:
     """A ValueInfoProto: ``name``, an int64 tensor of shape (dim,), or a scalar for None (type 2: tensor_type 1:
     elem_type 1 = 7, shape 2: dim 1: dim_param 2)."""
@@ -171,9 +192,12 @@ def _cache_inputs(layers: int) -> list[str]:
     return cache + [f"{kind}_{i}" for i in range(layers) for kind in ("past_keys", "past_values")]
 
 
-def _fuse(graph: bytes, folder: Path, outer: dict[str, Tensor], layers: int, has_vocab_ids: bool) -> bytes:
+def _fuse(
+    graph: bytes, folder: Path, outer: dict[str, Tensor], layers: int, has_vocab_ids: bool, sources: bool
+) -> bytes:
     """A graph (a step graph, or the body of a search loop) with its step computation, from the step inputs to the
-    step outputs, replaced by one fused node; the rest of its nodes unchanged."""
+    step outputs, replaced by one fused node; the rest of its nodes unchanged. ``sources``: the graph takes
+    ``vocab_sources`` (a step graph of whole batches; a loop's body searches one source and gets an empty one)."""
     raw_nodes = _raw_nodes(graph)
     tensors = {**outer, **initializers(graph)}
     step_inputs = HEAD_INPUTS + _cache_inputs(layers) + ([VOCAB_IDS] if has_vocab_ids else [])
@@ -246,9 +270,10 @@ def _fuse(graph: bytes, folder: Path, outer: dict[str, Tensor], layers: int, has
         if any(p not in tensors or not _all_zero(tensors[p], folder) for p in parts):
             raise NotFused(f"weight zero point {zero} is not zero")
 
+    own = VOCAB_SOURCES if sources else NO_VOCAB_SOURCES
     fused = _node_bytes(
         OP_TYPE,
-        (step_inputs if has_vocab_ids else step_inputs + [NO_VOCAB_IDS]) + weights,
+        (step_inputs if has_vocab_ids else step_inputs + [NO_VOCAB_IDS]) + [own] + weights,
         step_outputs,
         DOMAIN,
         layers=layers,
@@ -263,7 +288,8 @@ def _fuse(graph: bytes, folder: Path, outer: dict[str, Tensor], layers: int, has
     order.append((step_inputs + weights, step_outputs, fused))
     rest = b"".join(field_bytes for number, field_bytes in raw_fields(graph) if number not in (1, 13))
     # graphs without vocab_ids (bundles without a shortlist) give the operator an empty one: the whole vocabulary
-    return _topological(order) + rest + (b"" if has_vocab_ids else _empty_ids(NO_VOCAB_IDS))
+    empty = b"" if has_vocab_ids else _empty_ids(NO_VOCAB_IDS)
+    return _topological(order) + rest + empty + (_vocab_sources_input() if sources else _empty_bools(own))
 
 
 def _model_parts(path: Path) -> tuple[bytes, bytes, list[str], dict[str, str]]:
@@ -298,7 +324,7 @@ def fused_step_graph(path: Path) -> bytes:
     base = step_input_names(layers, BATCH_STEP_INTERFACE)
     if layers == 0 or inputs not in (base, base + [VOCAB_IDS]):
         raise NotFused(f"not an interface-3 step graph (inputs {inputs})")
-    return _with_graph(model, _fuse(graph, Path(path).parent, {}, layers, VOCAB_IDS in inputs))
+    return _with_graph(model, _fuse(graph, Path(path).parent, {}, layers, VOCAB_IDS in inputs, sources=True))
 
 
 def _search_loop_parts(path: Path) -> tuple[bytes, bytes, list[str], int, list[tuple[Node, bytes]], int]:
@@ -322,7 +348,7 @@ def fused_loop_graph(path: Path) -> bytes:
     for number, field_bytes in raw_fields(_unwrap(raw_nodes[at][1])):
         if number == 5 and attribute(_unwrap(field_bytes))[0] == "body":
             body = next(v for n, v in fields(_unwrap(field_bytes)) if n == 6)
-            new_body = _fuse(body, Path(path).parent, initializers(graph), layers, VOCAB_IDS in inputs)
+            new_body = _fuse(body, Path(path).parent, initializers(graph), layers, VOCAB_IDS in inputs, sources=False)
             body_attribute = b"".join(
                 _length_delimited(6, new_body) if n == 6 else raw for n, raw in raw_fields(_unwrap(field_bytes))
             )
@@ -357,10 +383,10 @@ def fused_search_graph(path: Path) -> bytes:
     )
     body = next(v for n, v in fields(body_attribute) if n == 6)
     has_vocab_ids = VOCAB_IDS in inputs
-    fused_body = _fuse(body, Path(path).parent, initializers(graph), layers, has_vocab_ids)
+    fused_body = _fuse(body, Path(path).parent, initializers(graph), layers, has_vocab_ids, sources=False)
     body_nodes = _raw_nodes(fused_body)
     step = next(node for node, _ in body_nodes if node.op_type == OP_TYPE)
-    weights = step.inputs[len(HEAD_INPUTS) + 4 * layers + 1 :]
+    weights = step.inputs[len(HEAD_INPUTS) + 4 * layers + 2 :]
     # the body's weight-deriving nodes (Concats of stored weights) and the stored weights everything reads
     producer = {out: (node, raw) for node, raw in body_nodes for out in node.outputs}
     kept: list[tuple[Node, bytes]] = []
@@ -382,7 +408,7 @@ def fused_search_graph(path: Path) -> bytes:
     ]
     search_inputs = ["max_steps", "tokens", "scores", "src_mask", SOURCE_LIMITS, NO_REPEAT_NGRAM]
     search_inputs += _cache_inputs(layers)
-    search_inputs.append(VOCAB_IDS if has_vocab_ids else NO_VOCAB_IDS)
+    search_inputs += [VOCAB_IDS if has_vocab_ids else NO_VOCAB_IDS, VOCAB_SOURCES]
     outputs = [*SEARCH_LOOP_OUTPUTS, SOURCE_STEPS]
     search = _node_bytes(
         SEARCH_OP_TYPE,
@@ -401,7 +427,7 @@ def fused_search_graph(path: Path) -> bytes:
     rest += _length_delimited(11, _int64_value(NO_REPEAT_NGRAM, None))
     rest += _length_delimited(12, _int64_value(SOURCE_STEPS, "sources"))
     empty = b"" if has_vocab_ids else _empty_ids(NO_VOCAB_IDS)
-    return _with_graph(model, _topological(order) + rest + b"".join(stored) + empty)
+    return _with_graph(model, _topological(order) + rest + b"".join(stored) + empty + _vocab_sources_input())
 
 
 def _unwrap(field_bytes: bytes) -> bytes:

@@ -154,6 +154,11 @@ NO_REPEAT_NGRAM = "no_repeat_ngram_size"
 # engine checks.
 VOCAB_IDS = "vocab_ids"
 VOCAB_SUBSET_KEY = "mtserve.vocab_subset"
+# The fused step and search (core/fused_step_graph.py) take one more, optional: ``vocab_sources`` (sources, subset)
+# bool, the subset's ids each source owns (its own shortlist within the batch's union); a source's rows then
+# normalize over those ids only, so that its log-probabilities are the ones it gets alone, whatever companions widen
+# the union (issue 56). An overridable initializer, empty by default: every row over the whole subset.
+VOCAB_SOURCES = "vocab_sources"
 
 # A step graph rewritten into one fused operator node (core/fused_step_graph.py) carries this metadata entry ("1"):
 # its top-k is a scan over each row's log-probabilities, as cheap as an arg-max at any k, so the engine ranks there
@@ -164,3 +169,8 @@ FUSED_STEP_KEY = "mtserve.fused_step"
 def has_vocab_ids(session) -> bool:
     """Whether an onnxruntime session's step graph takes ``vocab_ids`` (an empty one = the whole vocabulary)."""
     return any(i.name == VOCAB_IDS for i in session.get_inputs())
+
+
+def has_vocab_sources(session) -> bool:
+    """Whether an onnxruntime session (a fused step or search) takes ``vocab_sources``."""
+    return any(i.name == VOCAB_SOURCES for i in session.get_overridable_initializers())

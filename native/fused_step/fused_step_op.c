@@ -11,6 +11,9 @@
      cross_keys_i, cross_values_i (sources, heads, src, d_head) f32 for each layer i,
      past_keys_i, past_values_i (rows, heads, past, d_head) f32 for each layer i,
      vocab_ids (subset) i64 (empty: the whole vocabulary),
+     vocab_sources (sources, subset) bool (empty: every row over the whole subset): the subset's ids each source's
+       rows normalize over (its own shortlist within the batch's union), so that a row's log-probabilities are the
+       ones it gets alone whatever companions widen the union,
      embedding (vocab, d) f32, embedding scale (1) f32, position table (max_positions, d) f32,
      per layer: 6 norms' and products' groups (WEIGHTS_PER_LAYER tensors, the order of `layer_inputs` below),
      final norm gamma, beta; output product weight (d, vocab) i8, its scales (vocab), activation scale, zero point;
@@ -106,8 +109,32 @@ static OrtStatus *output(OrtKernelContext *ctx, size_t i, const int64_t *dims, s
     return g_api->GetTensorMutableData(value, data);
 }
 
-/* the inputs before the weights: the operator's own, each layer's cross and past keys/values, vocab_ids */
-static size_t weights_start(const kernel *k) { return (size_t)k->head_inputs + 4 * (size_t)k->layers + 1; }
+/* the inputs before the weights: the operator's own, each layer's cross and past keys/values, vocab_ids,
+   vocab_sources */
+static size_t weights_start(const kernel *k) { return (size_t)k->head_inputs + 4 * (size_t)k->layers + 2; }
+
+/* vocab_sources (`t`): empty (NULL: every row over all `width` columns) or (sources, width), each source owning at
+   least `least` columns; its bytes normalized to 0/1 in `own` (sources * width bytes) */
+static OrtStatus *own_columns(const kernel *K, const tensor *t, int64_t sources, int64_t width, int64_t least,
+                              uint8_t **own) {
+    *own = NULL;
+    if (t->count == 0) return NULL;
+    if (t->rank != 2 || t->dims[0] != sources || t->dims[1] != width)
+        FAIL(ORT_INVALID_ARGUMENT, "%s: vocab_sources is not (sources, vocabulary subset)", K->name);
+    uint8_t *out = malloc(sources * width);
+    if (!out) FAIL(ORT_FAIL, "%s: out of memory", K->name);
+    for (int64_t b = 0; b < sources; b++) {
+        int64_t owned = 0;
+        for (int64_t j = 0; j < width; j++) owned += out[b * width + j] = ((const uint8_t *)t->data)[b * width + j] != 0;
+        if (owned < least) {
+            free(out);
+            FAIL(ORT_INVALID_ARGUMENT, "%s: source %d owns %d of the subset's ids, fewer than %d", K->name, (int)b,
+                 (int)owned, (int)least);
+        }
+    }
+    *own = out;
+    return NULL;
+}
 
 /* The operator reads a weight once, to pack it; where onnxruntime maps it from the weights file, its pages are then
    handed back to the kernel (MADV_PAGEOUT, Linux 5.4+: file pages are read again if anything touches them; pages
@@ -262,12 +289,12 @@ static void attend(const float *q, const float *k, const float *v, const int32_t
 
 /* one step's working memory, for at most `rows` rows, `width` output columns and `len` attended positions */
 typedef struct {
-    float *x, *h, *t, *att, *logits, *scores;
+    float *x, *h, *t, *att, *logits, *scores, *own;
     uint8_t *xq;
 } scratch;
 
 static void scratch_free(scratch *s) {
-    free(s->x); free(s->h); free(s->t); free(s->att); free(s->logits); free(s->scores); free(s->xq);
+    free(s->x); free(s->h); free(s->t); free(s->att); free(s->logits); free(s->scores); free(s->own); free(s->xq);
 }
 
 static int scratch_alloc(scratch *s, const kernel *K, int64_t rows, int64_t width, int64_t len) {
@@ -275,8 +302,9 @@ static int scratch_alloc(scratch *s, const kernel *K, int64_t rows, int64_t widt
     s->x = malloc(rows * d * sizeof(float)); s->h = malloc(rows * d * sizeof(float));
     s->t = malloc(rows * W * sizeof(float)); s->att = malloc(rows * d * sizeof(float));
     s->logits = malloc(rows * width * sizeof(float)); s->scores = malloc(len * sizeof(float));
+    s->own = malloc(width * sizeof(float));
     s->xq = aligned_alloc(64, (ip_xq_bytes((int)rows, (int)W) + 63) / 64 * 64);
-    if (s->x && s->h && s->t && s->att && s->logits && s->scores && s->xq) return 1;
+    if (s->x && s->h && s->t && s->att && s->logits && s->scores && s->own && s->xq) return 1;
     scratch_free(s);
     return 0;
 }
@@ -297,6 +325,7 @@ typedef struct {
     const int32_t *banned_n;
     int64_t banned_stride;
     const uint8_t *self_allowed, *src_allowed;
+    const uint8_t *own_vocab; /* (sources, width): the columns row r's source (slots[r] / group) owns; NULL: all */
     float **cross_k, **cross_v, **cache_k, **cache_v;
     const qlinear *out_q;
     float *log_probs, *top_values; /* (rows, width) at row stride lp_stride (0: one row, reused), (rows, k) */
@@ -368,8 +397,17 @@ static void step(const kernel *K, const step_args *a, scratch *s) {
     for (int64_t r = 0; r < rows; r++) { /* LogSoftmax: x - max - log(sum(exp(x - max))) */
         const float *z = s->logits + r * out_q->n;
         float *lp = a->log_probs + r * a->lp_stride;
-        const float top = vm_max(z, (int)width);
-        vm_shift(z, (int)width, top, logf(vm_exp_sum(z, (int)width, top)), lp);
+        const uint8_t *own = a->own_vocab ? a->own_vocab + (a->slots[r] / a->group) * width : NULL;
+        if (own) { /* over the row's own columns, gathered in order: the sums its source gets alone */
+            int m = 0;
+            for (int64_t j = 0; j < width; j++)
+                if (own[j]) s->own[m++] = z[j];
+            const float top = vm_max(s->own, m), norm = logf(vm_exp_sum(s->own, m, top));
+            for (int64_t j = 0; j < width; j++) lp[j] = own[j] ? z[j] - top - norm : -INFINITY;
+        } else {
+            const float top = vm_max(z, (int)width);
+            vm_shift(z, (int)width, top, logf(vm_exp_sum(z, (int)width, top)), lp);
+        }
         for (int32_t j = 0; a->banned_n && j < a->banned_n[r]; j++) { /* the n-gram block: out of the ranking */
             const int64_t id = a->banned[r * a->banned_stride + j], at = a->ids ? find(a->ids, width, id) : id;
             if (at >= 0) lp[at] = -INFINITY;
@@ -416,21 +454,24 @@ static OrtStatus *cross_inputs(const kernel *K, OrtKernelContext *ctx, size_t at
     return NULL;
 }
 
-/* checks the input count, and reads the operator's own inputs (before the caches) into head[] and vocab_ids */
-static OrtStatus *head_inputs(const kernel *K, OrtKernelContext *ctx, tensor *head, tensor *vocab_ids) {
+/* checks the input count, and reads the operator's own inputs (before the caches) into head[], vocab_ids and
+   vocab_sources */
+static OrtStatus *head_inputs(const kernel *K, OrtKernelContext *ctx, tensor *head, tensor *vocab_ids,
+                              tensor *vocab_sources) {
     size_t count = 0;
     CHECK(g_api->KernelContext_GetInputCount(ctx, &count));
     if (count != weights_start(K) + 3 + WEIGHTS_PER_LAYER * (size_t)K->layers + 6)
         FAIL(ORT_INVALID_ARGUMENT, "%s: %zu inputs for %d layers", K->name, count, (int)K->layers);
     for (int64_t i = 0; i < K->head_inputs; i++) CHECK(input(ctx, i, &head[i]));
-    return input(ctx, K->head_inputs + 4 * K->layers, vocab_ids);
+    CHECK(input(ctx, K->head_inputs + 4 * K->layers, vocab_ids));
+    return input(ctx, K->head_inputs + 4 * K->layers + 1, vocab_sources);
 }
 
 static OrtStatus *compute(void *handle, OrtKernelContext *ctx) {
     kernel *K = handle;
     const int64_t L = K->layers, H = K->heads;
-    tensor head[HEAD_INPUTS], vocab_ids;
-    CHECK(head_inputs(K, ctx, head, &vocab_ids));
+    tensor head[HEAD_INPUTS], vocab_ids, vocab_sources;
+    CHECK(head_inputs(K, ctx, head, &vocab_ids, &vocab_sources));
     const tensor tokens = head[0], src_mask = head[1], topk = head[2], positions = head[3], self_mask = head[4];
     const tensor query_rows = head[5], row_slots = head[6];
     subset *sub = NULL;
@@ -448,7 +489,7 @@ static OrtStatus *compute(void *handle, OrtKernelContext *ctx) {
     a.k = a.k < 0 ? 0 : (a.k > a.width ? a.width : a.k);
     const int64_t rows = a.rows;
     float *cross_k[64], *cross_v[64], *present_k[64], *present_v[64];
-    uint8_t *src_allowed = NULL, *self_allowed = NULL;
+    uint8_t *src_allowed = NULL, *self_allowed = NULL, *own = NULL;
     scratch s = {0};
     OrtStatus *status = NULL;
 #define STOP(...) do { status = g_api->CreateStatus(__VA_ARGS__); goto done; } while (0)
@@ -469,6 +510,8 @@ static OrtStatus *compute(void *handle, OrtKernelContext *ctx) {
             STOP(ORT_INVALID_ARGUMENT, message);
         }
     TRY(cross_inputs(K, ctx, HEAD_INPUTS, a.sources, a.src, cross_k, cross_v));
+    TRY(own_columns(K, &vocab_sources, a.sources, a.width, 1, &own));
+    a.own_vocab = own;
     for (int64_t l = 0; l < L; l++) {
         tensor pk, pv;
         TRY(input(ctx, HEAD_INPUTS + 2 * L + 2 * l, &pk));
@@ -501,7 +544,7 @@ static OrtStatus *compute(void *handle, OrtKernelContext *ctx) {
     step(K, &a, &s);
 done:
     release_subset(K, sub);
-    scratch_free(&s); free(src_allowed); free(self_allowed);
+    scratch_free(&s); free(src_allowed); free(self_allowed); free(own);
     return status;
 }
 
@@ -510,7 +553,8 @@ done:
 /* Inputs: max_steps () i64, tokens (sources * k, 1) i64 (BOS), scores (sources * k, 1) f64, src_mask (sources, src)
    bool, source_limits (sources) i64, no_repeat_ngram_size () i64, cross_keys_i / cross_values_i (sources, heads, src, d_head) per layer,
    past_keys_i / past_values_i (sources * k, heads, 0, d_head) per layer (empty: read for their shapes only),
-   vocab_ids, then the step operator's weights. Rows s * k .. s * k + k - 1 are source s's k beams.
+   vocab_ids, vocab_sources (each source's own ids of the subset, at least 2k of them; empty: all), then the step
+   operator's weights. Rows s * k .. s * k + k - 1 are source s's k beams.
    Outputs (steps, sources * k) each: ended (bool), ended_beams, ended_scores (f64), going_beams, going_ids,
    going_scores (f64), and source_steps (sources) i64. Source s runs source_steps[s] steps; its columns of the
    first source_steps[s] rows are export/search_loop.py's scan outputs for it alone, computed as its Loop body
@@ -530,8 +574,8 @@ done:
 static OrtStatus *search(void *handle, OrtKernelContext *ctx) {
     kernel *K = handle;
     const int64_t L = K->layers, H = K->heads;
-    tensor head[SEARCH_HEAD], vocab_ids, past0;
-    CHECK(head_inputs(K, ctx, head, &vocab_ids));
+    tensor head[SEARCH_HEAD], vocab_ids, vocab_sources, past0;
+    CHECK(head_inputs(K, ctx, head, &vocab_ids, &vocab_sources));
     const tensor max_steps = head[0], tokens = head[1], start_scores = head[2], src_mask = head[3];
     const tensor source_limits = head[4], block = head[5];
     CHECK(input(ctx, SEARCH_HEAD + 2 * L, &past0));
@@ -589,7 +633,7 @@ static OrtStatus *search(void *handle, OrtKernelContext *ctx) {
         history[0] = malloc(rows * cap * sizeof(int64_t)); history[1] = malloc(rows * cap * sizeof(int64_t));
         banned = malloc(rows * cap * sizeof(int64_t)); banned_n = malloc(rows * sizeof(int32_t));
     }
-    uint8_t *ones = malloc(cap), *src_allowed = malloc(B * src + 1), *going = malloc(B);
+    uint8_t *ones = malloc(cap), *src_allowed = malloc(B * src + 1), *going = malloc(B), *own = NULL;
     scratch s = {0};
     OrtStatus *status = NULL;
     const int ok = cache != MAP_FAILED && tok && pos && slots && active && top_ids && best_at && steps_of &&
@@ -606,6 +650,8 @@ static OrtStatus *search(void *handle, OrtKernelContext *ctx) {
         cache_v[l] = cache + (2 * l + 1) * layer_floats;
     }
     TRY(cross_inputs(K, ctx, SEARCH_HEAD, B, src, cross_k, cross_v));
+    TRY(own_columns(K, &vocab_sources, B, width, top, &own));
+    a.own_vocab = own;
     memcpy(tok, tokens.data, rows * sizeof(int64_t));
     memcpy(scores, start_scores.data, rows * sizeof(double));
     for (int64_t r = 0; r < rows; r++)
@@ -710,7 +756,7 @@ done:
     free(o_ended_beams); free(o_going_beams); free(o_going_ids); free(o_ended_scores); free(o_going_scores);
     free(o_ended); free(scores); free(best); free(log_probs); free(top_values); free(from[0]); free(from[1]);
     free(history[0]); free(history[1]); free(banned); free(banned_n);
-    free(ones); free(src_allowed); free(going);
+    free(ones); free(src_allowed); free(going); free(own);
     return status;
 }
 #undef STOP
@@ -848,7 +894,8 @@ OrtStatus *ORT_API_CALL RegisterCustomOps(OrtSessionOptions *options, const OrtA
     return status;
 }
 
-/* for tests and benchmarks: which product kernel runs (0 plain, 1 AVX-512 VNNI), whether AMX tiles are granted, and
+/* for tests and benchmarks: which product kernel runs (0 plain, 1 AVX-512 VNNI, 2 AVX2, 3 AVX-VNNI), whether AMX tiles
+   are granted, and
    the fewest rows that use them (0: never) */
 int mtserve_fused_kernel(void) { ip_init(); return ip_kernel; }
 int mtserve_fused_amx(void) { ip_init(); return ip_amx; }

@@ -7,9 +7,12 @@
 
    Kernels, chosen at run time (the library is built for a baseline x86-64 and carries the wider code in functions
    compiled for it): AMX tiles (16 x 16 int32 accumulators, 64 values of k per step) from `amx_min_rows` rows where the
-   CPU has them and Linux grants them; AVX-512 VNNI (vpdpbusd, four rows per weight load) below; plain loops
-   elsewhere. Weights are packed once into [n / 16][k / 4][16][4] bytes: 16 columns, 4 consecutive k each, which is
-   vpdpbusd's operand and AMX's B tile layout at once. */
+   CPU has them and Linux grants them; AVX-512 VNNI (vpdpbusd, four rows per weight load) below; AVX-VNNI (the same
+   instruction on 256-bit registers: Alder Lake and later, Zen 5) where there is no AVX-512; AVX2 (vpmovsxbw +
+   vpmaddwd: int16 products summed in pairs into int32, exact, where onnxruntime's vpmaddubsw saturates pairs into
+   int16) on the CPUs that have neither; plain loops elsewhere. Weights are packed once into [n / 16][k / 4][16][4]
+   bytes: 16 columns, 4 consecutive k each, which is vpdpbusd's operand and AMX's B tile layout at once, and which the
+   AVX2 kernel reads 16 bytes (4 columns x 4 k) at a time. */
 #ifndef MTSERVE_INT8_PRODUCTS_H
 #define MTSERVE_INT8_PRODUCTS_H
 
@@ -39,27 +42,43 @@ typedef struct {
     int x_zero;
 } qlinear;
 
-enum { IP_PLAIN = 0, IP_VNNI = 1 };
-static int ip_kernel = -1;      /* IP_PLAIN or IP_VNNI, set by ip_init */
+enum { IP_PLAIN = 0, IP_VNNI = 1, IP_AVX2 = 2, IP_AVXVNNI = 3 };
+static int ip_kernel = -1;      /* one of the above, set by ip_init */
 static int ip_amx = 0;          /* AMX tiles granted */
 static int ip_amx_min_rows = 8; /* products of at least this many rows use AMX tiles (0: never) */
 
-/* MT_FUSED_STEP_KERNEL=plain: no vector kernels at all (vector_math.h's included); =vnni: no AMX tiles. For tests and
-   A/B runs; read once, when the first kernel is created. */
+/* MT_FUSED_STEP_KERNEL=plain: no vector kernels at all (vector_math.h's included); =vnni: no AMX tiles; =avxvnni and
+   =avx2: the kernels of CPUs without AVX-512 (vector_math.h's AVX2 code too), where the CPU has them (plain loops where
+   it has not). For tests and A/B runs; read once, when the first kernel is created. */
 static const char *ip_forced(void) {
     const char *force = getenv("MT_FUSED_STEP_KERNEL");
     return force ? force : "";
 }
 
+#if defined(__x86_64__)
+/* AVX-VNNI: CPUID leaf 7 subleaf 1, EAX bit 4 (gcc 12's __builtin_cpu_supports does not know it) */
+static int ip_has_avxvnni(void) {
+    unsigned a, b, c, d;
+    return __builtin_cpu_supports("avx2") && __get_cpuid_count(7, 1, &a, &b, &c, &d) && (a >> 4 & 1);
+}
+#endif
+
 static void ip_init(void) {
     if (ip_kernel >= 0) return;
     ip_kernel = IP_PLAIN;
-    if (strcmp(ip_forced(), "plain") == 0) return;
+    const char *force = ip_forced();
+    if (strcmp(force, "plain") == 0) return;
 #if defined(__x86_64__)
     __builtin_cpu_init();
-    if (__builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
+    const int avx2 = __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma");
+    const int wide = strcmp(force, "avx2") != 0 && strcmp(force, "avxvnni") != 0;
+    if (wide && __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
         __builtin_cpu_supports("avx512vnni"))
         ip_kernel = IP_VNNI;
+    else if (strcmp(force, "avx2") != 0 && avx2 && ip_has_avxvnni())
+        ip_kernel = IP_AVXVNNI;
+    else if (avx2)
+        ip_kernel = IP_AVX2;
 #endif
 #if IP_AMX_POSSIBLE
     unsigned a, b, c, d;
@@ -259,6 +278,89 @@ __attribute__((target("avx512f,avx512bw,avx512vnni,amx-tile,amx-int8"))) static 
     }
     _tile_release();
 }
+
+/* --- CPUs without AVX-512: 8 columns per 256-bit register ---------------------------------------------------------- */
+
+__attribute__((target("avx2,fma"))) static void ip_store8(const qlinear *q, __m256i acc, int c0, float *y) {
+    const __m256i shift = _mm256_mullo_epi32(_mm256_loadu_si256((const __m256i *)(q->colsum + c0)),
+                                             _mm256_set1_epi32(q->x_zero));
+    const __m256 v = _mm256_cvtepi32_ps(_mm256_sub_epi32(acc, shift)), m = _mm256_loadu_ps(q->multiplier + c0);
+    _mm256_storeu_ps(y, q->bias ? _mm256_fmadd_ps(v, m, _mm256_loadu_ps(q->bias + c0)) : _mm256_mul_ps(v, m));
+}
+
+/* AVX-VNNI: vpdpbusd on 256-bit registers, columns 0-7 and 8-15 of a block in two accumulators per row, up to four
+   rows per weight load */
+__attribute__((target("avx2,fma,avxvnni"))) static void ip_avxvnni(const qlinear *q, const uint8_t *xq, float *Y,
+                                                                    int sy, int rows) {
+    const int k = q->k, groups = k / 4;
+    for (int b = 0; b < q->n / 16; b++) {
+        const int8_t *wb = q->w + (size_t)b * k * 16;
+        for (int r = 0; r < rows; r += 4) {
+            const int live = rows - r < 4 ? rows - r : 4;
+            const int32_t *x[4];
+            for (int i = 0; i < 4; i++) x[i] = (const int32_t *)(xq + (size_t)(r + (i < live ? i : 0)) * k);
+            __m256i lo[4], hi[4];
+            for (int i = 0; i < 4; i++) lo[i] = hi[i] = _mm256_setzero_si256();
+            for (int g = 0; g < groups; g++) {
+                const __m256i w0 = _mm256_load_si256((const __m256i *)(wb + (size_t)g * 64));
+                const __m256i w1 = _mm256_load_si256((const __m256i *)(wb + (size_t)g * 64 + 32));
+                for (int i = 0; i < 4; i++) {
+                    const __m256i v = _mm256_set1_epi32(x[i][g]);
+                    lo[i] = _mm256_dpbusd_avx_epi32(lo[i], v, w0);
+                    hi[i] = _mm256_dpbusd_avx_epi32(hi[i], v, w1);
+                }
+            }
+            for (int i = 0; i < live; i++) {
+                ip_store8(q, lo[i], b * 16, Y + (size_t)(r + i) * sy + b * 16);
+                ip_store8(q, hi[i], b * 16 + 8, Y + (size_t)(r + i) * sy + b * 16 + 8);
+            }
+        }
+    }
+}
+
+/* the four k of group g of a row, as int16, in all four 64-bit quarters */
+__attribute__((target("avx2"))) static inline __m256i ip_quad16(const uint8_t *x, int g) {
+    int32_t four;
+    memcpy(&four, x + (size_t)g * 4, 4);
+    return _mm256_broadcastq_epi64(_mm_cvtepu8_epi16(_mm_cvtsi32_si128(four)));
+}
+
+/* columns in (c0, c0, c1, c1, c2, c2, c3, c3) pairs of a and (c4 .. c7) of b -> (c0 .. c7) */
+__attribute__((target("avx2"))) static inline __m256i ip_fold_pairs(__m256i a, __m256i b) {
+    return _mm256_permutevar8x32_epi32(_mm256_hadd_epi32(a, b), _mm256_setr_epi32(0, 1, 4, 5, 2, 3, 6, 7));
+}
+
+/* AVX2: each 16-byte quarter of a 64-byte weight group (4 columns x 4 k) sign-extended to int16 (vpmovsxbw) and
+   multiplied by the row's 4 activations as int16 (vpmaddwd: exact int32 sums of pairs); two rows per weight load */
+__attribute__((target("avx2,fma"))) static void ip_avx2(const qlinear *q, const uint8_t *xq, float *Y, int sy,
+                                                       int rows) {
+    const int k = q->k, groups = k / 4;
+    for (int b = 0; b < q->n / 16; b++) {
+        const int8_t *wb = q->w + (size_t)b * k * 16;
+        for (int r = 0; r < rows; r += 2) {
+            const int two = r + 1 < rows;
+            const uint8_t *x0 = xq + (size_t)r * k, *x1 = two ? x0 + k : x0;
+            __m256i a0[4], a1[4];
+            for (int c = 0; c < 4; c++) a0[c] = a1[c] = _mm256_setzero_si256();
+            for (int g = 0; g < groups; g++) {
+                const __m256i v0 = ip_quad16(x0, g), v1 = ip_quad16(x1, g);
+                const int8_t *w = wb + (size_t)g * 64;
+                for (int c = 0; c < 4; c++) {
+                    const __m256i wc = _mm256_cvtepi8_epi16(_mm_load_si128((const __m128i *)(w + c * 16)));
+                    a0[c] = _mm256_add_epi32(a0[c], _mm256_madd_epi16(wc, v0));
+                    a1[c] = _mm256_add_epi32(a1[c], _mm256_madd_epi16(wc, v1));
+                }
+            }
+            float *y0 = Y + (size_t)r * sy + b * 16;
+            ip_store8(q, ip_fold_pairs(a0[0], a0[1]), b * 16, y0);
+            ip_store8(q, ip_fold_pairs(a0[2], a0[3]), b * 16 + 8, y0 + 8);
+            if (two) {
+                ip_store8(q, ip_fold_pairs(a1[0], a1[1]), b * 16, y0 + sy);
+                ip_store8(q, ip_fold_pairs(a1[2], a1[3]), b * 16 + 8, y0 + sy + 8);
+            }
+        }
+    }
+}
 #endif
 
 static void ip_plain(const qlinear *q, const uint8_t *xq, float *Y, int sy, int rows) {
@@ -304,6 +406,14 @@ static void ip_product(const qlinear *q, const float *X, int sx, int k_real, flo
     }
     if (ip_kernel == IP_VNNI) {
         ip_vnni(q, xq, Y, sy, rows);
+        return;
+    }
+    if (ip_kernel == IP_AVXVNNI) {
+        ip_avxvnni(q, xq, Y, sy, rows);
+        return;
+    }
+    if (ip_kernel == IP_AVX2) {
+        ip_avx2(q, xq, Y, sy, rows);
         return;
     }
 #endif

@@ -23,9 +23,11 @@ from core.graphs import (
     MAX_TOP_K_KEY,
     SEARCH_LOOP,
     VOCAB_IDS,
+    VOCAB_SOURCES,
     decoder_cache,
     decoder_outputs,
     has_vocab_ids,
+    has_vocab_sources,
     step_graph_keys,
     step_interface,
     step_present_names,
@@ -146,9 +148,12 @@ class _DecoderState:
         top_k: int = 1,
         vocab_ids: np.ndarray | None = None,
         vocab_size: int = 0,
+        vocab_sources: np.ndarray | None = None,
     ) -> None:
         """``vocab_ids``: the ascending vocabulary subset (of a ``vocab_size``-id vocabulary) the step projects onto
-        (the lexical shortlist, core/shortlist.py), for a step graph that takes it; None = the whole vocabulary."""
+        (the lexical shortlist, core/shortlist.py), for a step graph that takes it; None = the whole vocabulary.
+        ``vocab_sources`` (sources, subset) bool: the ids each source owns (Engine.vocab_owners), for a fused step
+        that takes it (each source then normalizes over its own list, as alone); None: every row over the subset."""
         self.session, self.lean, self.top_k = session, lean, top_k
         # a graph that takes vocab_ids is always fed one (empty: the whole vocabulary, exactly as before); over a
         # subset its log_probs columns are the subset's, so the graph's TopK (cheap over a few thousand ids) ranks
@@ -161,6 +166,8 @@ class _DecoderState:
         self._vocab_feed = {VOCAB_IDS: self.subset if self.subset is not None else np.zeros(0, np.int64)}
         if not takes_vocab:
             self._vocab_feed = {}
+        owned = self.subset is not None and vocab_sources is not None and has_vocab_sources(session)
+        self._owners = vocab_sources if owned else None  # rows follow the sources the rows read (``_select``)
         metadata = session.get_modelmeta().custom_metadata_map if lean else {}
         # interface 2 and later: cross keys/values per source, rows grouped by source
         self.per_source = lean and step_interface(metadata) >= 2
@@ -218,6 +225,8 @@ class _DecoderState:
         else:  # np.take keeps the result C-contiguous (a[:, rows] does not)
             self.cross_keys, self.cross_values = np.take(keys, wanted, axis=1), np.take(values, wanted, axis=1)
             self.src_mask = mask[wanted]
+        if self._owners is not None and self.per_source:
+            self._vocab_feed[VOCAB_SOURCES] = self._owners[wanted]
 
     def step(self, tokens: np.ndarray, rows: np.ndarray | None) -> np.ndarray | TopCandidates:
         if rows is not None and np.array_equal(rows, np.arange(len(self.row_sources))):
@@ -371,7 +380,10 @@ class Engine:
                     log.info("%s %s: whole-batch search on the fused step", bundle.name, self.variant)
             if self.step_decoder is None:
                 self.step_decoder = create_session(bundle.graph(self.variant, batch), providers, **settings)
-            self._live_step_key = None if live == batch else live
+            # the fused step serves the live decode too: one kernel, whose rows are computed alone (masked cache
+            # columns skipped, exact integer products), so a sentence gets the same answer alone, in a whole batch
+            # and live beside any others (issue 56); else the bundle's live step graph where it has its own
+            self._live_step_key = None if live == batch or self.fused_step == "fused" else live
         else:
             self._decoder = create_session(bundle.graph(self.variant, "decoder"), providers, **settings)
         self.providers = self.encoder.get_providers()
@@ -406,6 +418,17 @@ class Engine:
         if self.shortlist is None or options.num_hypotheses > 1 or options.return_attention or options.constrained:
             return None
         return self.shortlist.vocab_ids(sources)
+
+    def vocab_owners(
+        self, sources: Sequence[Sequence[int]], vocab_ids: np.ndarray | None, session
+    ) -> np.ndarray | None:
+        """(sources, subset) bool: the ids of a batch's shortlist union (``vocab_ids``) each source's own list holds,
+        for a fused ``session`` that takes them (core/graphs.py VOCAB_SOURCES): each source then normalizes over its
+        own list, so its answer is the one it gets alone whatever its companions (issue 56). None for one source,
+        the whole vocabulary, or a session without the input."""
+        if vocab_ids is None or len(sources) < 2 or self.shortlist is None or not has_vocab_sources(session):
+            return None
+        return np.stack([np.isin(vocab_ids, self.shortlist.vocab_ids([s]), assume_unique=True) for s in sources])
 
     @property
     def threads(self) -> dict[str, int]:
@@ -746,23 +769,33 @@ class Engine:
         limits = length_limits([len(s) for s in sources], self.max_source_tokens, options.max_length)
         k = options.beam_size
         session, lean = (self.step_decoder, True) if self.step_decoder is not None else (self.decoder, False)
-        vocab = {"vocab_ids": self.vocab_subset(sources, options) if lean else None, "vocab_size": self.vocab_size}
+        vocab_ids = self.vocab_subset(sources, options) if lean else None
+        vocab = {"vocab_ids": vocab_ids, "vocab_size": self.vocab_size}
         block = options.no_repeat_ngram_size
         loop = self.search_loop if lean else None
-        if loop is not None and (len(sources) == 1 or loop.batched) and loop.serves(k, vocab["vocab_ids"]):
-            args = (k, self.penalty(options), options.num_hypotheses, vocab["vocab_ids"], block or 0)
-            # the fused search takes the whole batch in one call, each source as it would be alone
-            found = loop.search_batch(enc, limits, *args) if loop.batched else [loop.search(enc, limits[0], *args)]
+        if loop is not None and (len(sources) == 1 or loop.batched) and loop.serves(k, vocab_ids):
+            args = (k, self.penalty(options), options.num_hypotheses, vocab_ids, block or 0)
+            # the fused search takes the whole batch in one call, each source as it would be alone (over its own
+            # shortlist: vocab_sources)
+            if loop.batched:
+                owners = self.vocab_owners(sources, vocab_ids, loop.session)
+                found = loop.search_batch(enc, limits, *args, vocab_sources=owners)
+            else:
+                found = [loop.search(enc, limits[0], *args)]
             # with the block: None when the unblocked search took a token the block bans; searched again step by
             # step with the block (search_loop.py says why the other answers are the blocked search's own)
             again = [i for i, hypotheses in enumerate(found) if hypotheses is None]
             if again:
                 some = {name: enc[name][:, again] for name in ("cross_keys", "cross_values")}
                 some["src_mask"] = enc["src_mask"][again]
-                redone = self._step_search(some, [limits[i] for i in again], options, session, lean, vocab)
+                owners = self.vocab_owners([sources[i] for i in again], vocab_ids, session)
+                redone = self._step_search(
+                    some, [limits[i] for i in again], options, session, lean, {**vocab, "vocab_sources": owners}
+                )
                 for i, hypotheses in zip(again, redone, strict=True):
                     found[i] = hypotheses
             return found
+        vocab["vocab_sources"] = self.vocab_owners(sources, vocab_ids, session) if lean else None
         return self._step_search(enc, limits, options, session, lean, vocab)
 
     def _step_search(

@@ -1,19 +1,21 @@
 """The fused decoder step: the int8 whole-batch step graph as one custom onnxruntime operator (issue 33).
 
-``native/fused_step/fused_step_op.c`` computes the step graph's ~150 nodes in one call (u8 x s8 products on AVX-512
-VNNI or AMX tiles, attention over the cache, norms, log-softmax, top-k); ``core/fused_step_graph.py`` rewrites a
-bundle's ``int8.decoder_step_batch.onnx`` into a model of that one node over the same weights, the search loop
-graph's body likewise, and the search loop graph's whole Loop into one search operator (the same step, the Loop
-body's ranking, a cache written in place). ``fused_step_session`` / ``fused_loop_session`` / ``fused_search_session``
-open them when the library is built (``make native``; MT_FUSED_STEP_LIBRARY names another file) and say why not
-otherwise: the engine then keeps the graphs the bundle ships (a fallback, never an error).
+``native/fused_step/fused_step_op.c`` computes the step graph's ~150 nodes in one call (u8 x s8 products on AVX-512 VNNI
+or AMX tiles, AVX-VNNI or AVX2 on CPUs without AVX-512, all exact integer sums; attention over the cache, norms,
+log-softmax, top-k); ``core/fused_step_graph.py`` rewrites a bundle's ``int8.decoder_step_batch.onnx`` into a model of
+that one node over the same weights, the search loop graph's body likewise, and the search loop graph's whole Loop into
+one search operator (the same step, the Loop body's ranking, a cache written in place). ``fused_step_session`` /
+``fused_loop_session`` / ``fused_search_session`` open them when the library is built (``make native``;
+MT_FUSED_STEP_LIBRARY names another file) and say why not otherwise: the engine then keeps the graphs the bundle ships
+(a fallback, never an error).
 
-MT_FUSED_STEP=auto (the default) uses it where it was measured faster than onnxruntime's kernels: the library is
-built and the CPU has AVX-512 VNNI (``auto_blocker`` says why not otherwise; the graphs then run, with an info line,
-not a warning). true asks for it on any CPU (its plain loops serve CPUs without VNNI; they were not benchmarked
-against onnxruntime there), false never. Its float parts (softmax exponentials, dot-product order) are not
-onnxruntime's bit for bit, so a quantized activation on a rounding edge can round the other way and a hypothesis'
-score move by a few hundredths (docs/engine-speed-log.md items 45 and 48 have the measured agreement and BLEU).
+MT_FUSED_STEP=auto (the default) uses it where it was measured faster than onnxruntime's kernels: the library is built
+and the CPU has AVX-512 VNNI (``auto_blocker`` says why not otherwise; the graphs then run, with an info line, not a
+warning). true asks for it on any CPU (AVX2 or AVX-VNNI kernels where the CPU has them, plain loops elsewhere; auto
+leaves those CPUs to the graphs until a benchmark there says otherwise), false never. Its float parts (softmax
+exponentials, dot-product order) are not onnxruntime's bit for bit, so a quantized activation on a rounding edge can
+round the other way and a hypothesis' score move by a few hundredths (docs/engine-speed-log.md items 45 and 48 have the
+measured agreement and BLEU).
 """
 
 from __future__ import annotations
@@ -42,12 +44,16 @@ def library_path() -> Path:
 def auto_blocker(flags: set[str] | None = None) -> str | None:
     """Why MT_FUSED_STEP=auto keeps the graphs on this machine, or None when it uses the fused step: the library is
     built and the CPU has AVX-512 VNNI, where its kernels were measured faster than onnxruntime's
-    (docs/benchmarks.md); on other CPUs its plain loops were not measured, so auto leaves them off."""
+    (docs/benchmarks.md); on other CPUs its AVX2 kernels were not measured against onnxruntime's, so auto leaves them
+    off."""
     library = library_path()
     if not library.is_file():
         return f"{library} is not built (make native)"
     if "avx512_vnni" not in (cpu_flags() if flags is None else flags):
-        return "this CPU has no AVX-512 VNNI (MT_FUSED_STEP=true uses the fused step's plain loops anyway)"
+        return (
+            "this CPU has no AVX-512 VNNI: the fused step's AVX2 kernels are not measured faster than onnxruntime's "
+            "here (MT_FUSED_STEP=true uses them anyway)"
+        )
     return None
 
 

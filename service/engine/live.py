@@ -40,7 +40,16 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from core.graphs import MAX_TOP_K_KEY, VOCAB_IDS, has_vocab_ids, right_padded, step_interface, step_present_names
+from core.graphs import (
+    MAX_TOP_K_KEY,
+    VOCAB_IDS,
+    VOCAB_SOURCES,
+    has_vocab_ids,
+    has_vocab_sources,
+    right_padded,
+    step_interface,
+    step_present_names,
+)
 from core.search import Hypothesis, length_limits
 from core.shortlist import union
 from core.tokenizer import BOS_ID, EOS_ID
@@ -153,6 +162,10 @@ class LiveBatch:
         # the whole vocabulary while one of them needs it; cached for the step's sentence keys
         self.takes_vocab = has_vocab_ids(self.session)
         self._vocab: tuple[tuple[Hashable, ...], np.ndarray] = ((), np.zeros(0, np.int64))
+        # a fused step normalizes each source over its own list within the union (core/graphs.py VOCAB_SOURCES), so
+        # that a sentence's answer does not depend on its companions; cached for the step's sentences and slots
+        self.takes_owners = has_vocab_sources(self.session)
+        self._owners: tuple[tuple, np.ndarray | None] = ((), None)
         self.groups: dict[int, _Group] = {}
         self.sentences: dict[Hashable, _Sentence] = {}
         self._counter = 0  # steps run
@@ -263,6 +276,9 @@ class LiveBatch:
         feeds = self._feeds(groups, max(top_k, ranked))
         if self.takes_vocab:
             feeds[VOCAB_IDS] = vocab
+            owners = self._vocab_owners(groups, vocab)
+            if owners is not None:
+                feeds[VOCAB_SOURCES] = owners
         fetch = ["top_log_probs", "top_ids", *self._presents] if fetch_top else ["log_probs", *self._presents]
         outputs = self.session.run(fetch, feeds)
         n_out = 2 if fetch_top else 1
@@ -332,6 +348,21 @@ class LiveBatch:
             else:
                 self._vocab = (keys, union(lists, self.engine.vocab_size))  # type: ignore[arg-type]
         return self._vocab[1]
+
+    def _vocab_owners(self, groups: list[_Group], vocab: np.ndarray) -> np.ndarray | None:
+        """(source slots fed, subset) bool: the ids of the step's union each slot's sentence owns (free slots own
+        all: no row reads them); None without a subset, a session that takes none, or one sentence."""
+        sentences = [s for g in groups for s in g.sentences]
+        if not self.takes_owners or not len(vocab) or len(sentences) < 2:
+            return None
+        used = self.sources.used
+        key = (self._vocab[0], used, tuple(s.slot for s in sentences))
+        if key != self._owners[0]:
+            owners = np.ones((used, len(vocab)), dtype=bool)
+            for s in sentences:
+                owners[s.slot] = np.isin(vocab, s.vocab, assume_unique=True)
+            self._owners = (key, owners)
+        return self._owners[1]
 
     def _feeds(self, groups: list[_Group], top_k: int) -> dict[str, np.ndarray]:
         row_sources = np.concatenate([g.slots if g.k == 1 else np.repeat(g.slots, g.k) for g in groups])

@@ -18,7 +18,16 @@ from __future__ import annotations
 
 import numpy as np
 
-from core.graphs import MAX_TOP_K_KEY, NO_REPEAT_NGRAM, SEARCH_LOOP_OUTPUTS, SOURCE_LIMITS, SOURCE_STEPS, VOCAB_IDS
+from core.graphs import (
+    MAX_TOP_K_KEY,
+    NO_REPEAT_NGRAM,
+    SEARCH_LOOP_OUTPUTS,
+    SOURCE_LIMITS,
+    SOURCE_STEPS,
+    VOCAB_IDS,
+    VOCAB_SOURCES,
+    has_vocab_sources,
+)
 from core.search import Hypothesis
 from core.tokenizer import BOS_ID
 from service.engine.no_repeat import NgramHistory, follow
@@ -32,6 +41,7 @@ class SearchLoop:
         self.takes_vocab_ids = VOCAB_IDS in names
         self.batched = SOURCE_LIMITS in names  # the fused search graph: a batch of sources in one call
         self.blocks = NO_REPEAT_NGRAM in names  # ... that applies the n-gram block itself
+        self.takes_vocab_sources = has_vocab_sources(session)  # ... and normalizes each source over its own ids
         self.max_top_k = int(session.get_modelmeta().custom_metadata_map.get(MAX_TOP_K_KEY, 1 << 30))
 
     def serves(self, beam_size: int, vocab_ids: np.ndarray | None) -> bool:
@@ -57,6 +67,7 @@ class SearchLoop:
         beam_size: int,
         vocab_ids: np.ndarray | None,
         block: int = 0,
+        vocab_sources: np.ndarray | None = None,
     ) -> list[np.ndarray]:
         if not self.serves(beam_size, vocab_ids):
             raise ValueError(f"beam {beam_size} over this vocabulary needs the step-by-step search")
@@ -82,6 +93,8 @@ class SearchLoop:
             feeds[f"cross_keys_{i}"], feeds[f"cross_values_{i}"] = keys[i], values[i]
         if self.takes_vocab_ids:  # empty: the whole vocabulary
             feeds[VOCAB_IDS] = vocab_ids if vocab_ids is not None else np.zeros(0, dtype=np.int64)
+        if vocab_sources is not None and self.takes_vocab_sources and vocab_ids is not None and len(vocab_ids):
+            feeds[VOCAB_SOURCES] = vocab_sources
         outputs = SEARCH_LOOP_OUTPUTS + ([SOURCE_STEPS] if self.batched else [])
         return self.session.run(outputs, feeds)
 
@@ -110,11 +123,14 @@ class SearchLoop:
         n_best: int = 1,
         vocab_ids: np.ndarray | None = None,
         no_repeat_ngram_size: int = 0,
+        vocab_sources: np.ndarray | None = None,
     ) -> list[list[Hypothesis] | None]:
         """``search`` for each source of ``enc`` (limits[i]: source i's), all in one call of a batched graph
-        (``self.batched``); each source's answer is the one ``search`` gives it alone over the same ``vocab_ids``."""
+        (``self.batched``); each source's answer is the one ``search`` gives it alone over the same ``vocab_ids``,
+        or, with ``vocab_sources`` (sources, subset: Engine.vocab_owners), over its own ids of them: the one it gets
+        alone over its own shortlist."""
         k = beam_size
-        *arrays, steps = self._run(enc, limits, k, vocab_ids, no_repeat_ngram_size)
+        *arrays, steps = self._run(enc, limits, k, vocab_ids, no_repeat_ngram_size, vocab_sources)
         found = []
         for i, (limit, n) in enumerate(zip(limits, steps.tolist(), strict=True)):
             pointers = [a[:n, i * k : (i + 1) * k].tolist() for a in arrays]

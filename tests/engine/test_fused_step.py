@@ -25,7 +25,7 @@ from tiny_bundle import cached_tiny_bundle, write_corpus
 from core.bundle import load_bundle
 from core.cpu import cpu_flags
 from core.fused_step_graph import NotFused, fused_loop_graph, fused_search_graph, fused_step_graph
-from core.graphs import SEARCH_LOOP_OUTPUTS, step_input_names
+from core.graphs import SEARCH_LOOP_OUTPUTS, VOCAB_SOURCES, has_vocab_sources, step_input_names
 from service.engine import Engine, TranslateOptions
 from service.engine.fused_step import LIBRARY_ENV, auto_blocker, fused_step_session
 from service.engine.runtime import create_session
@@ -50,6 +50,20 @@ def _build(folder: Path, name: str) -> Path:
     return out
 
 
+# the kinds MT_FUSED_STEP_KERNEL forces (int8_products.h): the plain loops, AVX-512 VNNI without AMX tiles, and the
+# kernels of CPUs without AVX-512 (AVX2's vpmaddwd, AVX-VNNI's 256-bit vpdpbusd)
+FORCED_KERNELS = ("plain", "vnni", "avx2", "avxvnni")
+# what mtserve_fused_kernel() answers for each kernel (int8_products.h's enum)
+KERNEL_NUMBERS = {"plain": 0, "vnni": 1, "avx2": 2, "avxvnni": 3}
+
+
+def _cpu_lacks(kernel: str) -> str | None:
+    """Why ``kernel`` cannot run on this CPU (a skip reason), or None."""
+    needs = {"avx2": {"avx2", "fma"}, "avxvnni": {"avx2", "fma", "avx_vnni"}}.get(kernel, set())
+    missing = needs - cpu_flags()
+    return f"this CPU has no {', '.join(sorted(missing))}" if missing else None
+
+
 @pytest.fixture(scope="module")
 def library(tmp_path_factory) -> Path:
     """The operator's library, built from this checkout's source by native/build.sh (as `make native` does)."""
@@ -58,10 +72,10 @@ def library(tmp_path_factory) -> Path:
 
 @pytest.fixture(scope="module")
 def forced_libraries(tmp_path_factory) -> dict[str, Path]:
-    """Copies of the library for MT_FUSED_STEP_KERNEL=plain / vnni: each copy reads the variable once, when its first
-    kernel is created, so each kind gets a file of its own."""
+    """Copies of the library for MT_FUSED_STEP_KERNEL=plain / vnni / avx2 / avxvnni: each copy reads the variable once,
+    when its first kernel is created, so each kind gets a file of its own."""
     folder = tmp_path_factory.mktemp("native-forced")
-    return {kind: _build(folder, f"libmtserve_fused_step_{kind}.so") for kind in ("plain", "vnni")}
+    return {kind: _build(folder, f"libmtserve_fused_step_{kind}.so") for kind in FORCED_KERNELS}
 
 
 @pytest.fixture(scope="module")
@@ -135,13 +149,15 @@ def _step_feeds(bundle, rng, rows_per_source=(2, 1, 3), past=5, src=7, vocab_ids
 
 
 def _kernel_library(kernel: str, library: Path, forced_libraries: dict[str, Path], monkeypatch) -> Path:
-    """The library whose products run on ``kernel``: the CPU's own choice (default) or the plain loops, forced on
-    every CPU (the path of CPUs without AVX-512 VNNI)."""
+    """The library whose products run on ``kernel``: the CPU's own choice (default), the plain loops, forced on every
+    CPU, or the AVX2 / AVX-VNNI kernels of CPUs without AVX-512, forced where the CPU has them."""
+    if _cpu_lacks(kernel):
+        pytest.skip(_cpu_lacks(kernel))
     monkeypatch.setenv("MT_FUSED_STEP_KERNEL", "" if kernel == "default" else kernel)
     return library if kernel == "default" else forced_libraries[kernel]
 
 
-@pytest.mark.parametrize("kernel", ["default", "plain"])
+@pytest.mark.parametrize("kernel", ["default", "plain", "avx2", "avxvnni"])
 @pytest.mark.parametrize("subset", [False, True], ids=["whole-vocabulary", "subset"])
 def test_fused_step_computes_the_step_graph(pre_norm_bundle, library, forced_libraries, monkeypatch, subset, kernel):
     """Against the step graph with its int8 products computed exactly (exact_int8.py): onnxruntime's own u8 x s8
@@ -241,6 +257,26 @@ def test_every_kernel_computes_the_same_step(pre_norm_bundle, library, forced_li
         np.testing.assert_array_equal(got, want)
     for got, want in zip(outputs["plain"], outputs["default"], strict=True):
         np.testing.assert_allclose(got, want, atol=0.1)
+    # AVX2 and AVX-VNNI: the same exact integer sums and the same 8-lane float code, so the same bits; against the
+    # 16-lane AVX-512 code only the float sums' order differs
+    narrow = [kind for kind in ("avx2", "avxvnni") if not _cpu_lacks(kind)]
+    for kind in narrow:
+        for got, want in zip(outputs[kind], outputs["default"], strict=True):
+            np.testing.assert_allclose(got, want, atol=1e-3)
+    if len(narrow) == 2:
+        for got, want in zip(outputs["avxvnni"], outputs["avx2"], strict=True):
+            np.testing.assert_array_equal(got, want)
+
+
+@pytest.mark.parametrize("kernel", FORCED_KERNELS)
+def test_the_forced_kernel_is_the_one_that_runs(forced_libraries, kernel, monkeypatch):
+    """MT_FUSED_STEP_KERNEL picks the kernel where the CPU has it (asked by cpuid, as the library does)."""
+    if kernel != "plain" and _cpu_lacks(kernel):
+        pytest.skip(_cpu_lacks(kernel))
+    if kernel == "vnni" and "avx512_vnni" not in cpu_flags():
+        pytest.skip("this CPU has no AVX-512 VNNI")
+    monkeypatch.setenv("MT_FUSED_STEP_KERNEL", kernel)
+    assert ctypes.CDLL(str(forced_libraries[kernel])).mtserve_fused_kernel() == KERNEL_NUMBERS[kernel]
 
 
 def test_a_change_in_the_input_changes_the_output(pre_norm_bundle, library):
@@ -311,7 +347,7 @@ def _exact_graphs(monkeypatch) -> None:
     monkeypatch.setattr(engine_module, "create_session", exact)
 
 
-@pytest.mark.parametrize("kernel", ["default", "plain"])
+@pytest.mark.parametrize("kernel", ["default", "plain", "avx2"])
 def test_engine_translations_agree_with_the_step_graph(pre_norm_bundle, library, forced_libraries, monkeypatch, kernel):
     """The engine on the fused step against the engine on the step graph, both with exact int8 products elsewhere
     (the encoder): on CPUs without VNNI onnxruntime's own products saturate (exact_int8.py)."""
@@ -321,14 +357,19 @@ def test_engine_translations_agree_with_the_step_graph(pre_norm_bundle, library,
     plain = Engine(bundle, "int8", "cpu", search_loop=False)
     fused = Engine(bundle, "int8", "cpu", search_loop=False, fused_step=True)
     assert plain.fused_step == "off" and fused.fused_step == "fused"
-    for beam in (1, 4):
+    shortlist = fused.shortlist
+    for beam, listed in ((1, True), (4, True), (1, False), (4, False)):
         options = TranslateOptions(beam_size=beam)
-        # in one batch and each sentence alone: the two engines share the encoder, whose fp32 attention over a
-        # padded batch is not batch-invariant on every CPU (AMD EPYC with AVX-512: 3 of 12 lone answers differ from
-        # the batched ones, the same for both engines), so each engine is compared with the other on the same batch
-        batched = (plain.translate(SENTENCES, options), fused.translate(SENTENCES, options))
+        # each sentence alone: with the shortlist too. In one batch only over the whole vocabulary: with a shortlist
+        # the graph normalizes every row over the batch's union, the fused step each source over its own list (what
+        # it gets alone: test_every_path_gives_each_sentence_its_alone_answer). The two engines share the encoder,
+        # whose fp32 attention over a padded batch is not batch-invariant on every CPU (AMD EPYC with AVX-512: 3 of
+        # 12 lone answers differ from the batched ones, the same for both engines), so each engine is compared with
+        # the other on the same batch
+        plain.shortlist = fused.shortlist = shortlist if listed else None
         alone = tuple([engine.translate([s], options)[0] for s in SENTENCES] for engine in (plain, fused))
-        for want, got in (batched, alone):
+        batched = (plain.translate(SENTENCES, options), fused.translate(SENTENCES, options))
+        for want, got in (alone,) if listed else (batched, alone):
             same = sum(a.token_ids == b.token_ids for a, b in zip(want, got, strict=True))
             assert same >= len(SENTENCES) - 1, (beam, [(a.text, b.text) for a, b in zip(want, got, strict=True)])
             for a, b in zip(want, got, strict=True):
@@ -498,3 +539,82 @@ def test_engine_batches_on_the_fused_search_as_each_sentence_alone(pre_norm_bund
                 assert b.token_ids == a.token_ids and b.score == pytest.approx(a.score, abs=1e-9)
     assert not again  # the operator blocked; nothing was searched again
     assert blocked  # and the block changed some translations
+
+
+def test_each_source_normalizes_over_its_own_ids_as_it_does_alone(pre_norm_bundle, library):
+    """``vocab_sources``: with a batch's union of shortlists as ``vocab_ids``, each source's rows normalize over the
+    ids it owns, so its log-probabilities, top values and top ids are, to the bit, the ones it gets with only its
+    own ids (issue 56: a sentence's answer does not depend on the companions that widen the union)."""
+    bundle, _, fused = _sessions(pre_norm_bundle, library)
+    assert has_vocab_sources(fused)
+    rng = np.random.default_rng(5)
+    vocab = bundle.model_config["vocab_size"]
+    common = rng.choice(np.arange(4, vocab), 30, replace=False)
+    own = [np.unique(np.concatenate([common, rng.choice(np.arange(4, vocab), 25, replace=False)])) for _ in range(3)]
+    union = np.unique(np.concatenate(own))
+    feeds = _step_feeds(bundle, rng, vocab_ids=union)
+    mask = np.stack([np.isin(union, ids) for ids in own])
+    widened = fused.run(None, feeds)  # today's: every row over the union
+    batched = fused.run(None, {**feeds, VOCAB_SOURCES: mask})
+    source_of = feeds["row_slots"] // feeds["query_rows"].shape[1]
+    changed = 0
+    for s, ids in enumerate(own):
+        alone = fused.run(None, {**feeds, "vocab_ids": ids})
+        rows = np.flatnonzero(source_of == s)
+        np.testing.assert_array_equal(batched[0][rows][:, mask[s]], alone[0][rows])
+        assert np.all(np.isneginf(batched[0][rows][:, ~mask[s]]))
+        for out in (1, 2):  # top_log_probs, top_ids (vocabulary ids)
+            np.testing.assert_array_equal(batched[out][rows], alone[out][rows])
+        changed += not np.array_equal(widened[1][rows], alone[1][rows])
+        for got, want in zip(batched[3:], alone[3:], strict=True):  # the presents: the same step
+            np.testing.assert_array_equal(got[rows], want[rows])
+    assert changed  # without vocab_sources the union does change the sources' log-probabilities
+
+
+def test_bad_vocab_sources_are_refused(pre_norm_bundle, library):
+    bundle, _, fused = _sessions(pre_norm_bundle, library)
+    rng = np.random.default_rng(6)
+    union = np.arange(10, 60)
+    feeds = _step_feeds(bundle, rng, vocab_ids=union)
+    for bad in (np.ones((2, 50), dtype=bool), np.ones((3, 49), dtype=bool), np.zeros((3, 50), dtype=bool)):
+        with pytest.raises(Exception, match="vocab_sources|owns"):
+            fused.run(None, {**feeds, VOCAB_SOURCES: bad})
+    fused.run(None, {**feeds, VOCAB_SOURCES: np.ones((3, 50), dtype=bool)})  # and the session still works
+
+
+@pytest.mark.parametrize("kernel", ["default", "avx2"])
+def test_every_path_gives_each_sentence_its_alone_answer(
+    pre_norm_bundle, library, forced_libraries, monkeypatch, kernel
+):
+    """Issue 56: on the fused step a sentence's tokens and score are the same alone (the search loop), in a whole
+    batch (the fused search, and the step-by-step search) and live beside sentences joining at other steps (the
+    continuous decode), with the lexical shortlist (each source over its own list within the batch's union) and the
+    n-gram block. No thread timing: the batches are built by hand."""
+    from service.engine.live import LiveBatch
+
+    monkeypatch.setenv(LIBRARY_ENV, str(_kernel_library(kernel, library, forced_libraries, monkeypatch)))
+    bundle = load_bundle(pre_norm_bundle)
+    loop = Engine(bundle, "int8", "cpu", fused_step=True)
+    steps = Engine(bundle, "int8", "cpu", fused_step=True, search_loop=False)
+    assert loop.shortlist is not None and loop.live_step is loop.step_decoder and loop.fused_step == "fused"
+    sentences = [*SENTENCES, "ein hund ein hund ein hund ein hund ein hund .", "zwei frauen ."]
+    for beam, block in ((1, 0), (4, 0), (3, 2)):
+        options = TranslateOptions(beam_size=beam, no_repeat_ngram_size=block)
+        alone = [loop.translate([s], options)[0] for s in sentences]
+        live, results = LiveBatch(loop), {}
+        joining = {0: [0, 1], 1: [2], 3: [3, 4, 5], 4: [6], 6: [7]}  # step -> sentences joining before it
+        step = 0
+        while len(live) or any(at >= step for at in joining):
+            items = [(i, loop.source_ids([sentences[i]])[0], options, False) for i in joining.get(step, [])]
+            results.update(live.add(items)[0])
+            results.update(live.step().finished)
+            step += 1
+        paths = {
+            "batch": loop.translate(sentences, options),
+            "batch, step by step": steps.translate(sentences, options),
+            "live": [results[i] for i in range(len(sentences))],
+        }
+        for path, got in paths.items():
+            for want, have in zip(alone, got, strict=True):
+                assert have.token_ids == want.token_ids, (path, beam, block, want.text, have.text)
+                assert have.score == pytest.approx(want.score, abs=1e-6), (path, beam, block)
