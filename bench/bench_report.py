@@ -83,10 +83,14 @@ def render(rows: list[dict], meta: dict, config: dict) -> str:
         f"Date: {meta['date']}; machine: {meta['machine']}; {meta['threads']} intra-op thread(s) for every engine; "
         f"median of {meta['repeats']} interleaved repeats after a warm-up pass.  ",
         f"Other load while measuring: {meta['background']}.  ",
-        f"Model: `{meta['model']}` (PyTorch, CTranslate2) = `{meta['bundle']}` (onnxruntime); "
-        f"{meta['sentences']} sentences at batch 32 (sorted by length), the first {meta['batch1_sentences']} at "
+        (
+            f"Model: `{meta['bundle']}` (onnxruntime, imported) = `{meta['ct2']}` (CTranslate2, its source); "
+            if meta.get("imported")
+            else f"Model: `{meta['model']}` (PyTorch, CTranslate2) = `{meta['bundle']}` (onnxruntime); "
+        )
+        + f"{meta['sentences']} sentences at batch 32 (sorted by length), the first {meta['batch1_sentences']} at "
         "batch 1.  ",
-        "Greedy token-id agreement with the PyTorch reference (batch 32): "
+        f"Greedy token-id agreement with the {meta.get('reference', 'pytorch')} reference (batch 32): "
         + ", ".join(f"{k} {v:.1%}" for k, v in meta["agreement"].items())
         + ".",
         "",

@@ -148,16 +148,21 @@ class CT2Runner:
         compute_type: str = "float32",
         threads: int = 1,
         use_vmap: bool = False,
+        index: dict[str, int] | None = None,
+        source_eos: bool = True,
     ):
-        """``use_vmap``: decode over the vocabulary map (``vmap.txt`` in ``model_dir``, ``vmap_model``)."""
+        """``pieces``: CTranslate2's piece of each of our ids; ``index``: our id of each piece CTranslate2 outputs
+        (default: the inverse of ``pieces``); ``source_eos`` false: the sources' EOS is not passed (a model that never
+        saw one, ModelConfig.source_eos); ``use_vmap``: decode over the vocabulary map (``vmap.txt`` in ``model_dir``,
+        ``vmap_model``)."""
         import ctranslate2
 
         self.translator = ctranslate2.Translator(
             str(model_dir), device="cpu", compute_type=compute_type, intra_threads=threads, inter_threads=1
         )
         self.pieces = list(pieces)
-        self.index = {p: i for i, p in enumerate(self.pieces)}
-        self.use_vmap = use_vmap
+        self.index = index if index is not None else {p: i for i, p in enumerate(self.pieces)}
+        self.use_vmap, self.source_eos = use_vmap, source_eos
 
     def translate_ids(
         self,
@@ -171,12 +176,13 @@ class CT2Runner:
         CTranslate2 takes one max_decoding_length per batch: the batch's largest limit is used and longer
         outputs are cut to the sentence's own limit (exact for greedy, which extends a prefix).
         """
-        batch = [[self.pieces[i] for i in s] for s in sources]
+        batch = [[self.pieces[i] for i in (s if self.source_eos else s[:-1])] for s in sources]
         results = self.translator.translate_batch(
             batch,
             beam_size=beam_size,
             length_penalty=length_penalty,
             max_decoding_length=max(limits),
+            min_decoding_length=0,  # as our engine: a translation may end at once (CTranslate2's default is 1)
             max_batch_size=0,
             return_scores=False,
             use_vmap=self.use_vmap,

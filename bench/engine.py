@@ -3,6 +3,10 @@
     nice -n 10 python -m bench.engine --data ../shared/data/multi30k \
         [--model checkpoints/de-en] [--bundle model_repository/de-en/1] [--ct2 build/ct2/de-en]
 
+An imported bundle (``python -m export.cli import-hf`` / ``import-argos``) runs against the CTranslate2 model it came
+from (``--ct2``: never converted here) with ``--engines ort-fp32 ort-int8 ct2-fp32 ct2-int8`` (no ``pytorch``: the
+reference is then ort-fp32); bench/marian_random.py makes such a pair of OPUS-MT's shape (docs/serve-opus-mt.md).
+
 Engines: ``pytorch`` (model.decoding greedy / beam with the key/value cache, fp32), ``ort-fp32`` /
 ``ort-int8`` (engine.Engine on the bundle's variants), ``ct2-fp32`` / ``ct2-int8`` (CTranslate2
 on the converted checkpoint, see bench/ct2_convert.py). Append ``+decoder`` to an ort engine to search with
@@ -98,11 +102,13 @@ def _runner(engine: str, args: dict):
         if "shortlist" in load_bundle(args["bundle"]).manifest:  # the whole vocabulary unless +shortlist
             extra["shortlist"] = "+shortlist" in engine
         ort_engine = Engine(load_bundle(args["bundle"]), variant, "cpu", intra_op_threads=threads, **extra)
+        ort_engine.decoding.pop("max_length", None)  # an imported default: every engine gets length_limits' limits
 
         def run(sources, limits, beam):
             # no n-gram block (a bundle's default may have one): the same search as PyTorch's and CTranslate2's;
             # +block: the 4-gram block the general-domain bundles serve by default (its cost)
-            options = TranslateOptions(beam_size=beam, no_repeat_ngram_size=4 if "+block" in engine else 0)
+            block = 4 if "+block" in engine else 0  # CTranslate2's length penalty (CT2Runner's): 0.6
+            options = TranslateOptions(beam_size=beam, length_penalty=0.6, no_repeat_ngram_size=block)
             return [t.token_ids for t in ort_engine.translate_ids(sources, options)]
 
         return run
@@ -111,18 +117,36 @@ def _runner(engine: str, args: dict):
 
         ct2_dir = Path(args["ct2"])
         pieces = json.loads((ct2_dir / "shared_vocabulary.json").read_text(encoding="utf-8"))
+        manifest = json.loads((Path(args["bundle"]) / "manifest.json").read_text())
+        extra = imported_twin(manifest, pieces) if "imported" in manifest else {"pieces": pieces}
         base, *options = engine.split("+")
         compute_type = {"ct2-fp32": "float32", "ct2-int8": "int8"}[base]
         if "vmap" in options:
             from bench.ct2_convert import vmap_model
 
             ct2_dir = vmap_model(ct2_dir, Path(args["bundle"]))
-        runner = CT2Runner(ct2_dir, pieces, compute_type=compute_type, threads=threads, use_vmap="vmap" in options)
+        runner = CT2Runner(ct2_dir, compute_type=compute_type, threads=threads, use_vmap="vmap" in options, **extra)
         return lambda sources, limits, beam: runner.translate_ids(sources, limits, beam)
     raise ValueError(
         f"unknown engine {engine!r}; choose from {ENGINES} (ort engines accept +decoder, +own-arena, +shortlist, "
         "+steps, +block, +own-tables, +no-pattern, +no-prepack, +fused, +avx2; ct2 engines +vmap, +avx2)"
     )
+
+
+def imported_twin(manifest: dict, ct2_pieces: list[str]) -> dict:
+    """CT2Runner's arguments for an imported bundle and the CTranslate2 model it came from (or was converted from the
+    same checkpoint, bench/marian_random.py): CTranslate2's piece of each of our ids (the manifest's vocabulary rows:
+    ``rows`` of an Argos import, ``marian_ids`` of a Hugging Face one, whose pad row CTranslate2 drops), our id of each
+    piece (never one the bundle excludes), and whether the sources' EOS is passed."""
+    vocabulary = manifest["imported"]["vocabulary"]
+    rows = vocabulary.get("rows") or vocabulary["marian_ids"]
+    pieces = [ct2_pieces[r] if r < len(ct2_pieces) else "<pad>" for r in rows]
+    excluded = set(vocabulary["excluded"])
+    index: dict[str, int] = {}
+    for our_id, piece in enumerate(pieces):
+        if our_id not in excluded:
+            index.setdefault(piece, our_id)
+    return {"pieces": pieces, "index": index, "source_eos": manifest["model"].get("source_eos", True)}
 
 
 def _worker(conn, engine: str, args: dict) -> None:
@@ -202,7 +226,7 @@ def main(argv: list[str] | None = None) -> int:
     )
     parser.add_argument("--data", required=True, help="corpus folder with <split>.<src> and <split>.<tgt>")
     parser.add_argument("--split", default="test_2016_flickr")
-    parser.add_argument("--model", default="checkpoints/de-en")
+    parser.add_argument("--model", default="checkpoints/de-en", help="the pytorch engine's (and a conversion's) model")
     parser.add_argument("--bundle", default="model_repository/de-en/1")
     parser.add_argument("--ct2", default="build/ct2/de-en", help="CTranslate2 model folder (converted if missing)")
     parser.add_argument(
@@ -243,6 +267,9 @@ def main(argv: list[str] | None = None) -> int:
     work = workloads(ids, limits, args.batch1_limit)
     keys = args.settings or list(work)
     if any(e.startswith("ct2") for e in args.engines) and not (Path(args.ct2) / "model.bin").exists():
+        if "imported" in bundle:
+            print(f"{args.ct2}: no CTranslate2 model; an imported bundle's twin comes with it", file=sys.stderr)
+            return 2
         from bench.ct2_convert import convert
 
         convert(Path(args.model), Path(args.ct2))
@@ -265,15 +292,16 @@ def main(argv: list[str] | None = None) -> int:
         warm_outputs[engine] = conn.recv()["outputs"]
         print(f"warm-up {engine} {warm}: done", file=sys.stderr)
     agreement = {}
-    if "pytorch" in warm_outputs:
-        ref = warm_outputs["pytorch"]
+    reference = next((e for e in ("pytorch", "ort-fp32") if e in warm_outputs), None)  # an imported bundle: no pytorch
+    if reference is not None:
+        ref = warm_outputs[reference]
         for engine, outs in warm_outputs.items():
             agreement[engine] = sum(a == b for a, b in zip(ref, outs, strict=True)) / len(ref)
-        print(f"greedy token-id agreement with pytorch ({warm}): {agreement}", file=sys.stderr)
+        print(f"greedy token-id agreement with {reference} ({warm}): {agreement}", file=sys.stderr)
         if "ct2-fp32" in agreement and agreement["ct2-fp32"] < MIN_AGREEMENT:
             print(
-                f"CTranslate2 fp32 matches the PyTorch reference on {agreement['ct2-fp32']:.2%} of sentences, below"
-                f" {MIN_AGREEMENT:.0%}: the conversion does not run our model, so its timings would mean nothing.",
+                f"CTranslate2 fp32 matches the {reference} reference on {agreement['ct2-fp32']:.2%} of sentences, "
+                f"below {MIN_AGREEMENT:.0%}: the conversion does not run our model, so its timings would mean nothing.",
                 file=sys.stderr,
             )
             return 1
@@ -303,6 +331,9 @@ def main(argv: list[str] | None = None) -> int:
         "threads": args.threads,
         "repeats": args.repeats,
         "agreement": agreement,
+        "reference": reference,
+        "imported": "imported" in bundle,
+        "ct2": args.ct2,
         "sgemm": rates,
         "model": args.model,
         "bundle": args.bundle,

@@ -17,6 +17,16 @@ SMALL_BATCH = 32
 BYTE_PIECE = re.compile(r"^<0x[0-9A-Fa-f]{2}>$")  # byte fallback: a character outside the vocabulary, one UTF-8 byte
 
 
+def source_mask(src, source_eos: bool = True):
+    """True on the source positions the encoder reads (numpy or torch ids, right-padded with PAD_ID): every token,
+    or, for a model that never saw a source EOS (ModelConfig.source_eos false), every token but EOS, which the
+    engine appends to every source and which is then masked like padding (it is last, so no position moves). A source
+    of EOS alone (an empty text: /v1/embed, /v1/attention) is then all masked: its attention probabilities are exact
+    zeros (model/attention.py), a defined result; translating it needs no model (an empty translation)."""
+    mask = src != PAD_ID
+    return mask if source_eos else mask & (src != EOS_ID)
+
+
 class Tokenizer:
     def __init__(self, model_file: str | Path) -> None:
         self.path = Path(model_file)

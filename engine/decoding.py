@@ -37,6 +37,7 @@ class DecodingDefaults:
     max_length: int | None = None
     no_repeat_ngram_size: int = 0
     length_penalty_form: str = "gnmt"
+    length_penalty: float = DEFAULT_LENGTH_PENALTY  # an imported checkpoint's (HF Marian 1.0, Argos 0.2), else 0.6
 
     @classmethod
     def of(cls, decoding: dict[str, Any]) -> DecodingDefaults:
@@ -47,6 +48,7 @@ class DecodingDefaults:
             max_length=None if max_length is None else int(max_length),
             no_repeat_ngram_size=int(decoding.get("no_repeat_ngram_size", 0)),
             length_penalty_form=str(decoding.get("length_penalty_form", "gnmt")),
+            length_penalty=float(decoding.get("length_penalty", DEFAULT_LENGTH_PENALTY)),
         )
 
 
@@ -60,7 +62,8 @@ class TranslateOptions:
     # generated tokens; None: the bundle's default (an imported checkpoint's max_length), else 2 * source tokens + 10
     max_length: int | None = None
     num_hypotheses: int = 1
-    length_penalty: float = DEFAULT_LENGTH_PENALTY
+    # None (a request that leaves it out): the bundle's default (``resolve``)
+    length_penalty: float | None = DEFAULT_LENGTH_PENALTY
     return_attention: bool = False
     constrained: bool = False  # its sources carry constraints: whole batches only (no live decode)
     # > 0: no n-gram of this size twice in a hypothesis (engine/no_repeat.py; every search but the constrained
@@ -90,7 +93,7 @@ class TranslateOptions:
             beam_size=beam_size,
             max_length=max_length,
             num_hypotheses=num_hypotheses,
-            length_penalty=DEFAULT_LENGTH_PENALTY if length_penalty is None else length_penalty,
+            length_penalty=length_penalty,
             no_repeat_ngram_size=no_repeat_ngram_size,
             return_attention=return_attention,
         )
@@ -112,9 +115,12 @@ class TranslateOptions:
             changes["beam_size"] = max(defaults.beam_size, self.num_hypotheses)
         if self.max_length is None and defaults.max_length is not None:
             changes["max_length"] = defaults.max_length
+        if self.length_penalty is None:
+            changes["length_penalty"] = defaults.length_penalty
         return replace(self, **changes)
 
     @property
     def penalty(self) -> LengthPenalty:
         """The length penalty in the bundle's form (resolved options; GNMT's before)."""
-        return LengthPenalty(self.length_penalty, self.length_penalty_form or "gnmt")
+        alpha = DEFAULT_LENGTH_PENALTY if self.length_penalty is None else self.length_penalty
+        return LengthPenalty(alpha, self.length_penalty_form or "gnmt")

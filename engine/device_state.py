@@ -27,7 +27,7 @@ import onnxruntime as ort
 
 from core.graphs import MAX_TOP_K_KEY, VOCAB_IDS, has_vocab_ids, step_interface, step_present_names
 from core.search import Hypothesis
-from core.tokenizer import BOS_ID, EOS_ID, PAD_ID
+from core.tokenizer import BOS_ID, EOS_ID, source_mask
 from engine.search import TopCandidates, beam_search, greedy_search
 from engine.step_inputs import ragged_inputs
 
@@ -156,12 +156,17 @@ class DeviceDecoderState:
 
 
 def device_search(
-    runner: DeviceRunner, src_ids: np.ndarray, limits: list[int], options, stats: dict[str, float]
+    runner: DeviceRunner,
+    src_ids: np.ndarray,
+    limits: list[int],
+    options,
+    stats: dict[str, float],
+    source_eos: bool = True,
 ) -> list[list[Hypothesis]]:
     """Engine._search on the device: ``src_ids`` (sources, src) padded, ``options`` a TranslateOptions; the n-best
     hypotheses of each source, and encode / decode seconds added to ``stats``."""
     started = time.perf_counter()
-    sources = runner.encode(src_ids, src_ids != PAD_ID)
+    sources = runner.encode(src_ids, source_mask(src_ids, source_eos))
     stats["encode"] = stats.get("encode", 0.0) + time.perf_counter() - started
     started = time.perf_counter()
     try:

@@ -26,7 +26,7 @@ from core.graphs import (
 from core.normalize import fold_unknown, source_normalizer
 from core.search import Hypothesis, LengthPenalty, length_limits
 from core.shortlist import Shortlist, load_shortlist
-from core.tokenizer import BOS_ID, EOS_ID, PAD_ID, Tokenizer
+from core.tokenizer import BOS_ID, EOS_ID, Tokenizer, source_mask
 from engine.chooser import Search, choose
 from engine.constrained import Constraint
 from engine.constrained_greedy import GREEDY_TERM_TOP_K
@@ -102,6 +102,7 @@ class Engine:
         self._open_decoders(bundle, lean_decoder, fused_step, providers, settings)
         self.providers = self.encoder.get_providers()
         self.max_source_tokens = int(self.config["max_positions"])  # EOS included
+        self.source_eos = bool(self.config.get("source_eos", True))  # False: the source's EOS is masked (source_mask)
         self.vocab_size = int(self.config["vocab_size"])
         self.device_runner: DeviceRunner | None = None
         self._after_term: np.ndarray | None = None
@@ -151,8 +152,7 @@ class Engine:
         label = f"{bundle.name} {self.variant}"
         path = bundle.graph(self.variant, batch)
         self.step_decoder, self.fused_step = batch_step_session(path, fused_step, providers, settings, label)
-        # the fused step serves the live decode too: one kernel for every path (issue 56)
-        self._live_step_key = None if live == batch or self.fused_step == "fused" else live
+        self._live_step_key = None if live == batch or self.fused_step == "fused" else live  # fused: one kernel (#56)
 
     def vocab_subset(self, sources: Sequence[Sequence[int]], options: TranslateOptions) -> np.ndarray | None:
         """The vocabulary ids a batch of ``sources`` searches over: the shortlist's union for them, or None (the
@@ -266,7 +266,7 @@ class Engine:
     def run_encoder(self, sources: Sequence[Sequence[int]]) -> dict[str, np.ndarray]:
         src = pad_batch(sources)
         outputs = dict(zip(ENCODER_OUTPUTS, self.encoder.run(ENCODER_OUTPUTS, {"src_ids": src}), strict=True))
-        outputs["src_mask"] = src != PAD_ID
+        outputs["src_mask"] = source_mask(src, self.source_eos)
         return outputs
 
     def run_decoder_full(self, enc: dict[str, np.ndarray], targets: Sequence[Sequence[int]]) -> dict[str, np.ndarray]:
@@ -363,7 +363,7 @@ class Engine:
         vocab = {"vocab_ids": self.vocab_subset(sources, options) if lean else None, "vocab_size": self.vocab_size}
         search = choose(self, options, len(sources), vocab["vocab_ids"])
         if search is Search.DEVICE:  # encoder outputs, cache on the device
-            return device_search(self.device_runner, pad_batch(sources), limits, options, stats)
+            return device_search(self.device_runner, pad_batch(sources), limits, options, stats, self.source_eos)
         started = time.perf_counter()
         enc = self.run_encoder(sources)
         stats["encode"] = stats.get("encode", 0.0) + time.perf_counter() - started

@@ -1,7 +1,7 @@
-"""``python -m export.cli export | import-hf | evaluate | verify | shortlist | decoding | compare | tables``: build a
-bundle (from our checkpoint, or from a Hugging Face Marian checkpoint), measure its BLEU, check parity, add a lexical
-shortlist learned from parallel text, set its decoding defaults, compare two evaluation reports, print a report's
-markdown tables."""
+"""``python -m export.cli export | import-hf | import-argos | evaluate | verify | shortlist | decoding | compare |
+tables``: build a bundle (from our checkpoint, a Hugging Face Marian checkpoint or an Argos Translate package:
+export/import_commands.py), measure its BLEU, check parity, add a lexical shortlist learned from parallel text, set its
+decoding defaults, compare two evaluation reports, print a report's markdown tables."""
 
 from __future__ import annotations
 
@@ -18,6 +18,7 @@ from core.tokenizer import EOS_ID
 from engine import Engine
 from engine.decoding import TranslateOptions, decoding_defaults
 from export.calibration import calibrated_as, read_sentences, record_feeds
+from export.import_commands import cmd_import_argos, cmd_import_hf
 from export.manifest import build_manifest, git_commit, seal
 from export.onnx_export import export_graphs
 from export.pack import pack_bundle
@@ -120,101 +121,6 @@ def cmd_export(args: argparse.Namespace) -> int:
     sealed(variants, f"mtserve-bundle/{args.bundle_format}")
     print(f"wrote {out} ({', '.join(variants)}) in {time.time() - started:.1f}s", file=sys.stderr)
     return 0
-
-
-def cmd_import_hf(args: argparse.Namespace) -> int:
-    """A Hugging Face MarianMTModel checkpoint as a sealed bundle: imported as our Transformer and tokenizer
-    (export/marian.py), written by ``export`` (the same graphs, variants and packing), the import recorded in the
-    manifest (``source``, ``imported``: where from, the checkpoint's config and generation defaults, the vocabulary
-    mapping, PyTorch-vs-onnxruntime parity of the graphs)."""
-    import tempfile
-
-    from export.marian import SOURCE, TARGET_TOKENIZER_FILE, ImportRefused, import_marian
-    from export.parity import graph_max_diff
-    from model.checkpoint import save_release
-
-    source = Path(args.source)
-    if not source.is_dir():  # a hub id: downloads on a machine with internet (untested here: there is none)
-        from huggingface_hub import snapshot_download
-
-        source = Path(snapshot_download(args.source))
-    try:
-        imported = import_marian(source)
-    except ImportRefused as exc:
-        print(f"{args.source}: {exc}", file=sys.stderr)
-        return 2
-    source_language = args.source_language or imported.source_language
-    target_language = args.target_language or imported.target_language
-    if not source_language or not target_language:
-        print(
-            "the checkpoint names no languages (tokenizer_config.json): pass --source-language and --target-language",
-            file=sys.stderr,
-        )
-        return 2
-    out = Path(args.repository) / args.name / str(args.version)
-    with tempfile.TemporaryDirectory() as tmp:
-        release = Path(tmp)
-        run = {"source_lang": source_language, "target_lang": target_language}
-        save_release(release, imported.model, {"run": run})
-        (release / TOKENIZER_FILE).write_bytes(imported.tokenizer_proto)
-        export_args = argparse.Namespace(
-            model=str(release),
-            out=str(out),
-            name=args.name,
-            version=args.version,
-            variants=args.variants,
-            source_language=source_language,
-            target_language=target_language,
-            source_normalization="",
-            calibration_data=args.calibration_data,
-            calibration_sentences=args.calibration_sentences,
-            bundle_format=2,
-            force=args.force,
-        )
-        status = cmd_export(export_args)
-    if status:
-        return status
-    bundle = load_bundle(out)
-    (out / TARGET_TOKENIZER_FILE).write_bytes(imported.target_tokenizer_proto)  # listed below, sealed at the end
-    bundle.manifest["tokenizer"]["target_file"] = TARGET_TOKENIZER_FILE
-    bundle.manifest["files"] = [*bundle.manifest["files"], TARGET_TOKENIZER_FILE]
-    engine = Engine(bundle, variant="fp32", shortlist=False)
-    shapes = [(1, 5, 1, 0), (3, 9, 1, 4), (2, 7, 3, 2)]
-    parity = {"max_abs_diff": graph_max_diff(imported.model, engine, shapes), "shapes": shapes}
-    vmap = imported.vocab
-    manifest = bundle.manifest
-    manifest["source"] = SOURCE
-    manifest["training"] = {"imported_from": str(args.source)}
-    manifest["imported"] = {
-        "from": str(args.source),
-        "kind": SOURCE,
-        "config": imported.config,
-        "generation": imported.generation,
-        "vocabulary": {
-            "marian_size": imported.config["vocab_size"],
-            "size": vmap.size,
-            "marian_ids": vmap.marian_ids,
-            "excluded": vmap.excluded,
-        },
-        "parity": parity,
-    }
-    manifest["decoding"] = {**manifest.get("decoding", {}), **imported_decoding(imported.generation)}
-    seal(bundle.path, manifest)
-    worst = max(parity["max_abs_diff"].values())
-    print(f"imported {args.source} as {out}; graph parity max |diff| {worst:.2e}", file=sys.stderr)
-    return 0 if worst <= 1e-4 else 1
-
-
-def imported_decoding(generation: dict) -> dict[str, int | str]:
-    """A checkpoint's generation defaults as the bundle's decoding defaults (what a request leaves out):
-    ``num_beams`` the beam, ``max_length`` the generated tokens less one (generate counts the decoder start), and
-    beam hypotheses ranked by generate's length penalty n ** a (core/search.py LengthPenalty)."""
-    out: dict = {"length_penalty_form": "hf"}
-    if generation.get("num_beams"):
-        out["beam_size"] = int(generation["num_beams"])
-    if generation.get("max_length"):
-        out["max_length"] = int(generation["max_length"]) - 1
-    return out
 
 
 def _source_ids(engine: Engine, sources: list[str]) -> tuple[list[list[int]], int]:
@@ -473,7 +379,31 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--calibration-data", help="source-language sentences, one per line (for int8)")
     p.add_argument("--calibration-sentences", type=int, default=256)
     p.add_argument("--force", action="store_true")
-    p.set_defaults(func=cmd_import_hf)
+    p.set_defaults(func=lambda a: cmd_import_hf(a, cmd_export))
+
+    p = sub.add_parser(
+        "import-argos",
+        help="Argos Translate package (.argosmodel: CTranslate2 Transformer + SentencePiece) -> bundle "
+        "model_repository/<name>/<version>",
+    )
+    p.add_argument("--from", dest="source", required=True, help="the .argosmodel file")
+    p.add_argument("--name", required=True)
+    p.add_argument("--version", type=int, required=True)
+    p.add_argument("--repository", default="model_repository")
+    p.add_argument("--variants", nargs="+", default=["fp32"], choices=VARIANTS, help="int8 needs --calibration-data")
+    p.add_argument("--source-language", help="default: metadata.json from_code")
+    p.add_argument("--target-language", help="default: metadata.json to_code")
+    p.add_argument(
+        "--source-eos",
+        action=argparse.BooleanOptionalAction,
+        default=None,
+        help="whether the encoder reads a source EOS; default: the model's config.json add_source_eos (false when "
+        "absent), which is what Argos Translate feeds CTranslate2",
+    )
+    p.add_argument("--calibration-data", help="source-language sentences, one per line (for int8)")
+    p.add_argument("--calibration-sentences", type=int, default=256)
+    p.add_argument("--force", action="store_true")
+    p.set_defaults(func=lambda a: cmd_import_argos(a, cmd_export))
 
     def bundle_and_corpus(p: argparse.ArgumentParser, data_help: str, data_required: bool) -> None:
         """Arguments evaluate and verify share: the bundle, the corpus split, beam sizes, providers."""

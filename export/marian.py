@@ -27,7 +27,6 @@ from export.marian_vocab import NORMAL, VocabMap, check_encoding, merged_sentenc
 from model.config import ModelConfig
 from model.transformer import Transformer
 
-TARGET_TOKENIZER_FILE = "target_tokenizer.model"  # the bundle's manifest names it as tokenizer.target_file
 SOURCE = "imported: huggingface marian"  # the manifest's source (core/bundle.py Bundle.source)
 ACTIVATIONS = {"relu": "relu", "gelu": "gelu", "swish": "swish", "silu": "swish"}  # HF ACT2FN name -> ours
 GENERATION_KEYS = ("max_length", "num_beams", "bad_words_ids", "length_penalty", "forced_eos_token_id")

@@ -98,21 +98,34 @@ def vocab_map(vocab: dict[str, int], spm_pieces: list[SourcePiece], eos: int, pa
         raise ValueError("vocab.json must map its pieces to the ids 0..N-1, each once")
     if "<unk>" not in vocab:
         raise ValueError("vocab.json has no <unk> piece")
-    unk = vocab["<unk>"]
     if start != pad:
         raise ValueError(f"decoder_start_token_id {start} is not the pad token {pad}, as every Marian model has")
     if "<s>" in vocab:
         raise ValueError("vocab.json holds a <s> piece: our decoder start takes that name")
-    rest = [i for i in range(len(vocab)) if i not in (eos, unk, pad)]
-    marian_ids = [pad, start, eos, unk, *rest]
-    pieces = [*SPECIAL_PIECES, *(by_id[i] for i in rest)]
-    excluded = [PAD_ID]
+    pieces = [by_id[i] for i in range(len(vocab))]
+    return renumbered(pieces, [pad, start, eos, vocab["<unk>"]], [PAD_ID], spm_pieces)
+
+
+def renumbered(
+    pieces: list[str], special_rows: list[int], excluded: list[int], spm_pieces: list[SourcePiece]
+) -> VocabMap:
+    """Our vocabulary over another model's (``pieces``: its vocabulary in its id order): our special ids 0..3 read
+    ``special_rows`` (pad, decoder start, eos, unk), every row none of them reads follows in increasing order, then
+    the aliases (pieces of ``spm_pieces`` the vocabulary lacks, read as its unk row). ``excluded``: our special ids
+    never generated (the aliases never are either)."""
+    unk = special_rows[UNK_ID]
+    rest = [i for i in range(len(pieces)) if i not in special_rows]
+    marian_ids = [*special_rows, *rest]
+    ours = [*SPECIAL_PIECES, *(pieces[i] for i in rest)]
+    excluded = list(excluded)
+    known = set(pieces) | set(ours)
     for sp in spm_pieces:
-        if sp.type in (NORMAL, USER_DEFINED, BYTE) and sp.piece not in vocab and sp.piece not in pieces:
+        if sp.type in (NORMAL, USER_DEFINED, BYTE) and sp.piece not in known:
             excluded.append(len(marian_ids))
             marian_ids.append(unk)
-            pieces.append(sp.piece)
-    return VocabMap(marian_ids, pieces, excluded)
+            ours.append(sp.piece)
+            known.add(sp.piece)
+    return VocabMap(marian_ids, ours, excluded)
 
 
 def _field(number: int, value: int | bytes | float) -> bytes:

@@ -52,6 +52,10 @@ class ModelConfig:
     # their values (Hugging Face's bad_words_ids of one token; an imported Marian model's pad, its decoder start)
     banned_ids: list[int] = field(default_factory=list)
     tie_embeddings: bool = True  # shared source/target/output embedding over a joint vocabulary
+    layer_norm_eps: float = 1e-5  # every LayerNorm's epsilon (torch's default; an imported model may name another)
+    # the encoder reads the source's EOS (appended by the engine); False: it is masked like padding, for a model that
+    # never saw one (an Argos / CTranslate2 package whose config says add_source_eos false, OpenNMT-py's models)
+    source_eos: bool = True
     pad_id: int = PAD_ID  # the special ids are the tokenizer's (core/tokenizer.py)
     bos_id: int = BOS_ID
     eos_id: int = EOS_ID

@@ -36,9 +36,9 @@ class FeedForward(nn.Module):
 class Residual(nn.Module):
     """Residual connection around a sublayer with LayerNorm after (post-LN) or before (pre-LN) it."""
 
-    def __init__(self, d_model: int, dropout: float, pre_norm: bool) -> None:
+    def __init__(self, d_model: int, dropout: float, pre_norm: bool, eps: float = 1e-5) -> None:
         super().__init__()
-        self.norm = nn.LayerNorm(d_model)
+        self.norm = nn.LayerNorm(d_model, eps=eps)
         self.dropout = nn.Dropout(dropout)
         self.pre_norm = pre_norm
 
@@ -71,8 +71,8 @@ class EncoderLayer(nn.Module):
         pre = cfg.norm_placement == "pre"
         self.self_attn = self_attention(cfg, causal=False)
         self.ffn = FeedForward(cfg.d_model, cfg.d_ff, cfg.activation, cfg.dropout)
-        self.attn_residual = Residual(cfg.d_model, cfg.dropout, pre)
-        self.ffn_residual = Residual(cfg.d_model, cfg.dropout, pre)
+        self.attn_residual = Residual(cfg.d_model, cfg.dropout, pre, cfg.layer_norm_eps)
+        self.ffn_residual = Residual(cfg.d_model, cfg.dropout, pre, cfg.layer_norm_eps)
 
     def forward(self, x: Tensor, mask: Tensor) -> tuple[Tensor, Tensor]:
         """x: (batch, src, d_model); mask: (batch, 1, 1, src). Returns x and probs (batch, heads, src, src)."""
@@ -88,9 +88,9 @@ class DecoderLayer(nn.Module):
         self.self_attn = self_attention(cfg, causal=True)
         self.cross_attn = MultiHeadAttention(cfg.d_model, cfg.n_heads, cfg.attention_dropout)
         self.ffn = FeedForward(cfg.d_model, cfg.d_ff, cfg.activation, cfg.dropout)
-        self.self_residual = Residual(cfg.d_model, cfg.dropout, pre)
-        self.cross_residual = Residual(cfg.d_model, cfg.dropout, pre)
-        self.ffn_residual = Residual(cfg.d_model, cfg.dropout, pre)
+        self.self_residual = Residual(cfg.d_model, cfg.dropout, pre, cfg.layer_norm_eps)
+        self.cross_residual = Residual(cfg.d_model, cfg.dropout, pre, cfg.layer_norm_eps)
+        self.ffn_residual = Residual(cfg.d_model, cfg.dropout, pre, cfg.layer_norm_eps)
 
     def forward(
         self,

@@ -7,6 +7,7 @@ from dataclasses import dataclass
 import torch
 from torch import Tensor, nn
 
+from core.tokenizer import source_mask
 from model.attention import KVPair
 from model.config import ModelConfig
 from model.layers import DecoderLayer, EncoderLayer
@@ -60,8 +61,8 @@ class Transformer(nn.Module):
         self.encoder_layers = nn.ModuleList(EncoderLayer(cfg) for _ in range(cfg.n_encoder_layers))
         self.decoder_layers = nn.ModuleList(DecoderLayer(cfg) for _ in range(cfg.n_decoder_layers))
         pre = cfg.norm_placement == "pre"
-        self.encoder_norm = nn.LayerNorm(cfg.d_model) if pre else nn.Identity()
-        self.decoder_norm = nn.LayerNorm(cfg.d_model) if pre else nn.Identity()
+        self.encoder_norm = nn.LayerNorm(cfg.d_model, eps=cfg.layer_norm_eps) if pre else nn.Identity()
+        self.decoder_norm = nn.LayerNorm(cfg.d_model, eps=cfg.layer_norm_eps) if pre else nn.Identity()
         self.output = nn.Linear(cfg.d_model, cfg.vocab_size, bias=cfg.output_bias)
         self.embed_scale = embedding_scale(cfg.d_model) if cfg.scale_embedding else 1.0
         banned = torch.zeros(cfg.vocab_size, dtype=torch.bool)
@@ -90,7 +91,7 @@ class Transformer(nn.Module):
 
     def encode(self, src: Tensor) -> EncoderOutput:
         """src: (batch, src) token ids, right-padded with pad_id."""
-        src_mask = src != self.cfg.pad_id
+        src_mask = source_mask(src, self.cfg.source_eos)
         attn_mask = src_mask[:, None, None, :]  # (batch, 1, 1, src)
         if self.sparse is not None:
             attn_mask = attn_mask & self.sparse.mask(src.size(1))  # (batch, 1, src, src)

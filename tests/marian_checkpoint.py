@@ -105,10 +105,14 @@ def _train(lines: list[str], vocab_size: int) -> bytes:
     return out.getvalue()
 
 
-def write_tokenizer(directory: Path, drop_source_pieces: int = 0) -> dict[str, int]:
+def write_tokenizer(directory: Path, drop_source_pieces: int = 0, joint: bool = False) -> dict[str, int]:
     """source.spm, target.spm and vocab.json ({"</s>": 0, "<unk>": 1, pieces..., "<pad>": last}); with
-    ``drop_source_pieces``, that many source pieces are left out of vocab.json (Marian reads them as <unk>)."""
-    source, target = _train(sentences(SOURCE_WORDS, 300, 1), 80), _train(sentences(TARGET_WORDS, 300, 2), 70)
+    ``drop_source_pieces``, that many source pieces are left out of vocab.json (Marian reads them as <unk>); with
+    ``joint``, one SentencePiece model of both languages is both files (as an Argos package's sentencepiece.model)."""
+    if joint:
+        source = target = _train(sentences(SOURCE_WORDS, 300, 1) + sentences(TARGET_WORDS, 300, 2), 120)
+    else:
+        source, target = _train(sentences(SOURCE_WORDS, 300, 1), 80), _train(sentences(TARGET_WORDS, 300, 2), 70)
     (directory / "source.spm").write_bytes(source)
     (directory / "target.spm").write_bytes(target)
     source_pieces = [p.piece for p in read_pieces(source) if p.type == NORMAL]
@@ -124,7 +128,7 @@ def write_tokenizer(directory: Path, drop_source_pieces: int = 0) -> dict[str, i
 
 
 def write_checkpoint(
-    directory: Path, seed: int = 0, drop_source_pieces: int = 0, eos_bias: float = 3.5, **config
+    directory: Path, seed: int = 0, drop_source_pieces: int = 0, eos_bias: float = 3.5, joint: bool = False, **config
 ) -> Path:
     """A random MarianMTModel saved with save_pretrained beside its tokenizer files; ``config`` overrides the tiny
     MarianConfig (OPUS-MT's choices by default: swish, scaled embeddings, pad banned). ``eos_bias``: EOS's
@@ -134,7 +138,7 @@ def write_checkpoint(
     from transformers import MarianConfig, MarianMTModel
 
     directory.mkdir(parents=True, exist_ok=True)
-    vocab = write_tokenizer(directory, drop_source_pieces)
+    vocab = write_tokenizer(directory, drop_source_pieces, joint)
     pad = vocab["<pad>"]
     settings = dict(
         vocab_size=len(vocab),

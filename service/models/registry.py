@@ -11,6 +11,7 @@ from typing import Any
 
 from core.bundle import Bundle, BundleError, discover, load_bundle, versions_of
 from engine import Engine
+from engine.decoding import DecodingDefaults
 from service.access.keys import key_queue_cap
 from service.execution.work import EmbedOptions
 from service.execution.worker import EngineWorker, RunnerWrapper
@@ -334,6 +335,13 @@ class Registry:
         variant = choose_variant(bundle, e.variant, engine.providers)
         if variant != engine.variant:
             engine = Engine(bundle, variant, e.providers, **options)
+        cap = self.settings.limits.max_beam_size  # a request may not ask more; neither may a bundle's default
+        if int(engine.decoding.get("beam_size", 0)) > cap:
+            log.warning(
+                "%s: default beam %s above MT_MAX_BEAM_SIZE %d: %d", bundle.path, engine.decoding["beam_size"], cap, cap
+            )
+            engine.decoding["beam_size"] = cap
+            engine.defaults = DecodingDefaults.of(engine.decoding)
         return engine
 
     def get(self, name: str | None) -> LoadedModel:

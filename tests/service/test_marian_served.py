@@ -120,6 +120,7 @@ def test_a_request_without_beam_and_length_gets_the_checkpoints(served):
         "beam_size": 4,
         "max_length": 39,
         "length_penalty_form": "hf",
+        "length_penalty": 1.0,  # generate's default: the checkpoint names none
     }
     assert "beam_size" not in models["de-en"]["decoding"]
 

@@ -138,7 +138,7 @@ async def infer(
     options = TranslateOptions.request(
         beam_size=parameters.get("beam_size"),  # None: the model's default
         max_length=parameters.get("max_length"),
-        length_penalty=parameters.get("length_penalty"),
+        length_penalty=parameters.get("length_penalty"),  # None: the model's default
     )
     split, fmt = parameters.get("split_sentences", True), parameters.get("format", "text")
     if ctx.quality is not None:

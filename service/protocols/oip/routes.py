@@ -20,7 +20,6 @@ from fastapi import APIRouter, FastAPI, Request
 from fastapi.responses import JSONResponse, Response
 from pydantic import BaseModel, BeforeValidator, ConfigDict, Field
 
-from core.search import DEFAULT_LENGTH_PENALTY
 from service.api.limits import too_long_hint
 from service.api.requests import registry_of
 from service.observability.inference_stats import RequestTiming
@@ -78,7 +77,7 @@ def request_models(limits: LimitSettings) -> tuple[type[BaseModel], type[BaseMod
         __pydantic_extra__: dict[str, Scalar] = Field(init=False)  # the protocol's parameters are scalars
         beam_size: bounded(1, limits.max_beam_size) | None = Field(None, description="absent: the model's default")
         max_length: bounded(1, limits.max_length_cap) | None = Field(None, description="generated tokens per text")
-        length_penalty: float = Field(DEFAULT_LENGTH_PENALTY, ge=0.0, le=5.0)
+        length_penalty: float | None = Field(None, ge=0.0, le=5.0, description="absent: the model's default")
         split_sentences: bool = True
         format: Literal["text", "html"] = "text"
         pooling: Literal["mean", "max"] = "mean"

@@ -8,7 +8,7 @@ from typing import Annotated, Any, Literal
 from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, StringConstraints, model_validator
 
 from core.bundle import TRAINED_HERE
-from core.search import DEFAULT_BEAM, DEFAULT_LENGTH_PENALTY
+from core.search import DEFAULT_BEAM
 from service.settings import LimitSettings
 
 Matrix = list[list[float]]
@@ -123,7 +123,7 @@ class ModelInfo(BaseModel):
     scheduler: str | None = Field(
         None, description="continuous, dynamic or off (continuous needs a bundle with an interface-3 step graph)"
     )
-    decoding: dict[str, int | str] | None = Field(
+    decoding: dict[str, bool | int | float | str] | None = Field(
         None,
         description="the model's defaults of decoding options a request leaves out (no_repeat_ngram_size: 0 = off; "
         "a model with a repeated-n-gram block decodes whole batches, not continuously; an imported model's "
@@ -213,7 +213,13 @@ def _translate_request(limits: LimitSettings, Text, ModelName, Timeout) -> type[
             "max_length), else 2 * source subwords + 10",
         )
         num_hypotheses: Int = Field(1, ge=1, le=limits.max_beam_size, description="n-best size, at most beam_size")
-        length_penalty: float = Field(DEFAULT_LENGTH_PENALTY, ge=0.0, le=5.0)
+        length_penalty: float | None = Field(
+            None,
+            ge=0.0,
+            le=5.0,
+            description="beams ranked by score / length penalty; absent: the model's default (`decoding` in GET "
+            "/v1/models: an imported model's, Argos packages' 0.2), else 0.6",
+        )
         no_repeat_ngram_size: Annotated[int, Field(ge=0, le=32), BeforeValidator(_integral)] | None = Field(
             None,
             description="> 0: no n-gram of this many subwords twice in a translation (stops a translation that "
