@@ -235,6 +235,14 @@ def request_models(limits: LimitSettings) -> RequestModels:
             "1,250,000); one it could not place is a warning (protected_span_missing, number_mismatch). false: the "
             "model alone decides. See docs/real-world-text.md",
         )
+        protect_names: bool = Field(
+            True,
+            description="names of the source (German: capitalised words the word lists call names; Chinese: persons, "
+            "places and organisations) must be in the translation, copied or in their English form (a name table "
+            "from CC-CEDICT, else pinyin: 马云 -> Ma Yun); a translation that lost one is searched again with it "
+            "required, and one still missing is a warning (name_missing). false: the model alone decides. See "
+            "docs/real-world-text.md",
+        )
         stream: bool = Field(
             False,
             description="answer text/event-stream: delta events {index, text} as each text is decoded (their "

@@ -21,6 +21,7 @@ from service.serving.casing import casing_of, truecased
 from service.serving.common import run_work, tokenize
 from service.serving.context import RequestContext
 from service.serving.html import HTML, HtmlPlan, Markup, align_words
+from service.serving.names import find_names
 from service.serving.segmentation import Layout, merge, split_text
 from service.serving.spans import find_spans, has_placeholders, merged, with_stand_ins
 from service.serving.terms import Use, constraints, settle
@@ -40,12 +41,14 @@ def tokenize_sentences(
     casings = [casing_of(s) if source != "zh" else None for s in sentences]
     shown = [truecased(s, encode) if c else s for s, c in zip(sentences, casings, strict=True)]
     terms, protect = ctx.terms, ctx.protect_spans
+    names = ctx.protect_names and target != "zh"  # names go into Latin-script targets (names.py)
     placeholders = has_placeholders(model.engine.tokenizer)
     uses = []
     for k, (sentence, casing) in enumerate(zip(shown, casings, strict=True)):
         given = terms.find(sentence, source) if terms else []
         found = find_spans(sentence, source, target) if protect else []
         mine = merged(given, found, sentence)
+        mine = merged(mine, find_names(sentence, source), sentence) if names else mine
         if any(u.kind for u in mine):  # spans found here: the model sees stand-ins (spans.py with_stand_ins)
             shown[k], mine = with_stand_ins(sentence, mine, placeholders)
         case = [Use("", "", casing, kind="casing")] if casing and target != "zh" else []
@@ -101,7 +104,10 @@ def initial_case(t: Translation, sentence: str) -> Translation:
     return dataclasses.replace(t, text=text, hypotheses=hypotheses) if text != t.text else t
 
 
-async def repair_numbers(
+REPAIRED = ("number", "name")  # what a translation may lose and get back by a second, constrained search
+
+
+async def repair(
     model: LoadedModel,
     sources: list[Source],
     uses: list[list[Use]],
@@ -109,15 +115,15 @@ async def repair_numbers(
     options: TranslateOptions,
     ctx: RequestContext,
 ) -> list[Translation]:
-    """The sentences whose free translation lost a number (spans.py: numbers are left to the model) searched again
-    with each of their numbers required in the target's convention; the new translation is taken where it holds
-    them all. Only those sentences pay for the constrained search, which costs the others' words more than it
-    gains (docs/real-world-text.md)."""
-    lost = [i for i, t in enumerate(results) if any(u.kind == "number" for u in t.missing)]
+    """The sentences whose free translation lost a number or a name (spans.py, names.py: both are left to the
+    model) searched again with each of their numbers (in the target's convention) and names required; the new
+    translation is taken where it holds them all. Only those sentences pay for the constrained search, which costs
+    the others' words more than it gains (docs/real-world-text.md)."""
+    lost = [i for i, t in enumerate(results) if any(u.kind in REPAIRED for u in t.missing)]
     if not lost:
         return results
     encode = model.engine.target_tokenizer.encode
-    # a number's target form as the text the search must write (constraints() places stand-ins)
+    # a number's or name's target form as the text the search must write (constraints() places stand-ins)
     required = [[_required(u) for u in uses[i]] for i in lost]
     pairs = zip(lost, required, strict=True)
     again = [dataclasses.replace(sources[i], constraints=constraints(r, encode)) for i, r in pairs]
@@ -125,13 +131,13 @@ async def repair_numbers(
     out = list(results)
     for i, t in zip(lost, retried, strict=True):
         t = settled(model, mark_truncated(model, t, options), uses[i])
-        if not any(u.kind == "number" for u in t.missing):
+        if not any(u.kind in REPAIRED for u in t.missing):
             out[i] = t
     return out
 
 
 def _required(use: Use) -> Use:
-    return dataclasses.replace(use, stand_in=use.target) if use.kind == "number" and not use.stand_in else use
+    return dataclasses.replace(use, stand_in=use.target) if use.kind in REPAIRED and not use.stand_in else use
 
 
 def mark_truncated(model: LoadedModel, t: Translation, options: TranslateOptions) -> Translation:
@@ -160,7 +166,7 @@ class Prepared:
         results = [
             settled(used, mark_truncated(self.model, r, options), u) for r, u in zip(results, self.uses, strict=True)
         ]
-        results = await repair_numbers(used, self.sources, self.uses, results, options, ctx)
+        results = await repair(used, self.sources, self.uses, results, options, ctx)
         sentences = [s for layout in self.layouts for s in layout.sentences]
         results = [initial_case(r, s) for r, s in zip(results, sentences, strict=True)]
         target = self.model.languages[1]

@@ -96,9 +96,11 @@ class Use:
     target: str  # what the translation must hold
     copy: bool = False
     # "": the request's glossary term or do-not-translate span; "span" / "number": found in the sentence
-    # (spans.py); "casing": no text, the sentence's casing to give the translation back (casing.py)
+    # (spans.py); "name": a name found in it (names.py); "casing": no text, the sentence's casing to give the
+    # translation back (casing.py)
     kind: str = ""
     stand_in: str = ""  # what the source shows instead of ``found`` (spans.py with_stand_ins); "" where nothing
+    alternatives: tuple[str, ...] = ()  # other forms of ``target`` that count as present (a name's, names.py)
 
 
 @dataclass
@@ -153,8 +155,9 @@ def constraints(uses: Sequence[Use], encode) -> tuple[Constraint, ...]:
     out = []
     for use in uses:
         # casing is no text to place; a number without a stand-in is left to the model, written in the target's
-        # convention afterwards and checked (forcing numbers cost 1.4 BLEU on newstest2018: docs/real-world-text.md)
-        if use.kind == "casing" or (use.kind == "number" and not use.stand_in):
+        # convention afterwards and checked (forcing numbers cost 1.4 BLEU on newstest2018: docs/real-world-text.md);
+        # so is a name, until a translation lacks it (prepared.py repair)
+        if use.kind == "casing" or (use.kind in ("number", "name") and not use.stand_in):
             continue
         forms = [use.stand_in] if use.stand_in else [use.target] if use.copy else target_forms(use.target)
         alternatives = tuple(dict.fromkeys(tuple(encode(f)) for f in forms if encode(f)))
@@ -169,7 +172,7 @@ def holds(text: str, use: Use) -> bool:
     if use.kind == "casing":
         return True
     if use.copy:
-        return use.target in text
+        return use.target in text or any(a in text for a in use.alternatives)
     return any(re.search(rf"(?<!\w){re.escape(f)}", text) for f in target_forms(use.target))
 
 
@@ -252,6 +255,9 @@ def warnings(t: Translation) -> list[dict[str, str]]:
         if use.kind == "number":
             message = f"the number {use.found!r} (as {use.target!r}) is not in the translation"
             out.append({"code": "number_mismatch", "message": message})
+        elif use.kind == "name":
+            message = f"the name {use.found!r} (as {use.target!r}) is not in the translation"
+            out.append({"code": "name_missing", "message": message})
         elif use.kind == "span":
             message = f"the span {use.found!r} (a URL, address, code or name kept as written) is not in the translation"
             out.append({"code": "protected_span_missing", "message": message})
