@@ -208,6 +208,14 @@ def recase_words(words: list[str], uses: Sequence[Use]) -> list[str]:
     return out
 
 
+def _spaced(text: str, at: int, length: int, name: str) -> str:
+    """A name put in place of its stand-in, with a space where the model wrote the stand-in against a letter or
+    digit ("onY1" -> "on Ma Yun")."""
+    before = " " if at > 0 and text[at - 1].isalnum() else ""
+    after = " " if at + length < len(text) and text[at + length].isalnum() else ""
+    return before + name + after
+
+
 def settle(t: Translation, uses: Sequence[Use], render) -> Translation:
     """After decoding: a span the tokenizer renders differently (``render``: text -> decode(encode(text))) is
     written back as given, a lower-case term gets its case (``recase``); the uses the text still lacks go to
@@ -223,7 +231,8 @@ def settle(t: Translation, uses: Sequence[Use], render) -> Translation:
             if use.stand_in:  # the span back in place of its stand-in; a stand-in the model repeated is dropped
                 first = text.find(use.stand_in)
                 if first >= 0:
-                    text = text[:first] + use.target + text[first + len(use.stand_in) :].replace(use.stand_in, "")
+                    target = _spaced(text, first, len(use.stand_in), use.target) if use.kind == "name" else use.target
+                    text = text[:first] + target + text[first + len(use.stand_in) :].replace(use.stand_in, "")
                     text = re.sub(r" {2,}", " ", text)
                 continue
             if use.kind == "number" and use.target not in text and use.found in text:  # 81.360 -> 81,360
