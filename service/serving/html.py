@@ -46,7 +46,7 @@ from core.tokenizer import EOS_ID
 from service.engine.engine import Translation
 from service.registry import LoadedModel
 from service.serving.segmentation import NO_SPACE_LANGUAGES, segment
-from service.serving.terms import Use, recase_words
+from service.serving.terms import Use, recase_words, restore_words
 from service.serving.words import is_glued, match_initial_case, split_punctuation
 
 SKIP_TAGS = frozenset({"code", "pre", "script", "style", "kbd", "samp", "textarea", "svg", "math", "template"})
@@ -498,7 +498,7 @@ def _aligned(model: LoadedModel, t: Translation, n_source_words: int, uses: Sequ
         if j == 0 or (piece.startswith("\u2581") and piece != "\u2581"):
             groups.append([])
         groups[-1].append(j)
-    words = [engine.tokenizer.decode([t.token_ids[j] for j in g]).strip() for g in groups]
+    words = restore_words([engine.tokenizer.decode([t.token_ids[j] for j in g]).strip() for g in groups], uses)
     keep = [i for i, w in enumerate(words) if w]
     words, groups = recase_words([words[i] for i in keep], uses), [groups[i] for i in keep]
     if t.attention is None or not groups or n_source_words == 0:

@@ -10,7 +10,8 @@ They are left to the model; a translation that lacks one is searched again with 
   Regierung) and it is no very common German word (Land, Tag), or when neither list knows it and it is no
   compound of a German word (Picciuto is a name, Stammesrates the council of a tribe). Neighbouring names make one
   (Angela Merkel); a genitive s is left off where the word without it is the more common (Merkels -> Merkel). The
-  target is the name as written: the translation copies it.
+  target is the name as written: the translation copies it (a cognate English writes in small letters, Statue ->
+  statue, counts as kept).
 - Chinese: the words jieba's tagger calls a person (``nr``), a place (``ns``) or an organisation (``nt``), and the
   nouns of the name table (zh_names.tsv, derived from CC-CEDICT by scripts/zh_names.py). The table's English wins
   (阿里巴巴 -> Alibaba, 特朗普 -> Trump); a person or place it lacks is written in pinyin (pypinyin): a person's
@@ -31,7 +32,7 @@ TABLE = Path(__file__).with_name("zh_names.tsv")
 GERMAN_WORD = re.compile(r"(?<![\w-])[A-ZÄÖÜ][a-zäöüß]+(?:-[A-ZÄÖÜ][a-zäöüß]+)*(?![\w-])")
 CROSSES = 1.5  # a name's English frequency (Zipf) is at most this far below its German one
 COMMON = 5.0  # a German word this frequent (Zipf) is an ordinary word, whatever its English frequency
-COMPOUND_TAIL = 3.0  # an unknown word ending in a German word this frequent (4+ letters) is a compound
+COMPOUND_TAIL = 3.0  # an unknown word ending in a German word this frequent (3+ letters) is a compound
 MIN_LETTERS = 3
 
 
@@ -44,7 +45,7 @@ def _zipf(word: str, language: str) -> float:
 
 def _compound(word: str) -> bool:
     low = word.lower()
-    return any(_zipf(low[i:], "de") >= COMPOUND_TAIL for i in range(MIN_LETTERS, len(low) - 3))
+    return any(_zipf(low[i:], "de") >= COMPOUND_TAIL for i in range(MIN_LETTERS, len(low) - 2))
 
 
 def is_german_name(word: str) -> bool:
@@ -66,6 +67,16 @@ def _base(word: str) -> str:
     return word
 
 
+def _german_use(found: str, name: str) -> Use:
+    """A German name to copy; written in small letters (a word English shares: Statue -> statue) or with spaces for
+    its hyphens (Twitter-Feed -> Twitter feed) it counts as present too: the model translated a word, not lost a
+    name."""
+    forms = (name.lower(), name.replace("-", " "), name.replace("-", " ").lower())
+    return Use(
+        found, found, name, copy=True, kind="name", alternatives=tuple(f for f in dict.fromkeys(forms) if f != name)
+    )
+
+
 def german_names(sentence: str) -> list[Use]:
     uses: list[Use] = []
     last_end = -2
@@ -76,9 +87,9 @@ def german_names(sentence: str) -> list[Use]:
         if uses and sentence[last_end : m.start()] == " " and uses[-1].found == uses[-1].target:  # Angela Merkel
             prev = uses.pop()
             found = sentence[sentence.rfind(prev.found, 0, last_end) : m.end()]
-            uses.append(Use(found, found, f"{prev.target} {name}", copy=True, kind="name"))
+            uses.append(_german_use(found, f"{prev.target} {name}"))
         else:
-            uses.append(Use(m.group(), m.group(), name, copy=True, kind="name"))
+            uses.append(_german_use(m.group(), name))
         last_end = m.end()
     return uses
 

@@ -125,17 +125,17 @@ async def repair(
     results: list[Translation],
     options: TranslateOptions,
     ctx: RequestContext,
-) -> list[Translation]:
+) -> tuple[list[Translation], list[list[Use]]]:
     """The sentences whose free translation lost a number or a name (spans.py, names.py: both are left to the
     model) searched again: each of their numbers required in the target's convention, and each name they lost
     replaced by a stand-in (``shown``: the sentences as the model saw them), which the search must write and which
     is replaced by the name's target form afterwards (forcing the name's own words put them at odd places; the
-    stand-in is copied where the name belongs). The new translation is taken where it holds them all. Only those
-    sentences pay for the second search, which costs the others' words more than it gains
-    (docs/real-world-text.md)."""
+    stand-in is copied where the name belongs). The new translation is taken where it holds them all, with the uses
+    it was settled against (HTML puts stand-ins back in its words by them). Only those sentences pay for the second
+    search, which costs the others' words more than it gains (docs/real-world-text.md)."""
     lost = [i for i, t in enumerate(results) if any(u.kind in REPAIRED for u in t.missing)]
     if not lost:
-        return results
+        return results, uses
     encode = model.engine.target_tokenizer.encode
     again, retry_uses = [], []
     placeholders = has_placeholders(model.engine.tokenizer)
@@ -148,15 +148,15 @@ async def repair(
         again.append(dataclasses.replace(sources[i], ids=ids, constraints=constraints(required, encode)))
         retry_uses.append(required)
     retried, _ = await run_sources(model, again, options, ctx)
-    out = list(results)
+    out, out_uses = list(results), list(uses)
     for i, t, required in zip(lost, retried, retry_uses, strict=True):
         # names settle with their stand-ins; numbers against the sentence's own uses (rewritten in the target's
         # convention where the model wrote the source's)
         settle_uses = [u if u.kind == "name" else own for u, own in zip(required, uses[i], strict=True)]
         t = settled(model, mark_truncated(model, t, options), settle_uses)
         if not any(u.kind in REPAIRED for u in t.missing):
-            out[i] = t
-    return out
+            out[i], out_uses[i] = t, settle_uses
+    return out, out_uses
 
 
 def _stand_ins_for_names(text: str, uses: list[Use], missing: list[Use], placeholders: bool) -> tuple[str, list[Use]]:
@@ -199,7 +199,7 @@ class Prepared:
         results = [
             settled(used, mark_truncated(self.model, r, options), u) for r, u in zip(results, self.uses, strict=True)
         ]
-        results = await repair(used, self.sources, self.uses, self.shown, results, options, ctx)
+        results, _ = await repair(used, self.sources, self.uses, self.shown, results, options, ctx)
         sentences = [s for layout in self.layouts for s in layout.sentences]
         results = [initial_case(r, s) for r, s in zip(results, sentences, strict=True)]
         target = self.model.languages[1]
@@ -219,17 +219,21 @@ class PreparedHtml:
     plans: list[HtmlPlan]
     sources: list[Source]
     uses: list[list[Use]]
+    shown: list[str]  # each sentence as the model sees it (shown_sentences)
 
     async def run(self, options: TranslateOptions, ctx: RequestContext) -> tuple[list[Translation], LoadedModel]:
-        results, used = await run_sources(self.model, self.sources, html_options(options), ctx)
+        options = html_options(options)
+        results, used = await run_sources(self.model, self.sources, options, ctx)
         results = [settled(used, r, u) for r, u in zip(results, self.uses, strict=True)]
+        # numbers and names as in plain text; the words of a retried sentence get its stand-ins back by its uses
+        results, all_uses = await repair(used, self.sources, self.uses, self.shown, results, options, ctx)
         target = self.model.languages[1]
         out, k = [], 0
         for plan in self.plans:
             sentences = plan.sentences
             mine = results[k : k + len(sentences)]
             k += len(sentences)
-            uses = self.uses[k - len(sentences) : k]
+            uses = all_uses[k - len(sentences) : k]
             aligned = [
                 align_words(used, t, len(s.split()), u, s) for t, s, u in zip(mine, sentences, uses, strict=True)
             ]
@@ -260,7 +264,7 @@ def prepare(
         plans = [HtmlPlan(text, model.languages[0], bool(split), rules) for text in texts]
         sentences = [s for plan in plans for s in plan.sentences]
         owners = [indices[i] for i, plan in enumerate(plans) for _ in plan.sentences]
-        return PreparedHtml(model, plans, *tokenize_sentences(model, sentences, owners, ctx))
+        return PreparedHtml(model, plans, *shown_sentences(model, sentences, owners, ctx))
     layouts = [split_text(text, model.languages[0], split) for text in texts]
     sentences = [s for layout in layouts for s in layout.sentences]
     owners = [indices[i] for i, layout in enumerate(layouts) for _ in layout.sentences]

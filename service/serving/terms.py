@@ -208,6 +208,26 @@ def recase_words(words: list[str], uses: Sequence[Use]) -> list[str]:
     return out
 
 
+def restore_words(words: list[str], uses: Sequence[Use]) -> list[str]:
+    """``settle``'s restoring for a translation given as its words (HTML and documents render the words the
+    decoded subwords make, not the settled text): the first word holding a stand-in gets its span, number or name
+    back, a stand-in repeated is dropped (its word left empty where it was only that), and a number written in the
+    source's convention gets the target's."""
+    out = list(words)
+    for use in uses:
+        if use.stand_in and use.stand_in != use.target:
+            hits = [i for i, w in enumerate(out) if use.stand_in in w]
+            for k, i in enumerate(hits):
+                at = out[i].find(use.stand_in)
+                name = _spaced(out[i], at, len(use.stand_in), use.target) if use.kind == "name" else use.target
+                out[i] = out[i][:at] + (name if k == 0 else "") + out[i][at + len(use.stand_in) :]
+        elif use.kind == "number" and not any(use.target in w for w in out):
+            hit = next((i for i, w in enumerate(out) if use.found in w), None)
+            if hit is not None:
+                out[hit] = out[hit].replace(use.found, use.target, 1)
+    return out
+
+
 def _spaced(text: str, at: int, length: int, name: str) -> str:
     """A name put in place of its stand-in, with a space where the model wrote the stand-in against a letter or
     digit ("onY1" -> "on Ma Yun")."""

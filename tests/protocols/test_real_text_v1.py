@@ -93,3 +93,14 @@ def test_protect_names_is_documented_beside_protect_spans(api):
     [body] = [s for s in schema.values() if "protect_spans" in s.get("properties", {})]
     field = body["properties"]["protect_names"]
     assert field["default"] is True and "name_missing" in field["description"]
+
+
+def test_html_gets_spans_numbers_and_names_back(api):
+    """HTML renders the words of the decoded subwords: each stand-in there is its span or name again (never "Y1"),
+    a number in the target's convention, and a lost name searched again as in plain text."""
+    url = "https://www.beispiel.de/hilfe"
+    html = f"<p>der hund läuft zu <b>{url}</b> mit 1.250 katzen und Picciuto</p>"
+    [t] = translate(api, [html], format="html")
+    assert t["text"].count(url) == 1 and "Y1" not in t["text"] and "Y2" not in t["text"], t["text"]
+    assert "1.250" not in t["text"]
+    assert t["text"].count("Picciuto") == 1, t["text"]

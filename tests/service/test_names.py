@@ -79,3 +79,16 @@ def test_a_name_is_left_to_the_model_and_named_when_missing() -> None:
     assert [w["code"] for w in warnings(lost)] == ["name_missing"] and "Picciuto" in warnings(lost)[0]["message"]
     alternative = Use("特朗普", "特朗普", "Trump", copy=True, kind="name", alternatives=("Donald Trump",))
     assert settle(Translation("Donald Trump came.", 0.0, [], []), [alternative], lambda t: t).missing == []
+
+
+def test_restore_words_puts_stand_ins_back_once() -> None:
+    from service.serving.terms import restore_words
+
+    url = Use("https://a.de/x", "https://a.de/x", "https://a.de/x", copy=True, kind="span", stand_in="Y1")
+    name = Use("Picciuto", "Picciuto", "Picciuto", copy=True, kind="name", stand_in="Y2")
+    number = Use("1.250", "1.250", "1,250", copy=True, kind="number")
+    words = ["go", "to", "Y1.", "with", "1.250", "cats", "and", "Y2", "Y1"]
+    assert restore_words(words, [url, number, name]) == [
+        "go", "to", "https://a.de/x.", "with", "1,250", "cats", "and", "Picciuto", "",
+    ]  # fmt: skip
+    assert restore_words(["onY2"], [name]) == ["on Picciuto"]
