@@ -104,3 +104,18 @@ def test_html_gets_spans_numbers_and_names_back(api):
     assert t["text"].count(url) == 1 and "Y1" not in t["text"] and "Y2" not in t["text"], t["text"]
     assert "1.250" not in t["text"]
     assert t["text"].count("Picciuto") == 1, t["text"]
+
+
+def test_a_streamed_sentence_gets_its_number_and_name_repaired(api):
+    """Streaming answers as the plain answer does: a sentence that lost a name is searched again before it is sent,
+    and the deltas still add up to the final text."""
+    import json
+
+    text = "der hund Picciuto läuft im park"
+    [plain] = translate(api, [text])
+    with api.stream("POST", "/v1/translate", json={"texts": [text], "stream": True}) as r:
+        assert r.status_code == 200
+        data = [json.loads(line[6:]) for line in r.iter_lines() if line.startswith("data: ")]
+    deltas = "".join(d["text"] for d in data if "text" in d and "translation" not in d)
+    [final] = [d["translation"] for d in data if "translation" in d]
+    assert deltas == final["text"] == plain["text"] and final["text"].count("Picciuto") == 1, (deltas, final)
