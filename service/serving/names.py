@@ -2,16 +2,18 @@
 
 ``find_names(sentence, source)`` lists a sentence's names as ``Use``s of kind ``name`` (service/serving/terms.py):
 ``found`` the name as written, ``target`` its English form, ``alternatives`` other forms that count as present.
-They are left to the model; a translation that lacks one is searched again with it required
-(service/serving/prepared.py ``repair``), and one still missing is a ``name_missing`` warning.
+They are left to the model; a sentence whose translation lacks one is searched again with a stand-in for it, which
+is put back as the name's target form (service/serving/prepared.py ``repair``), and one still missing is a
+``name_missing`` warning.
 
 - German: a capitalised word is a name when the word-frequency lists (wordfreq) say it is about as common in
   English text as in German text (a name crosses languages: Merkel, Trump, Berlin; a German noun does not: Haus,
   Regierung) and it is no very common German word (Land, Tag), or when neither list knows it and it is no
-  compound of a German word (Picciuto is a name, Stammesrates the council of a tribe). Neighbouring names make one
-  (Angela Merkel); a genitive s is left off where the word without it is the more common (Merkels -> Merkel). The
-  target is the name as written: the translation copies it (a cognate English writes in small letters, Statue ->
-  statue, counts as kept).
+  compound of a German word (Picciuto is a name, Stammesrates the council of a tribe); and not when the model's
+  vocabulary has it in small letters (a word both languages share: Statue, Basis; ``in_small_letters``).
+  Neighbouring names make one (Angela Merkel); a genitive s is left off where the word without it is the more
+  common (Merkels -> Merkel). The target is the name as written: the translation copies it (in small letters, or
+  with spaces for its hyphens, it counts as kept too: the model translated a word).
 - Chinese: the words jieba's tagger calls a person (``nr``), a place (``ns``) or an organisation (``nt``), and the
   nouns of the name table (zh_names.tsv, derived from CC-CEDICT by scripts/zh_names.py). The table's English wins
   (阿里巴巴 -> Alibaba, 特朗普 -> Trump); a person or place it lacks is written in pinyin (pypinyin): a person's
@@ -22,6 +24,7 @@ They are left to the model; a translation that lacks one is searched again with 
 from __future__ import annotations
 
 import re
+from collections.abc import Callable
 from functools import cache
 from pathlib import Path
 
@@ -60,6 +63,17 @@ def is_german_name(word: str) -> bool:
     return en > 0 and en >= de - CROSSES and de < COMMON
 
 
+def in_small_letters(*tokenizers) -> Callable[[str], bool]:
+    """Whether a model's vocabulary (its tokenizers') has a word in small letters as a whole word: an ordinary word
+    of its training text (Statue, Nation, Basis: "statue", "nation", "basis"), as a name is never written so."""
+
+    def ordinary(word: str) -> bool:
+        piece = "\u2581" + word.lower()
+        return any(t.sp.piece_to_id(piece) != t.sp.unk_id() for t in tokenizers)
+
+    return ordinary
+
+
 def _base(word: str) -> str:
     """A genitive's name: Merkels -> Merkel where the word without its s is the more common."""
     if word.endswith("s") and len(word) > MIN_LETTERS + 1 and _zipf(word[:-1], "de") > max(_zipf(word, "de"), 0):
@@ -77,12 +91,12 @@ def _german_use(found: str, name: str) -> Use:
     )
 
 
-def german_names(sentence: str) -> list[Use]:
+def german_names(sentence: str, ordinary: Callable[[str], bool] | None = None) -> list[Use]:
     uses: list[Use] = []
     last_end = -2
     for m in GERMAN_WORD.finditer(sentence):
         name = _base(m.group())
-        if not is_german_name(name):
+        if not is_german_name(name) or (ordinary is not None and ordinary(name)):
             continue
         if uses and sentence[last_end : m.start()] == " " and uses[-1].found == uses[-1].target:  # Angela Merkel
             prev = uses.pop()
@@ -155,10 +169,11 @@ def chinese_names(sentence: str) -> list[Use]:
     return uses
 
 
-def find_names(sentence: str, source: str) -> list[Use]:
-    """The names of ``sentence`` (in ``source``: German or Chinese; none for other languages), in order."""
+def find_names(sentence: str, source: str, ordinary: Callable[[str], bool] | None = None) -> list[Use]:
+    """The names of ``sentence`` (in ``source``: German or Chinese; none for other languages), in order.
+    ``ordinary``: whether a capitalised word is an ordinary word all the same (``in_small_letters``)."""
     if source == "de":
-        return german_names(sentence)
+        return german_names(sentence, ordinary)
     if source == "zh":
         return chinese_names(sentence)
     return []

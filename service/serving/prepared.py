@@ -21,7 +21,7 @@ from service.serving.casing import casing_of, truecased
 from service.serving.common import run_work, tokenize
 from service.serving.context import RequestContext
 from service.serving.html import HTML, HtmlPlan, Markup, align_words
-from service.serving.names import find_names
+from service.serving.names import find_names, in_small_letters
 from service.serving.segmentation import Layout, merge, split_text
 from service.serving.spans import find_spans, has_placeholders, merged, with_stand_ins
 from service.serving.terms import Use, constraints, settle
@@ -51,13 +51,14 @@ def shown_sentences(
     shown = [truecased(s, encode) if c else s for s, c in zip(sentences, casings, strict=True)]
     terms, protect = ctx.terms, ctx.protect_spans
     names = ctx.protect_names and target != "zh"  # names go into Latin-script targets (names.py)
+    ordinary = in_small_letters(model.engine.tokenizer, model.engine.target_tokenizer) if names else None
     placeholders = has_placeholders(model.engine.tokenizer)
     uses = []
     for k, (sentence, casing) in enumerate(zip(shown, casings, strict=True)):
         given = terms.find(sentence, source) if terms else []
         found = find_spans(sentence, source, target) if protect else []
         mine = merged(given, found, sentence)
-        mine = merged(mine, find_names(sentence, source), sentence) if names else mine
+        mine = merged(mine, find_names(sentence, source, ordinary), sentence) if names else mine
         if any(u.kind for u in mine):  # spans found here: the model sees stand-ins (spans.py with_stand_ins)
             shown[k], mine = with_stand_ins(sentence, mine, placeholders)
         case = [Use("", "", casing, kind="casing")] if casing and target != "zh" else []

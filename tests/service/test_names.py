@@ -92,3 +92,25 @@ def test_restore_words_puts_stand_ins_back_once() -> None:
         "go", "to", "https://a.de/x.", "with", "1,250", "cats", "and", "Picciuto", "",
     ]  # fmt: skip
     assert restore_words(["onY2"], [name]) == ["on Picciuto"]
+
+
+def test_a_word_the_vocabulary_has_in_small_letters_is_no_name(tmp_path) -> None:
+    """A word both languages share (Statue -> statue) passes the word lists but is an ordinary word of the model's
+    training text: a real SentencePiece model trained here decides, never a name."""
+    import sentencepiece as spm
+
+    from service.serving.names import in_small_letters
+
+    text = tmp_path / "text.txt"
+    text.write_text("\n".join(["die statue steht im park", "the statue is in the park", "wir sehen die statue"] * 50))
+    prefix = str(tmp_path / "sp")
+    spm.SentencePieceTrainer.train(input=str(text), model_prefix=prefix, vocab_size=20, hard_vocab_limit=False)
+
+    class Tokenizer:
+        sp = spm.SentencePieceProcessor(model_file=str(tmp_path / "sp.model"))
+
+    ordinary = in_small_letters(Tokenizer())
+    assert ordinary("Statue") and not ordinary("Picciuto")
+    sentence = "Die Statue von Picciuto steht hier."
+    assert [u.found for u in find_names(sentence, "de")] == ["Statue", "Picciuto"]
+    assert [u.found for u in find_names(sentence, "de", ordinary)] == ["Picciuto"]
