@@ -140,6 +140,10 @@ def pinyin_name(chinese: str, person: bool) -> str:
     return f"{surname.capitalize()} {given.capitalize()}"
 
 
+# what an organisation's name ends with that is no part of its English name (company, group, bank, university ...)
+ORGANISATIONS = ("公司", "集团", "银行", "大学", "集团公司", "有限公司", "股份有限公司")
+
+
 @cache
 def _tagger():
     import logging
@@ -158,6 +162,8 @@ def chinese_names(sentence: str) -> list[Use]:
         word, flag = pair.word, pair.flag
         if len(word) < 2 or not re.fullmatch(r"[\u3400-\u9fff·]+", word):
             continue
+        if flag == "nt" and word not in table:  # 华为公司: the table's 华为 (Huawei), the company word translated
+            word = next((word[: -len(s)] for s in ORGANISATIONS if word.endswith(s) and word[: -len(s)] in table), word)
         known = table.get(word)
         if known and known[1] != "surname" and flag.startswith("n"):
             forms = known[0]

@@ -44,6 +44,10 @@ def test_chinese_names_from_the_table_and_in_pinyin() -> None:
     assert trump.target == "Trump" and "Donald Trump" in trump.alternatives
 
 
+def test_an_organisation_by_its_name_without_company() -> None:
+    assert ("华为", "Huawei") in _names("华为公司的总部位于深圳。", "zh")
+
+
 def test_pinyin_of_names_the_table_lacks() -> None:
     assert "王小明" not in name_table()
     assert pinyin_name("王小明", person=True) == "Wang Xiaoming"
