@@ -183,3 +183,11 @@ def find_names(sentence: str, source: str, ordinary: Callable[[str], bool] | Non
     if source == "zh":
         return chinese_names(sentence)
     return []
+
+
+def warm(sources: set[str]) -> None:
+    """Load what finding names in these source languages reads (wordfreq's lists, jieba's dictionary and the name
+    table), which the first request would otherwise wait for."""
+    for source, sample in (("de", "Gestern traf Picciuto Frau Merkel."), ("zh", "马云在杭州创立了阿里巴巴。")):
+        if source in sources:
+            find_names(sample, source)
