@@ -37,13 +37,18 @@ CROSSES = 1.5  # a name's English frequency (Zipf) is at most this far below its
 COMMON = 5.0  # a German word this frequent (Zipf) is an ordinary word, whatever its English frequency
 COMPOUND_TAIL = 3.0  # an unknown word ending in a German word this frequent (3+ letters) is a compound
 MIN_LETTERS = 3
+# wordfreq's lists: German's small one (words down to Zipf 3, 4 MB in memory) and English's large one (34 MB). A
+# German word rarer than Zipf 3 reads as unknown, which is what tells names: on newstest2017's first 1,500 German
+# sentences this finds the capitalised words the reference copies as well as both large lists (104 MB) do
+# (precision 0.68, recall 0.86 against 0.68, 0.85)
+WORDLISTS = {"de": "small", "en": "large"}
 
 
 @cache
 def _zipf(word: str, language: str) -> float:
     from wordfreq import zipf_frequency
 
-    return zipf_frequency(word, language)
+    return zipf_frequency(word, language, wordlist=WORDLISTS[language])
 
 
 def _compound(word: str) -> bool:
