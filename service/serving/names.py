@@ -25,7 +25,7 @@ from __future__ import annotations
 
 import re
 from collections.abc import Callable
-from functools import cache
+from functools import cache, lru_cache
 from pathlib import Path
 
 from service.serving.terms import Use
@@ -44,7 +44,7 @@ MIN_LETTERS = 3
 WORDLISTS = {"de": "small", "en": "large"}
 
 
-@cache
+@lru_cache(maxsize=1 << 16)  # bounded: a long-running service meets ever new words
 def _zipf(word: str, language: str) -> float:
     from wordfreq import zipf_frequency
 
