@@ -2,6 +2,9 @@
 
     python scripts/zh_names.py ../shared/data/cc-cedict/cc-cedict.txt [-o service/serving/zh_names.tsv]
 
+CC-CEDICT itself: https://www.mdbg.net/chinese/dictionary?page=cc-cedict (the built table used its release of
+2025-10-02, 123,999 entries).
+
 An entry is a name when its headword is Chinese characters only, its pinyin is capitalised (CC-CEDICT's mark of a
 proper noun: ``[Hang2 zhou1]``) and its first gloss begins with the name in English ("Hangzhou subprovincial
 city ...", "Alibaba, PRC e-commerce company", "Donald Trump (1946–), ..."), or the gloss says "surname X". A gloss
