@@ -4,8 +4,10 @@ for the sentences it constrains, with it on and off, side by side in one run.
     python -m bench.real_text --bundle model_repository/de-en/3 --source ../shared/data/wmt-news-de-en/newstest2018.de \
         [--limit 500] [--beam 4] [--repeats 3]
 
-Rows: the text pass alone (spans, numbers, stand-ins, casing, character folding: microseconds per sentence); the
-share of sentences that get constraints; engine CPU seconds for those sentences translated as the service does with
+Rows: the text pass alone (spans, numbers, stand-ins, casing, character folding: microseconds per sentence); name
+finding alone (service/serving/names.py, after a first sentence has loaded its word lists and tagger) and the share
+of sentences with a name (each is searched a second time only where its translation lost one); the share of
+sentences that get constraints; engine CPU seconds for those sentences translated as the service does with
 protection on (stand-ins in the source, constrained search) against off (the sentences as written, free search),
 median of ``--repeats``. Nothing else should run on the machine meanwhile.
 """
@@ -24,6 +26,7 @@ from engine import Engine
 from engine.decoding import TranslateOptions
 from model.data import read_lines
 from service.serving.casing import casing_of, truecased
+from service.serving.names import find_names, in_small_letters
 from service.serving.spans import find_spans, has_placeholders, with_stand_ins
 from service.serving.terms import constraints
 
@@ -55,6 +58,11 @@ def main(argv: list[str] | None = None) -> int:
     started = time.process_time()
     passed = [text_pass(engine, s, source, target) for s in sentences]
     per_sentence_us = (time.process_time() - started) / len(sentences) * 1e6
+    ordinary = in_small_letters(engine.tokenizer)
+    find_names(sentences[0], source, ordinary)  # loads wordfreq's lists or jieba's dictionary: once per process
+    started = time.process_time()
+    named = sum(bool(find_names(s, source, ordinary)) for s in sentences)
+    names_us = (time.process_time() - started) / len(sentences) * 1e6
     chosen = [i for i, (_, uses) in enumerate(passed) if uses]
     options = TranslateOptions(beam_size=args.beam)
     encode = engine.tokenizer.encode
@@ -76,6 +84,8 @@ def main(argv: list[str] | None = None) -> int:
     print("| measure | value |")
     print("|---|---:|")
     print(f"| text pass, us per sentence | {per_sentence_us:.0f} |")
+    print(f"| name finding, us per sentence | {names_us:.0f} |")
+    print(f"| sentences with a name | {named} of {len(sentences)} ({named / len(sentences):.0%}) |")
     share = len(chosen) / len(sentences)
     print(f"| sentences with a span or number | {len(chosen)} of {len(sentences)} ({share:.0%}) |")
     print(f"| engine CPU s for them, protection off | {off:.2f} |")

@@ -8,8 +8,10 @@ English twice, ``protect_spans`` on and off, and gets the checks it calls for: e
 hashtag, version, identifier, code span and emoji of the source exactly once in the translation; each number of the
 source present in English's convention (times and dates as written); an all-caps source answered in capitals; a
 typographic quote not flagged ``unknown_characters``; an all-caps or Title-Case sentence's translation within chrF
-70 of its ordinary-case version's (case ignored); and in every translation, no U+FFFD. Prints one row per
-check kind and the total pass rate, and the failures.
+70 of its ordinary-case version's (case ignored); each name the file lists for the sentence (written by hand: the
+English a translator would write, Chinese names in pinyin or their usual English) in the translation, in one of
+its forms; and in every translation, no U+FFFD. ``protect_spans`` and ``protect_names`` are switched together.
+Prints one row per check kind and the total pass rate, and the failures.
 """
 
 from __future__ import annotations
@@ -61,6 +63,8 @@ def passes(kind: str, want: str, answer: dict) -> bool:
         return bool(letters) and all(c.isupper() for c in letters)
     if kind == "case_chrf":  # within chrF 70 of the ordinary-case sentence's translation, case ignored
         return sacrebleu.sentence_chrf(text.lower(), [want.lower()]).score >= CASE_CHRF
+    if kind == "name":  # any of its forms
+        return any(form in text for form in want.split("|"))
     if kind == "quotes":
         return "unknown_characters" not in [w["code"] for w in answer.get("warnings", [])]
     return "\ufffd" not in text
@@ -72,19 +76,20 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--sentences", type=Path, default=DEFAULT)
     args = parser.parse_args(argv)
     lines = [line.split("\t") for line in args.sentences.read_text(encoding="utf-8").splitlines()]
-    rows = [(r[0], r[1], r[2] if len(r) > 2 else "") for r in lines if len(r) >= 2 and not r[0].startswith("#")]
+    rows = [(r + ["", ""])[:4] for r in lines if len(r) >= 2 and not r[0].startswith("#")]
     results: dict[bool, Counter] = {True: Counter(), False: Counter()}
     failures = []
     with httpx.Client(base_url=args.url, timeout=120) as client:
 
         def translate(text: str, lang: str, protect: bool) -> dict:
-            body = {"texts": [text], "source_language": lang, "target_language": "en", "protect_spans": protect}
+            body = {"texts": [text], "source_language": lang, "target_language": "en", "protect_spans": protect,
+                    "protect_names": protect}  # fmt: skip
             return client.post("/v1/translate", json=body).raise_for_status().json()["translations"][0]
 
         for protect in (True, False):
-            for lang, text, ordinary in rows:
+            for lang, text, ordinary, names in rows:
                 answer = translate(text, lang, protect)
-                checks = checks_of(text, lang)
+                checks = checks_of(text, lang) + [("name", n) for n in names.split(",") if n]
                 if ordinary:  # an all-caps or Title-Case sentence: chrF against the ordinary sentence's translation
                     checks.append(("case_chrf", translate(ordinary, lang, protect)["text"]))
                 for kind, want in checks:
@@ -93,7 +98,7 @@ def main(argv: list[str] | None = None) -> int:
                     if protect and not ok:
                         failures.append(f"{kind} {want!r}: {text} -> {answer['text']}")
     kinds = sorted({k for c in results.values() for k, _ in c})
-    print("| check | passed, protect_spans on | passed, off |")
+    print("| check | passed, protection on | passed, off |")
     print("|---|---:|---:|")
     for kind in [*kinds, "all"]:
         cells = []

@@ -33,6 +33,7 @@ from service.protocols.v1.glossaries import build_glossary_router
 from service.protocols.v1.routes import build_router
 from service.serving.cache import TranslationCache, translation_cache
 from service.serving.document_jobs import DocumentJobs
+from service.serving.names import warm as warm_names
 from service.serving.quality import QualityPolicy
 from service.serving.routing import Detector
 from service.settings import LanguageSettings, Settings
@@ -179,9 +180,16 @@ def _warm_language_detectors(settings: LanguageSettings, models: dict[str, Loade
             log.warning("language detector not built: %s", exc)
 
 
+def _warm(settings: LanguageSettings, models: dict[str, LoadedModel]) -> None:
+    """What the first requests would otherwise wait for: language detectors, and what names are found with
+    (service/serving/names.py)."""
+    _warm_language_detectors(settings, models)
+    warm_names({m.languages[0] for m in models.values()})
+
+
 async def _load(state: AppState) -> None:
     try:
-        await state.registry.load(functools.partial(_warm_language_detectors, state.settings.languages))
+        await state.registry.load(functools.partial(_warm, state.settings.languages))
         # What startup built (modules, routes, schemas, sessions, detectors) lives as long as the process: out of the
         # cyclic collector's sight, a full collection walks only what requests made (it walked it all and cost the
         # event loop over a quarter of its CPU at 64 clients, docs/engine-speed-log.md)

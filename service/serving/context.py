@@ -26,3 +26,6 @@ class RequestContext:
     # URLs, numbers, codes ... found in each sentence are placed and checked like do-not-translate spans
     # (service/serving/spans.py); a request turns it off with protect_spans: false
     protect_spans: bool = True
+    # names left to the model, searched again where a translation lost one (service/serving/names.py); a request
+    # turns it off with protect_names: false
+    protect_names: bool = True

@@ -17,7 +17,7 @@ from engine.translation import SourceTooLongError
 from service.models.registry import LoadedModel
 from service.serving.context import RequestContext
 from service.serving.html import Aligned, HtmlPlan
-from service.serving.prepared import html_options, run_sources, tokenize_sentences
+from service.serving.prepared import html_options, repair, run_sources, settled, shown_sentences
 from service.serving.word_alignment import align_words
 
 Progress = Callable[[int, int], Awaitable[None]]
@@ -48,16 +48,20 @@ async def translate_units(
     untranslated, used = 0, model
     for start in range(0, len(sentences), chunk):
         part = sentences[start : start + chunk]
-        sources, uses, kept = [], [], {}
+        sources, uses, shown, kept = [], [], [], {}
         for k, sentence in enumerate(part):
             try:
-                tokenized, found_uses = tokenize_sentences(used, [sentence], [k], ctx)  # constraints in the sources
+                tokenized, found_uses, seen = shown_sentences(used, [sentence], [k], ctx)  # constraints in the sources
             except SourceTooLongError:
                 kept[k] = sentence
                 continue
             sources.extend(tokenized)
             uses.extend(found_uses)
+            shown.extend(seen)
         results, used = await run_sources(used, sources, html_options(options), ctx)
+        # numbers and names as in plain text (prepared.py repair); the words get stand-ins back by the uses
+        results = [settled(used, r, u) for r, u in zip(results, uses, strict=True)]
+        results, uses = await repair(used, sources, uses, shown, results, html_options(options), ctx)
         found = iter(zip(results, uses, strict=True))
         for k, sentence in enumerate(part):
             if k in kept:

@@ -23,6 +23,7 @@ from service.serving.casing import casing_of, truecased
 from service.serving.common import run_work, tokenize
 from service.serving.context import RequestContext
 from service.serving.html import HTML, HtmlPlan, Markup
+from service.serving.names import find_names, in_small_letters
 from service.serving.segmentation import Layout, merge, split_text
 from service.serving.spans import find_spans, has_placeholders, merged, with_stand_ins
 from service.serving.terms import Use, constraints, settle
@@ -36,18 +37,30 @@ def tokenize_sentences(
     """Sources of the sentences, each with the constraints of the request's terms found in it (``ctx.terms``), and
     those uses; one over the model's limit is reported with the index of its text (``owners[i]``: the request index
     of sentence i's text)."""
+    sources, uses, _ = shown_sentences(model, sentences, owners, ctx)
+    return sources, uses
+
+
+def shown_sentences(
+    model: LoadedModel, sentences: list[str], owners: list[int], ctx: RequestContext
+) -> tuple[list[Source], list[list[Use]], list[str]]:
+    """``tokenize_sentences``, and each sentence as the model sees it (stand-ins, truecasing): ``repair`` puts
+    stand-ins in place of the names a translation lost."""
     source, target = model.languages
     encode = model.engine.tokenizer.encode
     # all-caps and Title-Case sentences are translated truecased and given their casing back (casing.py)
     casings = [casing_of(s) if source != "zh" else None for s in sentences]
     shown = [truecased(s, encode) if c else s for s, c in zip(sentences, casings, strict=True)]
     terms, protect = ctx.terms, ctx.protect_spans
+    names = ctx.protect_names and target != "zh"  # names go into Latin-script targets (names.py)
+    ordinary = in_small_letters(model.engine.tokenizer, model.engine.target_tokenizer) if names else None
     placeholders = has_placeholders(model.engine.tokenizer)
     uses = []
     for k, (sentence, casing) in enumerate(zip(shown, casings, strict=True)):
         given = terms.find(sentence, source) if terms else []
         found = find_spans(sentence, source, target) if protect else []
         mine = merged(given, found, sentence)
+        mine = merged(mine, find_names(sentence, source, ordinary), sentence) if names else mine
         if any(u.kind for u in mine):  # spans found here: the model sees stand-ins (spans.py with_stand_ins)
             shown[k], mine = with_stand_ins(sentence, mine, placeholders)
         case = [Use("", "", casing, kind="casing")] if casing and target != "zh" else []
@@ -58,7 +71,8 @@ def tokenize_sentences(
         exc.index = owners[exc.index]
         raise
     target_encode = model.engine.target_tokenizer.encode  # the terms' and spans' target forms
-    return [Source(i, constraints=constraints(u, target_encode)) for i, u in zip(ids, uses, strict=True)], uses
+    sources = [Source(i, constraints=constraints(u, target_encode)) for i, u in zip(ids, uses, strict=True)]
+    return sources, uses, shown
 
 
 def constrained(options: TranslateOptions, sources: list[Source]) -> TranslateOptions:
@@ -103,33 +117,58 @@ def initial_case(t: Translation, sentence: str) -> Translation:
     return dataclasses.replace(t, text=text, hypotheses=hypotheses) if text != t.text else t
 
 
-async def repair_numbers(
+REPAIRED = ("number", "name")  # what a translation may lose and get back by a second, constrained search
+
+
+async def repair(
     model: LoadedModel,
     sources: list[Source],
     uses: list[list[Use]],
+    shown: list[str],
     results: list[Translation],
     options: TranslateOptions,
     ctx: RequestContext,
-) -> list[Translation]:
-    """The sentences whose free translation lost a number (spans.py: numbers are left to the model) searched again
-    with each of their numbers required in the target's convention; the new translation is taken where it holds
-    them all. Only those sentences pay for the constrained search, which costs the others' words more than it
-    gains (docs/real-world-text.md)."""
-    lost = [i for i, t in enumerate(results) if any(u.kind == "number" for u in t.missing)]
+) -> tuple[list[Translation], list[list[Use]]]:
+    """The sentences whose free translation lost a number or a name (spans.py, names.py: both are left to the
+    model) searched again: each of their numbers required in the target's convention, and each name they lost
+    replaced by a stand-in (``shown``: the sentences as the model saw them), which the search must write and which
+    is replaced by the name's target form afterwards (forcing the name's own words put them at odd places; the
+    stand-in is copied where the name belongs). The new translation is taken where it holds them all, with the uses
+    it was settled against (HTML puts stand-ins back in its words by them). Only those sentences pay for the second
+    search, which costs the others' words more than it gains (docs/real-world-text.md)."""
+    lost = [i for i, t in enumerate(results) if any(u.kind in REPAIRED for u in t.missing)]
     if not lost:
-        return results
+        return results, uses
     encode = model.engine.target_tokenizer.encode
-    # a number's target form as the text the search must write (constraints() places stand-ins)
-    required = [[_required(u) for u in uses[i]] for i in lost]
-    pairs = zip(lost, required, strict=True)
-    again = [dataclasses.replace(sources[i], constraints=constraints(r, encode)) for i, r in pairs]
+    again, retry_uses = [], []
+    placeholders = has_placeholders(model.engine.tokenizer)
+    for i in lost:
+        text, required = _stand_ins_for_names(shown[i], uses[i], results[i].missing, placeholders)
+        try:
+            ids = sources[i].ids if text == shown[i] else model.engine.source_ids([text], model.max_source_subwords)[0]
+        except SourceTooLongError:  # the stand-ins made it longer than the model takes: searched as it was
+            ids, required = sources[i].ids, [_required(u) for u in uses[i]]
+        again.append(dataclasses.replace(sources[i], ids=ids, constraints=constraints(required, encode)))
+        retry_uses.append(required)
     retried, _ = await run_sources(model, again, options, ctx)
-    out = list(results)
-    for i, t in zip(lost, retried, strict=True):
-        t = settled(model, mark_truncated(model, t, options), uses[i])
-        if not any(u.kind == "number" for u in t.missing):
-            out[i] = t
-    return out
+    out, out_uses = list(results), list(uses)
+    for i, t, required in zip(lost, retried, retry_uses, strict=True):
+        # names settle with their stand-ins; numbers against the sentence's own uses (rewritten in the target's
+        # convention where the model wrote the source's)
+        settle_uses = [u if u.kind == "name" else own for u, own in zip(required, uses[i], strict=True)]
+        t = settled(model, mark_truncated(model, t, options), settle_uses)
+        if not any(u.kind in REPAIRED for u in t.missing):
+            out[i], out_uses[i] = t, settle_uses
+    return out, out_uses
+
+
+def _stand_ins_for_names(text: str, uses: list[Use], missing: list[Use], placeholders: bool) -> tuple[str, list[Use]]:
+    """The sentence with a stand-in for each name its translation lost, and its uses for the second search: those
+    names with their stand-ins, numbers required as their target form, the rest as they were."""
+    lost = [u for u in uses if u.kind == "name" and u in missing]
+    shown, placed = with_stand_ins(text, lost, placeholders, kinds=("name",)) if lost else (text, [])
+    placed_of = dict(zip(map(id, lost), placed, strict=True))
+    return shown, [placed_of.get(id(u), _required(u) if u.kind == "number" else u) for u in uses]
 
 
 def _required(use: Use) -> Use:
@@ -156,13 +195,14 @@ class Prepared:
     layouts: list[Layout]
     sources: list[Source]
     uses: list[list[Use]]
+    shown: list[str]  # each sentence as the model sees it (shown_sentences)
 
     async def run(self, options: TranslateOptions, ctx: RequestContext) -> tuple[list[Translation], LoadedModel]:
         results, used = await run_sources(self.model, self.sources, options, ctx)
         results = [
             settled(used, mark_truncated(self.model, r, options), u) for r, u in zip(results, self.uses, strict=True)
         ]
-        results = await repair_numbers(used, self.sources, self.uses, results, options, ctx)
+        results, _ = await repair(used, self.sources, self.uses, self.shown, results, options, ctx)
         sentences = [s for layout in self.layouts for s in layout.sentences]
         results = [initial_case(r, s) for r, s in zip(results, sentences, strict=True)]
         target = self.model.languages[1]
@@ -182,17 +222,21 @@ class PreparedHtml:
     plans: list[HtmlPlan]
     sources: list[Source]
     uses: list[list[Use]]
+    shown: list[str]  # each sentence as the model sees it (shown_sentences)
 
     async def run(self, options: TranslateOptions, ctx: RequestContext) -> tuple[list[Translation], LoadedModel]:
-        results, used = await run_sources(self.model, self.sources, html_options(options), ctx)
+        options = html_options(options)
+        results, used = await run_sources(self.model, self.sources, options, ctx)
         results = [settled(used, r, u) for r, u in zip(results, self.uses, strict=True)]
+        # numbers and names as in plain text; the words of a retried sentence get its stand-ins back by its uses
+        results, all_uses = await repair(used, self.sources, self.uses, self.shown, results, options, ctx)
         target = self.model.languages[1]
         out, k = [], 0
         for plan in self.plans:
             sentences = plan.sentences
             mine = results[k : k + len(sentences)]
             k += len(sentences)
-            uses = self.uses[k - len(sentences) : k]
+            uses = all_uses[k - len(sentences) : k]
             aligned = [
                 align_words(used, t, len(s.split()), u, s) for t, s, u in zip(mine, sentences, uses, strict=True)
             ]
@@ -223,8 +267,8 @@ def prepare(
         plans = [HtmlPlan(text, model.languages[0], bool(split), rules) for text in texts]
         sentences = [s for plan in plans for s in plan.sentences]
         owners = [indices[i] for i, plan in enumerate(plans) for _ in plan.sentences]
-        return PreparedHtml(model, plans, *tokenize_sentences(model, sentences, owners, ctx))
+        return PreparedHtml(model, plans, *shown_sentences(model, sentences, owners, ctx))
     layouts = [split_text(text, model.languages[0], split) for text in texts]
     sentences = [s for layout in layouts for s in layout.sentences]
     owners = [indices[i] for i, layout in enumerate(layouts) for _ in layout.sentences]
-    return Prepared(model, layouts, *tokenize_sentences(model, sentences, owners, ctx))
+    return Prepared(model, layouts, *shown_sentences(model, sentences, owners, ctx))

@@ -106,14 +106,17 @@ PLACEHOLDER = "<x{}>"  # the symbols of models trained to copy them (model/augme
 STAND_IN = "Y{}"  # what models without them copy best (measured on the shipped de-en model: docs/real-world-text.md)
 
 
-def with_stand_ins(sentence: str, uses: list[Use], placeholders: bool) -> tuple[str, list[Use]]:
+def with_stand_ins(
+    sentence: str, uses: list[Use], placeholders: bool, kinds: tuple[str, ...] = ("span",)
+) -> tuple[str, list[Use]]:
     """The sentence with each found span, time and date (and, for a model with placeholder symbols, each number)
     replaced by a stand-in the model copies, and the uses with their stand-ins: the model translates the words
     around a placeholder instead of spelling a URL or an identifier, and the span is put back after decoding
-    (terms.py ``settle``). A stand-in already in the sentence is skipped."""
+    (terms.py ``settle``). A stand-in already in the sentence is skipped. ``kinds``: the uses replaced besides
+    numbers (names too, where a translation lost them: prepared.py ``repair``)."""
     shown, out, n, at = sentence, [], 0, 0
     for use in uses:
-        replace = use.kind == "span" or (use.kind == "number" and (placeholders or TIME_OR_DATE.fullmatch(use.found)))
+        replace = use.kind in kinds or (use.kind == "number" and (placeholders or TIME_OR_DATE.fullmatch(use.found)))
         start = shown.find(use.found, at) if replace else -1
         if start < 0:
             out.append(use)

@@ -96,9 +96,11 @@ class Use:
     target: str  # what the translation must hold
     copy: bool = False
     # "": the request's glossary term or do-not-translate span; "span" / "number": found in the sentence
-    # (spans.py); "casing": no text, the sentence's casing to give the translation back (casing.py)
+    # (spans.py); "name": a name found in it (names.py); "casing": no text, the sentence's casing to give the
+    # translation back (casing.py)
     kind: str = ""
     stand_in: str = ""  # what the source shows instead of ``found`` (spans.py with_stand_ins); "" where nothing
+    alternatives: tuple[str, ...] = ()  # other forms of ``target`` that count as present (a name's, names.py)
 
 
 @dataclass
@@ -153,8 +155,9 @@ def constraints(uses: Sequence[Use], encode) -> tuple[Constraint, ...]:
     out = []
     for use in uses:
         # casing is no text to place; a number without a stand-in is left to the model, written in the target's
-        # convention afterwards and checked (forcing numbers cost 1.4 BLEU on newstest2018: docs/real-world-text.md)
-        if use.kind == "casing" or (use.kind == "number" and not use.stand_in):
+        # convention afterwards and checked (forcing numbers cost 1.4 BLEU on newstest2018: docs/real-world-text.md);
+        # so is a name, until a translation lacks it (prepared.py repair)
+        if use.kind == "casing" or (use.kind in ("number", "name") and not use.stand_in):
             continue
         forms = [use.stand_in] if use.stand_in else [use.target] if use.copy else target_forms(use.target)
         alternatives = tuple(dict.fromkeys(tuple(encode(f)) for f in forms if encode(f)))
@@ -169,7 +172,7 @@ def holds(text: str, use: Use) -> bool:
     if use.kind == "casing":
         return True
     if use.copy:
-        return use.target in text
+        return use.target in text or any(a in text for a in use.alternatives)
     return any(re.search(rf"(?<!\w){re.escape(f)}", text) for f in target_forms(use.target))
 
 
@@ -205,6 +208,34 @@ def recase_words(words: list[str], uses: Sequence[Use]) -> list[str]:
     return out
 
 
+def restore_words(words: list[str], uses: Sequence[Use]) -> list[str]:
+    """``settle``'s restoring for a translation given as its words (HTML and documents render the words the
+    decoded subwords make, not the settled text): the first word holding a stand-in gets its span, number or name
+    back, a stand-in repeated is dropped (its word left empty where it was only that), and a number written in the
+    source's convention gets the target's."""
+    out = list(words)
+    for use in uses:
+        if use.stand_in and use.stand_in != use.target:
+            hits = [i for i, w in enumerate(out) if use.stand_in in w]
+            for k, i in enumerate(hits):
+                at = out[i].find(use.stand_in)
+                name = _spaced(out[i], at, len(use.stand_in), use.target) if use.kind == "name" else use.target
+                out[i] = out[i][:at] + (name if k == 0 else "") + out[i][at + len(use.stand_in) :]
+        elif use.kind == "number" and not any(use.target in w for w in out):
+            hit = next((i for i, w in enumerate(out) if use.found in w), None)
+            if hit is not None:
+                out[hit] = out[hit].replace(use.found, use.target, 1)
+    return out
+
+
+def _spaced(text: str, at: int, length: int, name: str) -> str:
+    """A name put in place of its stand-in, with a space where the model wrote the stand-in against a letter or
+    digit ("onY1" -> "on Ma Yun")."""
+    before = " " if at > 0 and text[at - 1].isalnum() else ""
+    after = " " if at + length < len(text) and text[at + length].isalnum() else ""
+    return before + name + after
+
+
 def settle(t: Translation, uses: Sequence[Use], render) -> Translation:
     """After decoding: a span the tokenizer renders differently (``render``: text -> decode(encode(text))) is
     written back as given, a lower-case term gets its case (``recase``); the uses the text still lacks go to
@@ -220,7 +251,8 @@ def settle(t: Translation, uses: Sequence[Use], render) -> Translation:
             if use.stand_in:  # the span back in place of its stand-in; a stand-in the model repeated is dropped
                 first = text.find(use.stand_in)
                 if first >= 0:
-                    text = text[:first] + use.target + text[first + len(use.stand_in) :].replace(use.stand_in, "")
+                    target = _spaced(text, first, len(use.stand_in), use.target) if use.kind == "name" else use.target
+                    text = text[:first] + target + text[first + len(use.stand_in) :].replace(use.stand_in, "")
                     text = re.sub(r" {2,}", " ", text)
                 continue
             if use.kind == "number" and use.target not in text and use.found in text:  # 81.360 -> 81,360
@@ -252,6 +284,9 @@ def warnings(t: Translation) -> list[dict[str, str]]:
         if use.kind == "number":
             message = f"the number {use.found!r} (as {use.target!r}) is not in the translation"
             out.append({"code": "number_mismatch", "message": message})
+        elif use.kind == "name":
+            message = f"the name {use.found!r} (as {use.target!r}) is not in the translation"
+            out.append({"code": "name_missing", "message": message})
         elif use.kind == "span":
             message = f"the span {use.found!r} (a URL, address, code or name kept as written) is not in the translation"
             out.append({"code": "protected_span_missing", "message": message})

@@ -12,7 +12,7 @@ from core.tokenizer import EOS_ID
 from engine.translation import Translation
 from service.models.registry import LoadedModel
 from service.serving.html import Aligned
-from service.serving.terms import Use, recase_words
+from service.serving.terms import Use, recase_words, restore_words
 from service.serving.words import match_initial_case, split_punctuation
 
 
@@ -47,7 +47,7 @@ def _aligned(model: LoadedModel, t: Translation, n_source_words: int, uses: Sequ
         if j == 0 or (piece.startswith("\u2581") and piece != "\u2581"):
             groups.append([])
         groups[-1].append(j)
-    words = [engine.tokenizer.decode([t.token_ids[j] for j in g]).strip() for g in groups]
+    words = restore_words([engine.tokenizer.decode([t.token_ids[j] for j in g]).strip() for g in groups], uses)
     keep = [i for i, w in enumerate(words) if w]
     words, groups = recase_words([words[i] for i in keep], uses), [groups[i] for i in keep]
     if t.attention is None or not groups or n_source_words == 0:

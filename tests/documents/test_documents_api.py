@@ -196,3 +196,13 @@ def test_a_restart_during_a_job_loses_nothing(doc_server, client):
     assert status["status"] == "done", status
     out = client.get(status["result_url"]).text
     assert out.count("\n") == text.count("\n") and english(out)
+
+
+def test_a_document_gets_spans_numbers_and_names_back(client):
+    """A document's sentences get what /v1/translate's do (docs/real-world-text.md): a URL copied (never its
+    stand-in Y1), a number in English's convention, a name the tiny model cannot write searched again."""
+    url = "https://www.beispiel.de/hilfe"
+    text = f"der hund läuft zu {url} mit 1.250 katzen und Picciuto\n"
+    out = translate(client, "notes.txt", text.encode()).decode()
+    assert out.count(url) == 1 and not re.search(r"\bY\d", out), out
+    assert "1.250" not in out and out.count("Picciuto") == 1, out

@@ -50,6 +50,7 @@ async def _translate_context(request: Request, body: Any) -> RequestContext:
     ctx = _context(request, body)
     ctx.terms = await request_terms(request, body)
     ctx.protect_spans = getattr(body, "protect_spans", True)
+    ctx.protect_names = getattr(body, "protect_names", True)
     return ctx
 
 

@@ -184,6 +184,40 @@ def _n_best_within_beam(body: Any) -> Any:
     return body
 
 
+NO_REPEAT_DOC = (
+    "> 0: no n-gram of this many subwords twice in a translation (stops a translation that "
+    "loops on a syllable or phrase, as CTranslate2's option of that name); 0: off; absent: the model's default "
+    "(`decoding` in GET /v1/models). Not applied to sentences with glossary terms or do-not-translate spans"
+)
+
+GLOSSARY_DOC = (
+    "source term -> target term: the translation uses each target term where its source term is "
+    "found (whole words, case ignored but for acronyms, German noun endings and umlaut plurals matched); "
+    "a term it cannot place is named in warnings (glossary_term_missing). See docs/glossaries.md"
+)
+
+PROTECT_SPANS_DOC = (
+    "URLs, e-mail addresses, paths, @handles, #hashtags, versions, identifiers, inline code and "
+    "emoji are copied exactly and numbers written in the target's convention (German 1.250.000 -> English "
+    "1,250,000); one it could not place is a warning (protected_span_missing, number_mismatch). false: the "
+    "model alone decides. See docs/real-world-text.md"
+)
+
+PROTECT_NAMES_DOC = (
+    "names of the source (German: capitalised words the word lists call names; Chinese: persons, "
+    "places and organisations) must be in the translation, copied or in their English form (a name table "
+    "from CC-CEDICT, else pinyin: 马云 -> Ma Yun); a translation that lost one is searched again with it "
+    "required, and one still missing is a warning (name_missing). false: the model alone decides. See "
+    "docs/real-world-text.md"
+)
+
+STREAM_DOC = (
+    "answer text/event-stream: delta events {index, text} as each text is decoded (their "
+    "concatenation is the final text), a translation event {index, translation} per text, then done "
+    "(errors after the first event: an error event {code, detail}); see the README"
+)
+
+
 def _translate_request(limits: LimitSettings, Text, ModelName, Timeout) -> type[BaseModel]:
     class TranslateRequest(BaseModel):
         model_config = ConfigDict(
@@ -222,9 +256,7 @@ def _translate_request(limits: LimitSettings, Text, ModelName, Timeout) -> type[
         )
         no_repeat_ngram_size: Annotated[int, Field(ge=0, le=32), BeforeValidator(_integral)] | None = Field(
             None,
-            description="> 0: no n-gram of this many subwords twice in a translation (stops a translation that "
-            "loops on a syllable or phrase, as CTranslate2's option of that name); 0: off; absent: the model's default "
-            "(`decoding` in GET /v1/models). Not applied to sentences with glossary terms or do-not-translate spans",
+            description=NO_REPEAT_DOC,
         )
         return_attention: bool = False
         return_alignment: bool = False
@@ -239,9 +271,7 @@ def _translate_request(limits: LimitSettings, Text, ModelName, Timeout) -> type[
         )
         glossary: dict[str, str] | None = Field(
             None,
-            description="source term -> target term: the translation uses each target term where its source term is "
-            "found (whole words, case ignored but for acronyms, German noun endings and umlaut plurals matched); "
-            "a term it cannot place is named in warnings (glossary_term_missing). See docs/glossaries.md",
+            description=GLOSSARY_DOC,
         )
         glossary_id: str | None = Field(
             None,
@@ -253,19 +283,9 @@ def _translate_request(limits: LimitSettings, Text, ModelName, Timeout) -> type[
             None,
             description="spans copied verbatim into the translation wherever they occur in a text (exact match)",
         )
-        protect_spans: bool = Field(
-            True,
-            description="URLs, e-mail addresses, paths, @handles, #hashtags, versions, identifiers, inline code and "
-            "emoji are copied exactly and numbers written in the target's convention (German 1.250.000 -> English "
-            "1,250,000); one it could not place is a warning (protected_span_missing, number_mismatch). false: the "
-            "model alone decides. See docs/real-world-text.md",
-        )
-        stream: bool = Field(
-            False,
-            description="answer text/event-stream: delta events {index, text} as each text is decoded (their "
-            "concatenation is the final text), a translation event {index, translation} per text, then done "
-            "(errors after the first event: an error event {code, detail}); see the README",
-        )
+        protect_spans: bool = Field(True, description=PROTECT_SPANS_DOC)
+        protect_names: bool = Field(True, description=PROTECT_NAMES_DOC)
+        stream: bool = Field(False, description=STREAM_DOC)
 
         _n_best = model_validator(mode="after")(_n_best_within_beam)
 

@@ -6,6 +6,8 @@ The events, in the order they happen (texts interleave):
   prefix that every live beam and every ended hypothesis of the sentence share), and only whole words (a word
   goes out once the next one has begun, so no half word is ever sent and rewritten). Sentences of a text
   (sentence splitting) stream one after the other with the text between them.
+  A sentence with spans, numbers or names (service/serving/spans.py, names.py) is sent when done, after the second
+  search of one that lost a number or a name (prepared.py ``repair``), as the non-streaming answer has it.
 - ``translation`` {"index": i, "translation": {...}}: text i is done; the object is the one the non-streaming
   answer has at ``translations[i]``.
 - ``error`` {"code": 504, "detail": "..."}: the request failed after streaming began (its deadline passed, an
@@ -29,7 +31,16 @@ from service.models.registry import LoadedModel, Registry
 from service.protocols.v1.translate import plan, text_out
 from service.serving.common import run_work
 from service.serving.context import RequestContext
-from service.serving.prepared import constrained, initial_case, mark_truncated, prepare, settled
+from service.serving.prepared import (
+    REPAIRED,
+    Prepared,
+    constrained,
+    initial_case,
+    mark_truncated,
+    prepare,
+    repair,
+    settled,
+)
 from service.serving.routing import Detector
 from service.serving.segmentation import Layout, gap, merge
 from service.serving.words import match_initial_case
@@ -77,13 +88,15 @@ class _Text:
 class _Listener:
     """Hears one model's sentences (service/scheduling/tickets.py Listener), turned into events of their texts."""
 
-    def __init__(self, texts: list[_Text], owner: list[tuple[_Text, int]], stream: _Stream, uses: list) -> None:
-        self.texts, self.owner, self.stream = texts, owner, stream
-        self.uses = uses  # per sentence: the request's terms found in it (service/serving/terms.py)
+    def __init__(self, texts: list[_Text], owner: list[tuple[_Text, int]], stream: _Stream, prepared: Prepared) -> None:
+        self.texts, self.owner, self.stream, self.prepared = texts, owner, stream, prepared
+        # per sentence: the request's terms, spans, numbers and names found in it (service/serving/terms.py)
+        self.uses = prepared.uses
         for index, (text, k) in enumerate(owner):
-            if uses[index]:
+            if self.uses[index]:
                 text.held.add(k)
         self.model: LoadedModel | None = None  # set by run_work to the version that runs the sentences
+        self.repairs: list[asyncio.Future] = []  # second searches of sentences that lost a number or a name
 
     def progress(self, index: int, tokens: list[int]) -> None:
         text, k = self.owner[index]
@@ -94,6 +107,20 @@ class _Listener:
         text, k = self.owner[index]
         result = mark_truncated(self.model, result, self.stream.options)  # type: ignore[arg-type]
         result = settled(self.model, result, self.uses[index])  # type: ignore[arg-type]
+        if any(u.kind in REPAIRED for u in result.missing):  # searched again first, as the plain answer is
+            self.repairs.append(asyncio.ensure_future(self._repair(index, result)))
+            return
+        self._done(index, result)
+
+    async def _repair(self, index: int, result: Translation) -> None:
+        """A held sentence (it has uses) that lost a number or a name: prepared.py ``repair``, then shown."""
+        p, stream = self.prepared, self.stream
+        args = [p.sources[index]], [p.uses[index]], [p.shown[index]], [result]
+        [fixed], _ = await repair(self.model, *args, stream.options, stream.ctx)  # type: ignore[arg-type]
+        self._done(index, fixed)
+
+    def _done(self, index: int, result: Translation) -> None:
+        text, k = self.owner[index]
         text.done[k] = initial_case(result, text.layout.sentences[k])  # as the plain answer has it
         self.stream.guard(self._update, text)
         if len(text.done) == len(text.layout.sentences):
@@ -166,7 +193,7 @@ async def translate_stream(
             texts.append(text)
             owner += [(text, k) for k in range(len(layout.sentences))]
             first += len(layout.sentences)
-        work.append((model, prepared, _Listener(texts, owner, stream, prepared.uses), indices))
+        work.append((model, prepared, _Listener(texts, owner, stream, prepared), indices))
     for model, prepared, _, _ in work:
         refusal = model.scheduler.refusal(len(prepared.sources))
         if refusal is not None:
@@ -188,7 +215,12 @@ async def _events(stream: _Stream, work: list, options: TranslateOptions, ctx: R
                 stream.finish(model, text)
         if not prepared.sources:
             return model
-        _, used = await run_work(model, constrained(options, prepared.sources), prepared.sources, ctx, listener)
+        try:
+            _, used = await run_work(model, constrained(options, prepared.sources), prepared.sources, ctx, listener)
+            await asyncio.gather(*listener.repairs)  # the sentences searched again (their events come when done)
+        finally:
+            for pending in listener.repairs:
+                pending.cancel()  # the work failed or was cancelled: no second search outlives it
         return used
 
     task = asyncio.ensure_future(asyncio.gather(*(run(*w) for w in work)))
