@@ -16,6 +16,7 @@ from dataclasses import dataclass, field, replace
 import numpy as np
 
 from core.bundle import Bundle
+from core.directions import normalization_language
 from core.graphs import (
     ENCODER_OUTPUTS,
     FUSED_STEP_KEY,
@@ -319,7 +320,8 @@ class Engine:
         # has one (imported models: export/marian_vocab.py); the ids and pieces are the same vocabulary's
         target = bundle.target_tokenizer_file
         self.target_tokenizer = self.tokenizer if target == bundle.tokenizer_file else Tokenizer(target)
-        normalizer = source_normalizer(bundle.manifest.get("source_normalization"), bundle.manifest["source_language"])
+        rules = bundle.manifest.get("source_normalization")
+        normalizer = source_normalizer(rules, normalization_language(bundle.manifest))
         # then the characters the vocabulary lacks as equivalents it has (typographic quotes, dashes, full-width
         # forms: core/normalize.py fold_unknown), for every bundle
         self.normalize_source = lambda text: fold_unknown(normalizer(text), self.tokenizer.spelled_in_bytes)

@@ -41,6 +41,8 @@ async def translate_units(
     chunk: int,
     progress: Progress,
 ) -> Translated:
+    if model.pivot is not None:  # two legs through the pivot language (service/serving/directions.py)
+        return await _pivoted(model, plans, options, ctx, chunk, progress)
     sentences = [s for plan in plans for s in plan.sentences]
     aligned: list[Aligned] = []
     untranslated, used = 0, model
@@ -73,3 +75,33 @@ async def translate_units(
         out.append(plan.render(aligned[k : k + n], target))
         k += n
     return Translated(out, len(sentences), untranslated, used)
+
+
+async def _pivoted(
+    model: LoadedModel,
+    plans: Sequence[HtmlPlan],
+    options: TranslateOptions,
+    ctx: RequestContext,
+    chunk: int,
+    progress: Progress,
+) -> Translated:
+    """The units translated into the pivot language, then those into the target; progress counts the source's
+    sentences, the first leg's half of them, the second leg's the rest."""
+    first, second = model.legs()
+    total = sum(len(p.sentences) for p in plans)
+    half = total // 2
+
+    async def first_half(done: int, _: int) -> None:
+        await progress(done * half // max(total, 1), total)
+
+    middle = await translate_units(first, plans, options, ctx, chunk, first_half)
+    again = plan_units(second, middle.units)
+    n = sum(len(p.sentences) for p in again)
+
+    async def second_half(done: int, _: int) -> None:
+        await progress(half + done * (total - half) // max(n, 1), total)
+
+    if not n:
+        await progress(total, total)
+    last = await translate_units(second, again, options, ctx, chunk, second_half)
+    return Translated(last.units, total, middle.untranslated + last.untranslated, last.model)
