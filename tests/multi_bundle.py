@@ -15,9 +15,41 @@ import shutil
 from pathlib import Path
 
 LEXICON = {
-    "de": "hund katze mann frau kind ball rot blau gross klein spielt rennt und im park".split(),
-    "en": "dog cat man woman child ball red blue big small plays runs and in park".split(),
-    "zh": "狗 猫 男人 女人 孩子 球 红 蓝 大 小 玩 跑 和 在 公园".split(),
+    "de": [
+        "hund",
+        "katze",
+        "mann",
+        "frau",
+        "kind",
+        "ball",
+        "rot",
+        "blau",
+        "gross",
+        "klein",
+        "spielt",
+        "rennt",
+        "und",
+        "im",
+        "park",
+    ],
+    "en": [
+        "dog",
+        "cat",
+        "man",
+        "woman",
+        "child",
+        "ball",
+        "red",
+        "blue",
+        "big",
+        "small",
+        "plays",
+        "runs",
+        "and",
+        "in",
+        "park",
+    ],
+    "zh": ["狗", "猫", "男人", "女人", "孩子", "球", "红", "蓝", "大", "小", "玩", "跑", "和", "在", "公园"],
 }
 TAGS = ["<2en>", "<2de>", "<2zh>"]
 DIRECT = ["de-en", "en-de", "zh-en", "en-zh"]
@@ -66,12 +98,27 @@ def build_multi_bundle(work: Path, steps: int = 900) -> Path:
         test_prefix="val",
         tokenizer=TokenizerConfig(vocab_size=360, user_symbols=TAGS),
         model=ModelConfig(
-            vocab_size=360, d_model=32, n_heads=2, n_encoder_layers=1, n_decoder_layers=1, d_ff=64, dropout=0.0,
+            vocab_size=360,
+            d_model=32,
+            n_heads=2,
+            n_encoder_layers=1,
+            n_decoder_layers=1,
+            d_ff=64,
+            dropout=0.0,
             max_positions=64,
         ),  # fmt: skip
         train=TrainConfig(
-            max_tokens=600, max_length=40, warmup_steps=50, lr_factor=0.5, epochs=40, max_steps=steps,
-            eval_every=steps, keep_checkpoints=1, bleu_max_sentences=8, seed=3, threads=1,
+            max_tokens=600,
+            max_length=40,
+            warmup_steps=50,
+            lr_factor=0.5,
+            epochs=40,
+            max_steps=steps,
+            eval_every=steps,
+            keep_checkpoints=1,
+            bleu_max_sentences=8,
+            seed=3,
+            threads=1,
         ),  # fmt: skip
     )
     trainer = Trainer.from_run(run, corpus, work / "run", progress=False)
