@@ -229,3 +229,22 @@ def test_glossaries_take_the_new_pairs(api):
     assert created.status_code in (200, 201), created.text
     [t] = translate(api, "dog ball", "en", "de", glossary_id=created.json()["glossary_id"]).json()["translations"]
     assert "katze" in t["text"].lower().split(), t  # the term (German nouns capitalized)
+
+
+@pytest.mark.parametrize(("source", "target"), [("en", "zh"), ("de", "zh")])
+def test_documents_translate_in_new_and_pivoted_directions(api, source, target):
+    import time
+
+    data = f"{TEXT[source]}\n\n{TEXT[source]}\n".encode()
+    fields = {"source_language": source, "target_language": target}
+    accepted = api.post("/v1/documents", files={"file": ("note.txt", data)}, data=fields)
+    assert accepted.status_code == 202, accepted.text
+    deadline = time.monotonic() + 120
+    while (status := api.get(f"/v1/documents/{accepted.json()['id']}").json())["status"] not in ("done", "failed"):
+        assert time.monotonic() < deadline, status
+        time.sleep(0.1)
+    assert status["status"] == "done" and status["progress"] == 1.0, status
+    assert (status["source_language"], status["target_language"]) == (source, target)
+    assert status["sentences_done"] == status["sentences_total"] == 2
+    text = api.get(status["result_url"]).content.decode()
+    assert len(words_of(text, "zh")) >= 2 and not set(text.split()) & set(LEXICON[source]), text
