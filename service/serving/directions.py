@@ -18,6 +18,8 @@ from core.directions import Direction, directions_of, tag_ids
 from service.engine.engine import Translation
 from service.registry import LoadedModel, Registry
 from service.serving.attention import OutOfRange
+from service.serving.context import RequestContext
+from service.serving.terms import Terms
 
 
 class PivotRefused(OutOfRange):
@@ -99,6 +101,17 @@ class PivotTranslation(Translation):
     """A pivoted direction's translation: the second leg's, with the first leg's source ids and its text."""
 
     pivot_text: str = ""
+
+
+def second_leg(ctx: RequestContext) -> RequestContext:
+    """The request's context for a pivot's second leg: the glossary's target terms, which the first leg put into the
+    pivot-language text, and the do-not-translate spans are copied as they are (none of the glossary's source terms
+    is in that text)."""
+    terms = ctx.terms
+    if not terms:
+        return ctx
+    kept = [*terms.do_not_translate, *(t for t in terms.glossary.values() if t not in terms.do_not_translate)]
+    return dataclasses.replace(ctx, terms=Terms(do_not_translate=kept))
 
 
 def untagged(model: Any, t: Translation) -> Translation:

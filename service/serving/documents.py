@@ -15,6 +15,7 @@ from dataclasses import dataclass
 from service.engine.engine import SourceTooLongError, TranslateOptions
 from service.registry import LoadedModel
 from service.serving.context import RequestContext
+from service.serving.directions import second_leg
 from service.serving.html import Aligned, HtmlPlan, align_words
 from service.serving.prepared import html_options, run_sources, tokenize_sentences
 
@@ -103,5 +104,5 @@ async def _pivoted(
 
     if not n:
         await progress(total, total)
-    last = await translate_units(second, again, options, ctx, chunk, second_half)
+    last = await translate_units(second, again, options, second_leg(ctx), chunk, second_half)
     return Translated(last.units, total, middle.untranslated + last.untranslated, last.model)

@@ -21,7 +21,7 @@ from service.registry import LoadedModel
 from service.serving.casing import casing_of, truecased
 from service.serving.common import run_work, tokenize
 from service.serving.context import RequestContext
-from service.serving.directions import PivotRefused, PivotTranslation, in_direction, untagged
+from service.serving.directions import PivotRefused, PivotTranslation, in_direction, second_leg, untagged
 from service.serving.html import HTML, HtmlPlan, Markup, align_words
 from service.serving.segmentation import Layout, merge, split_text
 from service.serving.spans import find_spans, has_placeholders, merged, with_stand_ins
@@ -223,7 +223,7 @@ class Pivoted:
 
     model: LoadedModel  # the pivoted direction (a Routed)
     first: Prepared | PreparedHtml
-    then: Any  # (texts) -> the second leg prepared
+    then: Any  # (texts, its context) -> the second leg prepared
 
     @property
     def sources(self) -> list[Source]:
@@ -234,7 +234,8 @@ class Pivoted:
         if options.return_attention:  # the answer asked for attention or alignment
             raise PivotRefused("return_attention / return_alignment", self.model)
         middle, _ = await self.first.run(options, ctx)
-        final, used = await self.then([t.text for t in middle]).run(options, ctx)
+        ctx = second_leg(ctx)  # the glossary's targets, now in the pivot text, copied on
+        final, used = await self.then([t.text for t in middle], ctx).run(options, ctx)
         fields = [{f.name: getattr(t, f.name) for f in dataclasses.fields(t)} for t in final]
         out = [
             PivotTranslation(**{**f, "source_ids": m.source_ids}, pivot_text=m.text)
@@ -258,7 +259,7 @@ def prepare(
     indices = list(indices) if indices is not None else list(range(len(texts)))
     if model.pivot is not None:
         first, second = model.legs()
-        then = lambda middle: prepare(second, middle, ctx, split, fmt, indices, rules)  # noqa: E731
+        then = lambda middle, leg_ctx: prepare(second, middle, leg_ctx, split, fmt, indices, rules)  # noqa: E731
         return Pivoted(model, prepare(first, texts, ctx, split, fmt, indices, rules), then)
     if fmt == "html":
         plans = [HtmlPlan(text, model.languages[0], bool(split), rules) for text in texts]

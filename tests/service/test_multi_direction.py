@@ -248,3 +248,16 @@ def test_documents_translate_in_new_and_pivoted_directions(api, source, target):
     assert status["sentences_done"] == status["sentences_total"] == 2
     text = api.get(status["result_url"]).content.decode()
     assert len(words_of(text, "zh")) >= 2 and not set(text.split()) & set(LEXICON[source]), text
+
+
+def test_a_glossary_holds_through_a_pivot(api):
+    created = api.post(
+        "/v1/glossaries",
+        json={"name": "de-zh", "source_language": "de", "target_language": "zh", "entries": {"ball": "足球场"}},
+    )
+    assert created.status_code in (200, 201), created.text
+    plain = translate(api, "hund ball", "de", "zh").json()["translations"][0]
+    assert "足球场" not in plain["text"], plain
+    [t] = translate(api, "hund ball", "de", "zh", glossary_id=created.json()["glossary_id"]).json()["translations"]
+    assert t["pivot"] == "en" and "足球场" in t["pivot_text"] and "足球场" in t["text"], t
+    assert not [w for w in t["warnings"] if w["code"].endswith("_missing")], t
