@@ -175,6 +175,7 @@ def cmd_import_hf(args: argparse.Namespace) -> int:
             source_language=source_language,
             target_language=target_language,
             source_normalization="",
+            directions=None,  # an imported checkpoint translates its one pair
             calibration_data=args.calibration_data,
             calibration_sentences=args.calibration_sentences,
             bundle_format=2,
