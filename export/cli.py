@@ -44,7 +44,8 @@ def cmd_export(args: argparse.Namespace) -> int:
     model, meta = load_release(args.model)
     run = meta.get("run", {})
     try:
-        directions = directions_for(args.directions, Path(args.model) / TOKENIZER_FILE) if args.directions else None
+        spec = getattr(args, "directions", None)  # callers that build the namespace (imports) may leave it out
+        directions = directions_for(spec, Path(args.model) / TOKENIZER_FILE) if spec else None
     except DirectionError as exc:
         print(f"--directions: {exc}", file=sys.stderr)
         return 2
