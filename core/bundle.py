@@ -7,6 +7,9 @@ that several graphs (and variants) share, each tensor stored once (export/pack.p
 graphs in one folder per variant (``fp32/encoder.onnx`` ...). Both load the same way: the manifest names each
 variant's graph files, onnxruntime resolves a graph's external data next to it.
 
+A multilingual bundle's manifest lists the directions it serves (``directions``: a target tag or a pivot each, read
+and checked by core/directions.py); without the field a bundle serves its ``source_language`` -> ``target_language``.
+
 Loading verifies the manifest's own digest and every listed file's size and sha256, and refuses files
 the manifest does not list, so a corrupted, truncated, missing, added or edited file stops the load
 with an error naming it. Nothing here unpickles anything: ONNX protobufs, a SentencePiece model, JSON.

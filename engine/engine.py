@@ -15,6 +15,7 @@ from collections.abc import Sequence
 import numpy as np
 
 from core.bundle import Bundle
+from core.directions import normalization_language
 from core.graphs import (
     ENCODER_OUTPUTS,
     SEARCH_LOOP,
@@ -82,13 +83,12 @@ class Engine:
         self.defaults = DecodingDefaults.of(self.decoding)  # for options left None (TranslateOptions.resolve)
         self.config = bundle.model_config
         self.tokenizer = Tokenizer(bundle.tokenizer_file)
-        # target-language text (glossary terms, a given target) is cut by the target side's model where the bundle
-        # has one (imported models: export/marian_vocab.py); the ids and pieces are the same vocabulary's
+        # target-language text is cut by the target side's model where the bundle has one (export/marian_vocab.py)
         target = bundle.target_tokenizer_file
         self.target_tokenizer = self.tokenizer if target == bundle.tokenizer_file else Tokenizer(target)
-        normalizer = source_normalizer(bundle.manifest.get("source_normalization"), bundle.manifest["source_language"])
-        # then the characters the vocabulary lacks as equivalents it has (typographic quotes, dashes, full-width
-        # forms: core/normalize.py fold_unknown), for every bundle
+        manifest = bundle.manifest
+        normalizer = source_normalizer(manifest.get("source_normalization"), normalization_language(manifest))
+        # then the characters the vocabulary lacks as equivalents it has (core/normalize.py fold_unknown)
         self.normalize_source = lambda text: fold_unknown(normalizer(text), self.tokenizer.spelled_in_bytes)
         settings = {
             "intra_op_threads": intra_op_threads,

@@ -13,11 +13,13 @@ import time
 from pathlib import Path
 
 from core.bundle import FORMATS, load_bundle
+from core.directions import DirectionError
 from core.graphs import STEP_GRAPHS
 from core.tokenizer import EOS_ID
 from engine import Engine
 from engine.decoding import TranslateOptions, decoding_defaults
 from export.calibration import calibrated_as, read_sentences, record_feeds
+from export.directions import directions_for
 from export.import_commands import cmd_import_argos, cmd_import_hf
 from export.manifest import build_manifest, git_commit, seal
 from export.onnx_export import export_graphs
@@ -42,7 +44,14 @@ def cmd_export(args: argparse.Namespace) -> int:
     commit = git_commit()  # before anything is written: the bundle may live inside the repository
     model, meta = load_release(args.model)
     run = meta.get("run", {})
-    source_language = args.source_language or run.get("source_lang", "de")
+    try:
+        spec = getattr(args, "directions", None)  # callers that build the namespace (imports) may leave it out
+        directions = directions_for(spec, Path(args.model) / TOKENIZER_FILE) if spec else None
+    except DirectionError as exc:
+        print(f"--directions: {exc}", file=sys.stderr)
+        return 2
+    first = next(iter(directions.values())) if directions else None  # the bundle's own pair: what old readers see
+    source_language = args.source_language or (first.source if first else run.get("source_lang", "de"))
     if source_language == "src":
         print(
             f"{args.model} was trained on several source languages: name the bundle's with --source-language",
@@ -73,12 +82,13 @@ def cmd_export(args: argparse.Namespace) -> int:
             name=args.name,
             version=args.version,
             source_language=source_language,
-            target_language=args.target_language or run.get("target_lang", "en"),
+            target_language=args.target_language or (first.target if first else run.get("target_lang", "en")),
             model_config=model.cfg.to_dict(),
             parameters=model.num_parameters(),
             variants=variants,
             vocab_size=model.cfg.vocab_size,
             source_normalization=normalization,
+            directions=directions,
             training=training,
             commit=commit,
             bundle_format=bundle_format,
@@ -344,6 +354,12 @@ def main(argv: list[str] | None = None) -> int:
         help="the bundle's source language (default: the model's; required for a model of several sources)",
     )
     p.add_argument("--target-language", help="the bundle's target language (default: the model's)")
+    p.add_argument(
+        "--directions",
+        help="a multilingual model's directions, e.g. de-en,en-de,zh-en,en-zh,de-zh:pivot=en,zh-de:pivot=en:"
+        " each tagged with its target's tag (<2en>), a user symbol of the tokenizer; the first is the bundle's own"
+        " pair (core/directions.py)",
+    )
     p.add_argument(
         "--source-normalization",
         help="core.normalize rule set the engine applies to sources (default: the one in the model's prepare.json, "

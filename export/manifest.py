@@ -8,6 +8,7 @@ from pathlib import Path
 from typing import Any
 
 from core.bundle import FORMAT, FORMATS, write_manifest
+from core.directions import manifest_field
 from core.graphs import SEARCH_LOOP
 from core.tokenizer import SPECIAL_IDS
 from export.onnx_export import OPSET, graph_signature
@@ -48,13 +49,15 @@ def build_manifest(
     commit: str | None = None,
     bundle_format: str = FORMAT,
     source_normalization: str | None = None,
+    directions: dict[str, Any] | None = None,
 ) -> dict[str, Any]:
     """``commit``: the exporting code's git commit, taken before the export wrote anything (a bundle inside the
     repository would otherwise mark its own export "-dirty"); looked up now when not given.
 
     ``files``: the tokenizer, every variant's graphs and the weights files they read (format 2), each once.
     ``source_normalization``: the core.normalize rule set the training data went through (the engine applies
-    it to every source); the field is left out for a model trained on text as it came."""
+    it to every source); the field is left out for a model trained on text as it came.
+    ``directions``: a multilingual model's directions (core/directions.py); left out for a one-direction model."""
     if bundle_format not in FORMATS:
         raise ValueError(f"bundle format {bundle_format!r} is none of {FORMATS}")
     files = ["tokenizer.model"]
@@ -89,6 +92,8 @@ def build_manifest(
     }
     if source_normalization:
         manifest["source_normalization"] = source_normalization
+    if directions:
+        manifest["directions"] = manifest_field(directions)
     return manifest
 
 

@@ -10,6 +10,7 @@ from pathlib import Path
 from typing import Any
 
 from core.bundle import Bundle, BundleError, discover, load_bundle, versions_of
+from core.directions import DirectionError, directions_info, directions_of, tag_ids
 from engine import Engine
 from engine.decoding import DecodingDefaults
 from service.access.keys import key_queue_cap
@@ -55,6 +56,23 @@ class LoadedModel:
     def languages(self) -> tuple[str, str]:
         return self.bundle.manifest["source_language"], self.bundle.manifest["target_language"]
 
+    # the bundle's own pair, its first direction (core/directions.py); service/serving/directions.py's Routed
+    # serves the others of a multilingual bundle on the same engine and scheduler
+    @property
+    def pivot(self) -> str | None:
+        return None  # a model's own pair is never pivoted
+
+    @property
+    def route_key(self) -> str:
+        """What texts of one request are grouped by: a model in one direction."""
+        return self.name
+
+    @property
+    def source_prefix(self) -> list[int]:
+        """The ids put before each source's own (the tag of a multilingual bundle's own pair; none for others)."""
+        direction = next(iter(directions_of(self.bundle.manifest).values()))
+        return tag_ids(self.engine.tokenizer.encode, self.engine.tokenizer.sp.piece_to_id, direction.tag)
+
     def info(self) -> dict[str, Any]:
         m = self.bundle.manifest
         variant = m["variants"][self.variant]
@@ -74,6 +92,7 @@ class LoadedModel:
             "fused_step": self.engine.fused_step,  # "fused", "off", or why not
             "max_source_tokens": self.engine.max_source_tokens,  # the model's positions, EOS included
             "max_source_subwords": self.max_source_subwords,  # what requests may send: one limit everywhere
+            "directions": directions_info(m),
             "layers": {"encoder": m["model"]["n_encoder_layers"], "decoder": m["model"]["n_decoder_layers"]},
             "heads": m["model"]["n_heads"],
             "dimension": m["model"]["d_model"],
@@ -177,13 +196,19 @@ class Registry:
     async def _start(self, name: str, bundle: Bundle) -> LoadedModel:
         """Engine (supervised, warmed up), scheduler: a model ready to take requests (not yet routed to)."""
         continuous = self.settings.scheduling.scheduler == "continuous"
+        try:
+            routes = directions_of(bundle.manifest).values()
+        except DirectionError as exc:
+            raise BundleError(f"{bundle.path}: {exc}") from exc
         build = lambda: self._engine(bundle)  # noqa: E731 (the worker rebuilds the engine after a fault)
         worker = EngineWorker(name, build, self.metrics, self.wrap_runner, continuous, self._fatal)
         await asyncio.to_thread(worker.start)
         engine = worker.engine
         scheduler = self._scheduler(name, bundle, worker)
         scheduler.start()
-        max_subwords = min(self.settings.limits.max_tokens_per_text, engine.max_source_tokens - 1)
+        # the longest tag any of its directions puts before a source counts against the model's positions
+        room = max(len(tag_ids(engine.tokenizer.encode, engine.tokenizer.sp.piece_to_id, d.tag)) for d in routes)
+        max_subwords = min(self.settings.limits.max_tokens_per_text, engine.max_source_tokens - 1 - room)
         model = LoadedModel(name, bundle, worker, scheduler, engine.variant, max_subwords)
         self.metrics.model_info.labels(name, bundle.version, engine.variant, engine.providers[0]).set(1)
         log.info("model %s v%s ready (%s on %s)", name, bundle.version, engine.variant, engine.providers)
@@ -358,12 +383,13 @@ class Registry:
         }
 
     def pairs(self) -> dict[tuple[str, str], str]:
-        """(source language, target language) -> model name, the default model first among equals."""
+        """(source language, target language) -> model name, every direction of each model (core/directions.py),
+        the default model first among equals."""
         order = sorted(self.models, key=lambda n: (n != self.settings.repository.default_model, n))
         found: dict[tuple[str, str], str] = {}
         for name in order:
-            m = self.models[name].bundle.manifest
-            found.setdefault((m["source_language"], m["target_language"]), name)
+            for d in directions_of(self.models[name].bundle.manifest).values():
+                found.setdefault((d.source, d.target), name)
         return found
 
     async def stop(self) -> None:

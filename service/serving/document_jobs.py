@@ -37,6 +37,7 @@ from service.observability.metrics import Metrics
 from service.scheduling.batch_policy import BACKGROUND
 from service.scheduling.errors import ShuttingDown
 from service.serving.context import RequestContext
+from service.serving.directions import routed
 from service.serving.documents import plan_units, translate_units
 from service.serving.routing import Detector, route
 from service.serving.terms import Terms
@@ -254,7 +255,7 @@ class DocumentJobs:
                 return
             data = await asyncio.to_thread((self.folder(job_id) / "source").read_bytes)
             document = await asyncio.to_thread(open_document, data, record["filename"])
-            model = self.registry.get(record["model"])
+            model = routed(self.registry, record["model"], record["source_language"], record["target_language"])
             plans = await asyncio.to_thread(plan_units, model, document.units)
             total = sum(len(p.sentences) for p in plans)
             record.update(status="translating", started=time.time(), sentences_total=total, sentences_done=0)

@@ -16,6 +16,7 @@ from engine.decoding import TranslateOptions
 from engine.translation import SourceTooLongError
 from service.models.registry import LoadedModel
 from service.serving.context import RequestContext
+from service.serving.directions import second_leg
 from service.serving.html import Aligned, HtmlPlan
 from service.serving.prepared import html_options, repair, run_sources, settled, shown_sentences
 from service.serving.word_alignment import align_words
@@ -43,6 +44,8 @@ async def translate_units(
     chunk: int,
     progress: Progress,
 ) -> Translated:
+    if model.pivot is not None:  # two legs through the pivot language (service/serving/directions.py)
+        return await _pivoted(model, plans, options, ctx, chunk, progress)
     sentences = [s for plan in plans for s in plan.sentences]
     aligned: list[Aligned] = []
     untranslated, used = 0, model
@@ -79,3 +82,33 @@ async def translate_units(
         out.append(plan.render(aligned[k : k + n], target))
         k += n
     return Translated(out, len(sentences), untranslated, used)
+
+
+async def _pivoted(
+    model: LoadedModel,
+    plans: Sequence[HtmlPlan],
+    options: TranslateOptions,
+    ctx: RequestContext,
+    chunk: int,
+    progress: Progress,
+) -> Translated:
+    """The units translated into the pivot language, then those into the target; progress counts the source's
+    sentences, the first leg's half of them, the second leg's the rest."""
+    first, second = model.legs()
+    total = sum(len(p.sentences) for p in plans)
+    half = total // 2
+
+    async def first_half(done: int, _: int) -> None:
+        await progress(done * half // max(total, 1), total)
+
+    middle = await translate_units(first, plans, options, ctx, chunk, first_half)
+    again = plan_units(second, middle.units)
+    n = sum(len(p.sentences) for p in again)
+
+    async def second_half(done: int, _: int) -> None:
+        await progress(half + done * (total - half) // max(n, 1), total)
+
+    if not n:
+        await progress(total, total)
+    last = await translate_units(second, again, options, second_leg(ctx), chunk, second_half)
+    return Translated(last.units, total, middle.untranslated + last.untranslated, last.model)

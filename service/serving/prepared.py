@@ -12,6 +12,7 @@ from __future__ import annotations
 import dataclasses
 from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import Any
 
 from core.search import length_limits
 from core.tokenizer import EOS_ID
@@ -22,6 +23,7 @@ from service.models.registry import LoadedModel
 from service.serving.casing import casing_of, truecased
 from service.serving.common import run_work, tokenize
 from service.serving.context import RequestContext
+from service.serving.directions import PivotRefused, PivotTranslation, in_direction, second_leg, untagged
 from service.serving.html import HTML, HtmlPlan, Markup
 from service.serving.names import find_names, in_small_letters
 from service.serving.segmentation import Layout, merge, split_text
@@ -70,6 +72,8 @@ def shown_sentences(
     except SourceTooLongError as exc:
         exc.index = owners[exc.index]
         raise
+    prefix = model.source_prefix  # a multilingual model's tag (directions.py): after preprocessing, never through it
+    ids = [prefix + i for i in ids] if prefix else ids
     target_encode = model.engine.target_tokenizer.encode  # the terms' and spans' target forms
     sources = [Source(i, constraints=constraints(u, target_encode)) for i, u in zip(ids, uses, strict=True)]
     return sources, uses, shown
@@ -93,6 +97,13 @@ async def run_sources(
     once, the others through the model's scheduler (then cached under the version that ran them)."""
     if not sources:
         return [], model
+    results, used = await _run_sources(model, sources, options, ctx)
+    return [untagged(model, t) for t in results], used  # the tag is no source token of the answers
+
+
+async def _run_sources(
+    model: LoadedModel, sources: list[Source], options: TranslateOptions, ctx: RequestContext
+) -> tuple[list[Translation], LoadedModel]:
     options = constrained(options, sources)
     cache = ctx.cache
     if cache is None or options.constrained:  # a sentence's terms are not in the cache's key: never cached
@@ -250,6 +261,35 @@ class PreparedHtml:
         return out, used
 
 
+@dataclass
+class Pivoted:
+    """Texts of a direction served by pivot (directions.py): the first leg (source -> pivot) prepared now, the second
+    (pivot -> target) prepared on the first's translations, both on the same model; each answer is the second leg's
+    translation with the first leg's source ids, and its text in the pivot language as ``pivot_text``."""
+
+    model: LoadedModel  # the pivoted direction (a Routed)
+    first: Prepared | PreparedHtml
+    then: Any  # (texts, its context) -> the second leg prepared
+
+    @property
+    def sources(self) -> list[Source]:
+        """The first leg's sources (what a queue's refusal counts before the work starts)."""
+        return self.first.sources
+
+    async def run(self, options: TranslateOptions, ctx: RequestContext) -> tuple[list[Translation], LoadedModel]:
+        if options.return_attention:  # the answer asked for attention or alignment
+            raise PivotRefused("return_attention / return_alignment", self.model)
+        middle, _ = await self.first.run(options, ctx)
+        ctx = second_leg(ctx)  # the glossary's targets, now in the pivot text, copied on
+        final, used = await self.then([t.text for t in middle], ctx).run(options, ctx)
+        fields = [{f.name: getattr(t, f.name) for f in dataclasses.fields(t)} for t in final]
+        out = [
+            PivotTranslation(**{**f, "source_ids": m.source_ids}, pivot_text=m.text)
+            for f, m in zip(fields, middle, strict=True)
+        ]
+        return out, in_direction(used, self.model.direction.name)
+
+
 def prepare(
     model: LoadedModel,
     texts: Sequence[str],
@@ -258,11 +298,15 @@ def prepare(
     fmt: str = "text",
     indices: Sequence[int] | None = None,
     rules: Markup = HTML,
-) -> Prepared | PreparedHtml:
+) -> Prepared | PreparedHtml | Pivoted:
     """Split (``split`` false: each text is one sentence; "nonewlines": at punctuation only) and tokenize texts of
     one model, as plain text or (``fmt`` "html") as markup read by ``rules`` (HTML's, or XML's). ``indices``: the
     request index of each text (names a text over the model's limit)."""
     indices = list(indices) if indices is not None else list(range(len(texts)))
+    if model.pivot is not None:
+        first, second = model.legs()
+        then = lambda middle, leg_ctx: prepare(second, middle, leg_ctx, split, fmt, indices, rules)  # noqa: E731
+        return Pivoted(model, prepare(first, texts, ctx, split, fmt, indices, rules), then)
     if fmt == "html":
         plans = [HtmlPlan(text, model.languages[0], bool(split), rules) for text in texts]
         sentences = [s for plan in plans for s in plan.sentences]

@@ -15,6 +15,7 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 
 from service.models.registry import LoadedModel, Registry
+from service.serving.directions import Routed, in_direction, routed, served_by
 
 AUTO = "auto"
 # detect(text, candidate languages) -> ISO 639-1 code (one of the candidates) or None when unsure
@@ -30,18 +31,33 @@ class UnservedPair(LookupError):
         self.field = field
 
 
-def _pair_model(registry: Registry, source: str | None, target: str | None) -> LoadedModel:
-    served = registry.pairs()
-    matches = [
-        name for (s, t), name in served.items() if (source is None or s == source) and (target is None or t == target)
-    ]
-    if len(set(matches)) == 1:
-        return registry.get(matches[0])
+def _pair_model(
+    registry: Registry, source: str | None, target: str | None, served: dict[tuple[str, str], str]
+) -> LoadedModel | Routed:
+    """The model of the one pair of ``served`` matching ``source`` / ``target`` (either may be None), in that
+    direction (service/serving/directions.py). A source alone that names several directions (a multilingual model's
+    de-en and de-zh) goes into the default model's target language, as it did before such models."""
+    matches = [(s, t) for s, t in served if (source is None or s == source) and (target is None or t == target)]
+    if target is None and len(matches) > 1:
+        default = registry.get(None).languages[1]
+        matches = [m for m in matches if m[1] == default] or matches
+    if len(matches) == 1:
+        ((s, t),) = matches
+        return routed(registry, served[s, t], s, t)
     asked = f"{source or '?'}->{target or '?'}"
     if not matches:
         field = "target_language" if source is not None and any(s == source for s, _ in served) else "source_language"
-        raise UnservedPair(f"no model translates {asked}", served, field)
-    raise UnservedPair(f"{asked} matches several models; name both languages or the model", served)
+        raise UnservedPair(f"no model translates {asked}", registry.pairs(), field)
+    raise UnservedPair(f"{asked} matches several models; name both languages or the model", registry.pairs())
+
+
+def _check_model(registry: Registry, chosen: LoadedModel, source: str | None, target: str | None) -> None:
+    """UnservedPair when the named model serves no direction of the asked languages."""
+    mine = served_by(chosen)
+    listed = ", ".join(f"{s}->{t}" for s, t in mine)
+    for field, asked, side in (("source_language", source, 0), ("target_language", target, 1)):
+        if asked not in (None, AUTO) and all(pair[side] != asked for pair in mine):
+            raise UnservedPair(f"model {chosen.name} translates {listed}, not {field} {asked}", registry.pairs(), field)
 
 
 def route(
@@ -52,25 +68,24 @@ def route(
     target_language: str | None,
     detect: Detector | None = None,
 ) -> tuple[list[LoadedModel], list[str | None]]:
-    """(the model of each text, the detected language of each text or None where nothing was detected)."""
+    """(the model of each text, in its direction; the detected language of each text or None where nothing was
+    detected). A named model routes among its own directions, exactly as the server does among all."""
     detected: list[str | None] = [None] * len(texts)
+    served = registry.pairs()
     if model is not None:
         chosen = registry.get(model)
-        source, target = chosen.languages
-        asks = (("source_language", source_language, source), ("target_language", target_language, target))
-        for field, asked, has in asks:
-            if asked not in (None, AUTO, has):
-                message = f"model {chosen.name} translates {source}->{target}, not {field} {asked}"
-                raise UnservedPair(message, registry.pairs(), field)
-        return [chosen] * len(texts), detected
-    if source_language is None and target_language is None:
+        _check_model(registry, chosen, source_language, target_language)
+        if source_language in (None, AUTO) and target_language is None:
+            return [chosen] * len(texts), detected  # its own pair, as before multilingual models
+        served = served_by(chosen)
+    elif source_language is None and target_language is None:
         return [registry.get(None)] * len(texts), detected
-    into_target = {name for (_, t), name in registry.pairs().items() if t == target_language}
+    into_target = {pair for pair in served if pair[1] == target_language}
     if source_language is not None and source_language != AUTO or source_language is None and len(into_target) < 2:
-        return [_pair_model(registry, source_language, target_language)] * len(texts), detected
+        return [_pair_model(registry, source_language, target_language, served)] * len(texts), detected
     if detect is None:
         raise UnservedPair("language detection is not available", registry.pairs())
-    sources = sorted({s for s, t in registry.pairs() if target_language is None or t == target_language})
+    sources = sorted({s for s, t in served if target_language is None or t == target_language})
     if not sources:
         raise UnservedPair(f"no model translates into {target_language}", registry.pairs(), "target_language")
     models = []
@@ -80,5 +95,23 @@ def route(
         if language is None:
             message = f"the language of text {i} could not be detected; name source_language"
             raise UnservedPair(message, registry.pairs())
-        models.append(_pair_model(registry, language, target_language))
+        models.append(_pair_model(registry, language, target_language, served))
     return models, detected
+
+
+def in_languages(model: LoadedModel, source: str | None, target: str | None) -> LoadedModel | Routed:
+    """A named model in the direction ``source`` / ``target`` name (either may be None; ``auto`` is no language here):
+    its own pair when neither is given or both fit it, else the one direction of its own that fits. UnservedPair
+    (listing its directions) when none or several do (the Open Inference Protocol's parameters)."""
+    own = model.languages
+    source = None if source == AUTO else source
+    if source in (None, own[0]) and target in (None, own[1]):
+        return model
+    mine = served_by(model)
+    matches = [(s, t) for s, t in mine if source in (None, s) and target in (None, t)]
+    if len(matches) == 1:
+        return in_direction(model, "-".join(matches[0]))
+    asked = f"{source or '?'}->{target or '?'}"
+    why = "matches several of its directions; name both languages" if matches else "is not among its directions"
+    field = "target_language" if source is not None and any(s == source for s, _ in mine) else "source_language"
+    raise UnservedPair(f"{asked} {why} (model {model.name})", mine, field)

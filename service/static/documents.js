@@ -80,7 +80,9 @@
       setBusy(form, "document-status", `Uploading ${file.name}…`);
       const body = new FormData();
       body.append("file", file, file.name);
-      if ($("model").value) body.append("model", $("model").value);
+      const model = window.Viewer.currentModel();
+      if (model) body.append("model", model.name);
+      for (const [field, code] of Object.entries(window.Viewer.chosenLanguages())) body.append(field, code);
       let job = await api("/v1/documents", body);
       setBusy(form, "document-status", `Translating ${job.filename}…`);
       showProgress(job);

@@ -100,8 +100,30 @@
   }
 
   // --- models -----------------------------------------------------------------------------------
+  // one option per direction a model serves (GET /v1/models `directions`; older servers: its one pair): a model's
+  // own pair has the model's name as its value, another direction "name:source-target"
+  function directionsOf(m) {
+    const own = { source_language: m.source_language, target_language: m.target_language };
+    return Array.isArray(m.directions) && m.directions.length ? m.directions : [own];
+  }
+
+  function currentChoice() {
+    const [name, pair] = $("model").value.split(":");
+    const m = state.models.find((x) => x.name === name) || null;
+    if (!m) return { model: null, direction: null, own: true };
+    const all = directionsOf(m);
+    const d = pair && all.find((x) => `${x.source_language}-${x.target_language}` === pair);
+    return { model: m, direction: d || all[0], own: !d };
+  }
+
   function currentModel() {
-    return state.models.find((m) => m.name === $("model").value) || null;
+    return currentChoice().model;
+  }
+
+  // the request fields naming the chosen direction (none for a model's own pair)
+  function chosenLanguages() {
+    const c = currentChoice();
+    return c.own ? {} : { source_language: c.direction.source_language, target_language: c.direction.target_language };
   }
 
   function bleuText(bleu) {
@@ -127,21 +149,22 @@
   }
 
   function sourceName() {
-    const m = currentModel();
-    return m ? languageName(m.source_language) : "source";
+    const d = currentChoice().direction;
+    return d ? languageName(d.source_language) : "source";
   }
 
   function showSourceLanguage() {
-    const m = currentModel();
+    const d = currentChoice().direction;
     $("source-label").textContent = `${sourceName()} sentence`;
-    $("source").placeholder = (m && SAMPLES[m.source_language]) || "";
+    $("source").placeholder = (d && SAMPLES[d.source_language]) || "";
   }
 
   function showModelInfo() {
     showSourceLanguage();
-    const m = currentModel();
+    const { model: m, direction: d } = currentChoice();
+    const via = d && d.pivot ? ` (through ${d.pivot}: no attention map)` : "";
     $("model-info").textContent = m
-      ? `${m.name} v${m.version}: ${m.source_language} → ${m.target_language}, ${m.layers.encoder}+${m.layers.decoder} ` +
+      ? `${m.name} v${m.version}: ${d.source_language} → ${d.target_language}${via}, ${m.layers.encoder}+${m.layers.decoder} ` +
         `layers, ${m.heads} heads, d=${m.dimension}, ${m.variant}${bleuText(m.bleu)}, ` +
         `at most ${sourceLimit(m)} source subwords`
       : "No model loaded.";
@@ -166,13 +189,17 @@
     const select = $("model");
     const previous = select.value;
     select.replaceChildren();
+    const values = [];
     for (const m of data.models) {
-      const option = select.appendChild(document.createElement("option"));
-      option.value = m.name;
-      option.textContent = `${m.name} (v${m.version}, ${m.variant})`;
+      directionsOf(m).forEach((d, i) => {
+        const option = select.appendChild(document.createElement("option"));
+        option.value = i === 0 ? m.name : `${m.name}:${d.source_language}-${d.target_language}`;
+        const pair = directionsOf(m).length > 1 ? `: ${d.source_language} → ${d.target_language}` : "";
+        option.textContent = `${m.name}${pair} (v${m.version}, ${m.variant})`;
+        values.push(option.value);
+      });
     }
-    const names = data.models.map((m) => m.name);
-    select.value = names.includes(previous) ? previous : names.includes(data.default) ? data.default : names[0] || "";
+    select.value = values.includes(previous) ? previous : values.includes(data.default) ? data.default : values[0] || "";
     showModelInfo();
     warnIfLong();
   }
@@ -311,11 +338,20 @@
       warnIfLong();
       $("result").hidden = true;
       setBusy(form, "status", "Translating…");
-      const model = $("model").value || undefined;
-      const answer = await api("/v1/translate", { texts: [source], model, beam_size: beam });
+      const model = currentModel() ? currentModel().name : undefined;
+      const languages = chosenLanguages();
+      const answer = await api("/v1/translate", { texts: [source], model, beam_size: beam, ...languages });
       const translation = answer.translations[0];
+      if (translation.pivot) {
+        // two legs through the pivot language: no attention links the source to this translation (docs/api.md)
+        forgetResult();
+        refuse(errorBox, `Translation (through ${translation.pivot}: “${translation.pivot_text}”): ${translation.text}. ` +
+          "A direction served by pivot has no attention map.", "source");
+        return;
+      }
       setBusy(form, "status", "Reading the attention maps…");
-      const attention = await api("/v1/attention", { source, target: translation.text, model: answer.model, kinds: KINDS });
+      const asked = { source, target: translation.text, model: answer.model, kinds: KINDS, ...languages };
+      const attention = await api("/v1/attention", asked);
       state.result = { translation, attention };
       render();
     } catch (err) {
@@ -344,7 +380,7 @@
         return;
       }
       setBusy(form, "embed-status", "Embedding…");
-      const answer = await api("/v1/embed", { texts, model: $("model").value || undefined, normalize: true });
+      const answer = await api("/v1/embed", { texts, model: currentModel() ? currentModel().name : undefined, normalize: true });
       const e = answer.embeddings; // unit vectors, so dot products are cosine similarities
       const sim = e.map((a) => e.map((b) => a.reduce((s, x, k) => s + x * b[k], 0)));
       const rows = texts.map((t, i) => `${i + 1}. ${shorten(t, 32)}`);
@@ -385,5 +421,5 @@
   for (const id of ["layer", "head"]) $(id).addEventListener("change", () => state.result && draw());
   loadModels(0);
   // shared with documents.js (the document panel)
-  window.Viewer = { $, ApiError, api, authHeaders, showError, refuse, clearError, setBusy, finished };
+  window.Viewer = { $, ApiError, api, authHeaders, showError, refuse, clearError, setBusy, finished, currentModel, chosenLanguages };
 })();

@@ -129,7 +129,7 @@ async def translate(registry: Registry, req: Request, ctx: RequestContext) -> tu
         check_languages(models, req.texts, ctx.quality)
     groups: dict[str, list[int]] = {}
     for i, model in enumerate(models):
-        groups.setdefault(model.name, []).append(i)
+        groups.setdefault(model.route_key, []).append(i)
     options = TranslateOptions.request(beam_size=req.beam_size)
     work = [
         prepare(models[idx[0]], [req.texts[j] for j in idx], ctx, req.split, req.fmt, idx, req.rules)

@@ -103,7 +103,7 @@ async def translate(
     options = TranslateOptions.request(num_hypotheses=n_best, max_beam_size=max_beam_size)
     groups: dict[str, list[int]] = {}
     for i, model in enumerate(models):
-        groups.setdefault(model.name, []).append(i)
+        groups.setdefault(model.route_key, []).append(i)
     work = [prepare(models[idx[0]], [texts[j] for j in idx], ctx, True, fmt, idx) for idx in groups.values()]
     runs = await asyncio.gather(*(prepared.run(options, ctx) for prepared in work))
     out: list[Translated | None] = [None] * len(texts)

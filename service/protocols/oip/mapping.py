@@ -7,7 +7,8 @@ Each loaded model has two views:
   for HTML, which is not assessed, as on /v1).
 - ``{name}-embed``: sentence embeddings. Input ``TEXT``; output ``EMBEDDING`` (FP32, [-1, d]).
 Request parameters: translation ``beam_size``, ``max_length``, ``length_penalty``, ``split_sentences``,
-``format``; embeddings ``pooling``, ``normalize`` (the /v1 fields of the same names, with the same defaults).
+``format``, ``source_language`` / ``target_language`` (a direction of a multilingual model: its own pair when
+absent); embeddings ``pooling``, ``normalize`` (the /v1 fields of the same names, with the same defaults).
 Work goes through the model's scheduler exactly as /v1's does (service/serving/prepared.py, run_work), and the
 language policy applies as on /v1 (MT_LANGUAGE_MISMATCH=reject refuses a text in another language: LanguageMismatch).
 Where the time goes is added to ``ctx.timing`` (service/observability/inference_stats.py): tokenization here, queue and
@@ -33,6 +34,7 @@ from service.serving.context import RequestContext
 from service.serving.html import plain_text
 from service.serving.prepared import prepare
 from service.serving.quality import check_languages, text_assessment
+from service.serving.routing import in_languages
 
 EMBED_SUFFIX = "-embed"
 PLATFORM = "mtserve_onnxruntime"
@@ -141,9 +143,11 @@ async def infer(
         length_penalty=parameters.get("length_penalty"),  # None: the model's default
     )
     split, fmt = parameters.get("split_sentences", True), parameters.get("format", "text")
+    # a multilingual model's direction (service/serving/directions.py); its own pair when the parameters name none
+    model = in_languages(view.model, parameters.get("source_language"), parameters.get("target_language"))
     if ctx.quality is not None:
-        check_languages([view.model] * len(texts), texts, ctx.quality)
-    prepared = prepare(view.model, texts, ctx, split, fmt)
+        check_languages([model] * len(texts), texts, ctx.quality)
+    prepared = prepare(model, texts, ctx, split, fmt)
     _prepared(ctx, started)
     results, used = await prepared.run(options, ctx)
     warnings = [

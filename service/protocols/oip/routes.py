@@ -80,6 +80,8 @@ def request_models(limits: LimitSettings) -> tuple[type[BaseModel], type[BaseMod
         length_penalty: float | None = Field(None, ge=0.0, le=5.0, description="absent: the model's default")
         split_sentences: bool = True
         format: Literal["text", "html"] = "text"
+        source_language: str | None = Field(None, pattern="^([a-z]{2}|auto)$", description="a direction of the model")
+        target_language: str | None = Field(None, pattern="^[a-z]{2}$", description="absent: the model's own pair")
         pooling: Literal["mean", "max"] = "mean"
         normalize: bool = True
         binary_data_output: bool = False

@@ -62,9 +62,22 @@ async def attention(model: LoadedModel, body: Any, ctx: RequestContext) -> dict[
     check_selection(model, body.layers, body.heads, body.kinds)
     [src] = tokenize(model, [body.source], ctx, "source")
     target = None if body.target is None else tokenize(model, [body.target], ctx, "target", target=True)[0][:-1]
-    [result], used = await run_work(model, AttentionOptions(), [Source(src, target)], ctx)
+    prefix = model.source_prefix  # a multilingual model's tag (service/serving/directions.py)
+    [result], used = await run_work(model, AttentionOptions(), [Source(prefix + src, target)], ctx)
+    result = untagged_attention(result, len(prefix))
     keys = ("source_tokens", "target_tokens", "target_text", "score")
     out = {"model": used.name, "version": used.version, **{k: result[k] for k in keys}}
     for kind in body.kinds:
         out[kind] = select(result[kind], body.layers, body.heads, body.aggregate)
+    return out
+
+
+def untagged_attention(result: dict[str, Any], n: int) -> dict[str, Any]:
+    """The engine's attention of a tagged source without the tag's ``n`` positions: they are no source token of the
+    answer (the rows then sum to what the source's own tokens got)."""
+    if not n:
+        return result
+    out = dict(result, source_tokens=result["source_tokens"][n:])
+    out["encoder"] = result["encoder"][..., n:, n:]  # (layers, heads, source, source)
+    out["cross"] = result["cross"][..., n:]  # (layers, heads, target, source)
     return out

@@ -23,6 +23,8 @@ from service.protocols.v1.schemas import (
     request_models,
 )
 from service.serving.context import RequestContext
+from service.serving.directions import PivotRefused
+from service.serving.routing import route
 
 
 def _header_error(header: str, message: str) -> RequestValidationError:
@@ -32,6 +34,18 @@ def _header_error(header: str, message: str) -> RequestValidationError:
 
 def _model(request: Request, name: str | None) -> LoadedModel:
     model = registry_of(request).get(name)
+    request.scope["state"]["model"] = model.name
+    return model
+
+
+def _directed(request: Request, body: Any) -> LoadedModel:
+    """The model of a /v1/attention request in the direction it names (service/serving/routing.py); a direction
+    served by pivot has no single attention: PivotRefused (422)."""
+    state = request.app.state.mt
+    languages = body.source_language, body.target_language
+    [model], _ = route(state.registry, [body.source], body.model, *languages, state.detector)
+    if model.pivot is not None:
+        raise PivotRefused("target_language", model, "attention")
     request.scope["state"]["model"] = model.name
     return model
 
@@ -143,7 +157,7 @@ def build_router(app: FastAPI) -> APIRouter:
 
     @work_endpoint("/v1/attention", AttentionResponse, "Encoder, decoder and cross attention, every layer and head")
     async def attention(body: AttentionRequest, request: Request) -> dict[str, Any]:  # type: ignore[valid-type]
-        return await attention_serving.attention(_model(request, body.model), body, _context(request, body))
+        return await attention_serving.attention(_directed(request, body), body, _context(request, body))
 
     @router.get("/v1/models", response_model=ModelsResponse, responses=ERROR_RESPONSES, summary="Loaded models")
     async def list_models(request: Request) -> dict[str, Any]:

@@ -43,6 +43,10 @@ class TranslationOut(BaseModel):
     model: str | None = Field(None, description="the model that translated this text")
     version: str | None = Field(None, description="the version of that model")
     detected_language: str | None = Field(None, description="the text's language when source_language was 'auto'")
+    pivot: str | None = Field(
+        None, description='the language the text went through when its direction is served by pivot ("en")'
+    )
+    pivot_text: str | None = Field(None, description="the translation into the pivot language, which was translated on")
     confidence: float | None = Field(
         None,
         description="estimated probability that this translation is good (chrF >= the model's fitted threshold), "
@@ -116,6 +120,11 @@ class ModelInfo(BaseModel):
         None,
         description="subwords per text (EOS excluded) a request may send: the model's limit and "
         "MT_MAX_TOKENS_PER_TEXT, the lower; the limit 422 errors name",
+    )
+    directions: list[dict[str, str]] | None = Field(
+        None,
+        description="every direction the model serves: source_language, target_language, and its tag (the piece put "
+        "before the source) or pivot (served in two legs through that language); the first is the model's own pair",
     )
     layers: dict[str, int]
     heads: int
@@ -318,6 +327,10 @@ def _attention_request(Text, ModelName, Timeout) -> type[BaseModel]:
         source: Text = Field(description="an empty or whitespace-only source is the empty sentence (</s> alone)")
         target: Text | None = Field(None, description="the model's own greedy translation when absent")
         model: ModelName = None
+        source_language: str | None = Field(
+            None, pattern="^([a-z]{2}|auto)$", description="with target_language: a direction of a multilingual model"
+        )
+        target_language: str | None = Field(None, pattern="^[a-z]{2}$", description="as /v1/translate's")
         kinds: list[Literal["encoder", "decoder", "cross"]] = Field(
             default_factory=lambda: ["encoder", "decoder", "cross"], min_length=1, max_length=3
         )

@@ -31,6 +31,7 @@ from service.models.registry import LoadedModel, Registry
 from service.protocols.v1.translate import plan, text_out
 from service.serving.common import run_work
 from service.serving.context import RequestContext
+from service.serving.directions import untagged
 from service.serving.prepared import (
     REPAIRED,
     Prepared,
@@ -105,6 +106,7 @@ class _Listener:
 
     def result(self, index: int, result: Translation) -> None:
         text, k = self.owner[index]
+        result = untagged(self.model, result)  # a multilingual model's tag is no source token (directions.py)
         result = mark_truncated(self.model, result, self.stream.options)  # type: ignore[arg-type]
         result = settled(self.model, result, self.uses[index])  # type: ignore[arg-type]
         if any(u.kind in REPAIRED for u in result.missing):  # searched again first, as the plain answer is
@@ -184,7 +186,9 @@ async def translate_stream(
     for indices in groups.values():
         model = models[indices[0]]
         prepared = prepare(model, [body.texts[j] for j in indices], ctx, split, fmt, indices)
-        if fmt == "html":  # HTML is put back together from whole sentences: its text comes with its final event
+        # HTML is put back together from whole sentences, a pivoted direction's text is the second leg's: either's text
+        # comes with its final event
+        if fmt == "html" or model.pivot is not None:
             work.append((model, prepared, None, indices))
             continue
         texts, owner, first = [], [], 0

@@ -12,6 +12,7 @@ from engine.engine import alignment
 from engine.translation import Translation
 from service.models.registry import LoadedModel, Registry
 from service.serving.context import RequestContext
+from service.serving.directions import PivotRefused, PivotTranslation
 from service.serving.html import plain_text
 from service.serving.prepared import prepare
 from service.serving.quality import check_languages, text_assessment, unserved_language
@@ -36,7 +37,7 @@ class Plan:
 
     models: list[LoadedModel]
     detected: list[str | None]
-    groups: dict[str, list[int]]  # model name -> the indices of its texts, in order
+    groups: dict[str, list[int]]  # model (in its direction: route_key) -> the indices of its texts, in order
     options: TranslateOptions
     split: bool
     fmt: str
@@ -54,6 +55,10 @@ def plan(registry: Registry, body: Any, ctx: RequestContext, detect: Detector | 
         detect,
     )
     detected = named(registry, body.texts, detected, ctx)
+    asked = [f for f in ("return_attention", "return_alignment") if getattr(body, f, False)]
+    pivoted = next((m for m in models if m.pivot is not None), None)
+    if asked and pivoted is not None:  # two legs: no attention links the source to the translation
+        raise PivotRefused(asked[0], pivoted)
     if ctx.quality is not None:
         check_languages(models, body.texts, ctx.quality)
     if ctx.terms is not None:
@@ -61,7 +66,7 @@ def plan(registry: Registry, body: Any, ctx: RequestContext, detect: Detector | 
             ctx.terms.check_pair(model.name, model.languages)
     groups: dict[str, list[int]] = {}
     for i, model in enumerate(models):
-        groups.setdefault(model.name, []).append(i)
+        groups.setdefault(model.route_key, []).append(i)
     split, fmt = getattr(body, "split_sentences", True), getattr(body, "format", "text")
     return Plan(models, detected, groups, options_of(body), split, fmt)
 
@@ -131,6 +136,8 @@ def translation_out(model: LoadedModel, t: Translation, body: Any, detected: str
     }
     if detected is not None:
         out["detected_language"] = detected
+    if isinstance(t, PivotTranslation):  # a direction served by pivot (service/serving/directions.py)
+        out.update(pivot=model.pivot, pivot_text=t.pivot_text)
     if body.num_hypotheses > 1:
         out["hypotheses"] = [{"text": text, "score": score} for text, score, _ in t.hypotheses]
     if t.attention is not None:
