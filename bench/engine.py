@@ -83,7 +83,7 @@ def _runner(engine: str, args: dict):
     if engine.startswith("ort-"):
         from core.bundle import load_bundle
         from engine import Engine
-        from engine.decoding import TranslateOptions
+        from engine.decoding import DecodingDefaults, TranslateOptions
 
         variant = engine.split("-")[1].split("+")[0]
         extra = {"lean_decoder": False} if "+decoder" in engine else {}  # older engines lack the options
@@ -103,6 +103,7 @@ def _runner(engine: str, args: dict):
             extra["shortlist"] = "+shortlist" in engine
         ort_engine = Engine(load_bundle(args["bundle"]), variant, "cpu", intra_op_threads=threads, **extra)
         ort_engine.decoding.pop("max_length", None)  # an imported default: every engine gets length_limits' limits
+        ort_engine.defaults = DecodingDefaults.of(ort_engine.decoding)  # what resolve() fills in
 
         def run(sources, limits, beam):
             # no n-gram block (a bundle's default may have one): the same search as PyTorch's and CTranslate2's;
