@@ -4,10 +4,18 @@ Static quantization fixes every activation scale at export time, so a sentence's
 the other sentences of its batch (dynamic quantization takes the scale of the whole batch tensor). The scales come
 from the inputs the graphs see while the fp32 bundle translates calibration sentences (greedy and beam search,
 which is what decoder_step.onnx serves) and computes attention for some of them (decoder.onnx).
+
+Memory: a step's feed holds its rows' whole cache, so the feeds are never kept. The translations run twice
+(``select_feeds``): the first counts each graph's feeds, the second hands the chosen ones (at most ``max_feeds`` per
+graph, evenly spaced) to onnxruntime's MinMax calibrater as they arrive (``calibrate``), which reduces each to the
+min/max of every MatMul/Gemm tensor and merges them. What is held is one feed and the ranges, whatever the number of
+sentences, their lengths or the vocabulary; the int8 graphs are byte for byte those of ``quantize_static`` given the
+same feeds at once (tests/export/test_calibration.py).
 """
 
 from __future__ import annotations
 
+import gc
 import random
 from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
@@ -78,6 +86,8 @@ def translate_with(
     for src_ids in engine.source_ids(sentences[:24]):  # what attention computes: greedy translation, then the
         tgt_ids = engine.translate_ids([src_ids])[0].token_ids  # target teacher-forced through decoder.onnx
         engine.run_decoder_full(engine.run_encoder([src_ids]), [tgt_ids])  # (not the score it steps again)
+    del engine
+    gc.collect()  # the engine's sessions go now, not at some later collection: the next pass loads its own
 
 
 def spaced(count: int, max_feeds: int) -> set[int]:
@@ -165,30 +175,35 @@ def calibrate(
 
     work = Path(work_dir)
     work.mkdir(parents=True, exist_ok=True)
-    calibrators = {
-        graph: create_calibrator(
-            Path(path),
-            QUANTIZED_OPS,
-            augmented_model_path=str(work / f"{graph}.augmented.onnx"),
-            calibrate_method=CalibrationMethod.MinMax,
-            extra_options={"moving_average": False},
-        )
-        for graph, path in graphs.items()
-    }
+    calibrators: dict = {}
+
+    def calibrator(graph: str):
+        if graph not in calibrators:  # made when its first feed comes (the second pass), one graph after another
+            made = create_calibrator(
+                Path(graphs[graph]),
+                QUANTIZED_OPS,
+                augmented_model_path=str(work / f"{graph}.augmented.onnx"),
+                calibrate_method=CalibrationMethod.MinMax,
+                extra_options={"moving_average": False},
+            )
+            made.model = None  # the augmented graph with its weights, no longer read once its session runs
+            (work / f"{graph}.augmented.onnx").unlink()
+            calibrators[graph] = made
+        return calibrators[graph]
 
     def reduce(recorded: str, feed: dict[str, np.ndarray]) -> None:
-        for graph, calibrator in calibrators.items():
-            if calibrated_as(graph) == recorded:
-                calibrator.collect_data(_OneFeed(feed))  # merges this feed's min/max into the ranges, keeps no output
+        for graph in graphs:
+            if calibrated_as(graph) == recorded:  # merges this feed's min/max into the ranges, keeps no output
+                calibrator(graph).collect_data(_OneFeed(feed))
 
     select_feeds(bundle_dir, sentences, reduce, batch_size, max_feeds)
     caches = {}
-    for graph, calibrator in calibrators.items():
-        ranges = calibrator.compute_data()
-        if ranges is None:
+    for graph in graphs:
+        if graph not in calibrators:
             raise ValueError(f"no calibration feeds for {graph}")
-        save_tensors_data(ranges, caches.setdefault(graph, work / f"{graph}.json"))
-        (work / f"{graph}.augmented.onnx").unlink(missing_ok=True)
+        save_tensors_data(calibrators[graph].compute_data(), caches.setdefault(graph, work / f"{graph}.json"))
+    calibrators.clear()
+    gc.collect()
     return caches
 
 
