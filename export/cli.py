@@ -9,6 +9,7 @@ import argparse
 import json
 import shutil
 import sys
+import tempfile
 import time
 from pathlib import Path
 
@@ -18,7 +19,7 @@ from core.graphs import STEP_GRAPHS
 from core.tokenizer import EOS_ID
 from engine import Engine
 from engine.decoding import TranslateOptions, decoding_defaults
-from export.calibration import calibrated_as, read_sentences, record_feeds
+from export.calibration import calibrate, read_sentences
 from export.directions import directions_for
 from export.import_commands import cmd_import_argos, cmd_import_hf
 from export.manifest import build_manifest, git_commit, seal
@@ -101,11 +102,12 @@ def cmd_export(args: argparse.Namespace) -> int:
     if "int8" in args.variants:
         sentences = read_sentences(args.calibration_data, args.calibration_sentences)
         print(f"calibrating int8 on {len(sentences)} sentences of {args.calibration_data}", file=sys.stderr)
-        feeds = record_feeds(out, sentences)
         variants["int8"] = {}
-        for graph, path in paths.items():
-            quantize_int8_static(path, out / "int8" / f"{graph}.onnx", feeds[calibrated_as(graph)])
-            variants["int8"][graph] = f"int8/{graph}.onnx"
+        with tempfile.TemporaryDirectory(prefix="calibration-") as work:
+            ranges = calibrate(out, sentences, paths, work)  # min/max as the feeds arrive: one feed held at a time
+            for graph, path in paths.items():
+                quantize_int8_static(path, out / "int8" / f"{graph}.onnx", ranges[graph])
+                variants["int8"][graph] = f"int8/{graph}.onnx"
         variants["int8"]["quantization"] = {
             "method": "static",
             "weights": "int8, symmetric, per output channel",

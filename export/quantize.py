@@ -16,8 +16,10 @@ def weight_matmuls(model: onnx.ModelProto) -> list[str]:
     return [n.name for n in model.graph.node if n.op_type in ("MatMul", "Gemm") and n.input[1] in constants]
 
 
-def quantize_int8_static(src: Path, dst: Path, feeds: list[dict]) -> Path:
-    """Static int8: per-channel int8 weights, uint8 activations with scales calibrated (min/max) on ``feeds``.
+def quantize_int8_static(src: Path, dst: Path, calibration: Path | list[dict]) -> Path:
+    """Static int8: per-channel int8 weights, uint8 activations with scales calibrated (min/max): ``calibration`` is
+    either the ranges, an onnxruntime calibration cache (export/calibration.py ``calibrate``, which reduces the feeds
+    as they arrive), or a list of feeds (all held at once: small graphs).
 
     Only projections with constant weights are quantized; their outputs stay float (no requantization): each
     is QuantizeLinear + MatMulIntegerToFloat with its bias, and only the projection reads the rounded input
@@ -26,25 +28,27 @@ def quantize_int8_static(src: Path, dst: Path, feeds: list[dict]) -> Path:
     """
     from onnxruntime.quantization import CalibrationMethod, QuantFormat, QuantType, quantize_static
 
-    from export.calibration import FeedReader
+    from export.calibration import QUANTIZED_OPS, FeedReader
     from export.qdq_fusion import fuse_quantized_matmuls
 
-    if not feeds:
+    if isinstance(calibration, list) and not calibration:
         raise ValueError(f"no calibration feeds for {src.name}")
+    cached = not isinstance(calibration, list)
     logging.getLogger("onnxruntime").setLevel(logging.ERROR)
     dst.parent.mkdir(parents=True, exist_ok=True)
     quantize_static(
         str(src),
         str(dst),
-        FeedReader(feeds),
+        None if cached else FeedReader(calibration),
         quant_format=QuantFormat.QDQ,
-        op_types_to_quantize=["MatMul", "Gemm"],
+        op_types_to_quantize=QUANTIZED_OPS,
         nodes_to_quantize=weight_matmuls(onnx.load(str(src), load_external_data=False)),
         activation_type=QuantType.QUInt8,
         weight_type=QuantType.QInt8,
         per_channel=True,
         calibrate_method=CalibrationMethod.MinMax,
-        extra_options={"OpTypesToExcludeOutputQuantization": ["MatMul", "Gemm"], "CalibMovingAverage": False},
+        extra_options={"OpTypesToExcludeOutputQuantization": QUANTIZED_OPS, "CalibMovingAverage": False},
+        calibration_cache_path=calibration if cached else None,
     )
     model = onnx.load(str(dst))
     fuse_quantized_matmuls(model)  # bias in the integer GEMM, float residuals (export/qdq_fusion.py)
