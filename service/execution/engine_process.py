@@ -61,6 +61,7 @@ class EngineServer:
         self.conn, self.engine = conn, engine
         self.run_batch = engine_runner(engine)
         self.live = LiveBatch(engine) if live else None
+        self.inline = workers <= 1  # one caller at a time (one engine worker, or the continuous engine thread)
         self._batches = ThreadPoolExecutor(max(1, workers), thread_name_prefix="batch")
         self._live_thread = ThreadPoolExecutor(1, thread_name_prefix="live")
         self._send_lock = threading.Lock()
@@ -83,6 +84,12 @@ class EngineServer:
             if op == "exit":
                 self.send((call_id, True, None))
                 return
+            if op == "ping":  # the channel's own cost (bench/engine_process.py)
+                self.send((call_id, True, args))
+                continue
+            if self.inline:  # one engine worker: one call at a time comes, run it here (no thread hand-off)
+                self._answer(call_id, op, args)
+                continue
             pool = self._batches if op in ("batch", "translate") else self._live_thread
             pool.submit(self._answer, call_id, op, args)
 
