@@ -83,11 +83,11 @@ class Tally:
         return bad == 0 and all(s <= READY_WITHIN_S for s in self.ready_after_s)
 
 
-async def reference(url: str, sentences: list[str]) -> dict[str, tuple[list[str], str]]:
+async def reference(url: str, sentences: list[str], fields: dict) -> dict[str, tuple[list[str], str]]:
     """Each sentence's (source tokens, text) from the quiet server, one request each."""
     conn, known = RawConnection(url), {}
     for sentence in dict.fromkeys(sentences):
-        status, body = await conn.post_json("/v1/translate", {"texts": [sentence]})
+        status, body = await conn.post_json("/v1/translate", {"texts": [sentence], **fields})
         assert status == 200, body[:300]
         t = json.loads(body)["translations"][0]
         known[sentence] = (t["source_tokens"], t["text"])
@@ -95,14 +95,16 @@ async def reference(url: str, sentences: list[str]) -> dict[str, tuple[list[str]
     return known
 
 
-async def _client(i: int, url: str, sentences: list[str], known, tally: Tally, stop: asyncio.Event, hang_s: float):
+async def _client(i: int, url: str, sentences: list[str], known, tally: Tally, stop: asyncio.Event, hang_s: float,
+                  fields: dict):  # fmt: skip
     conn, n = RawConnection(url), 0
     by_text = {text: s for s, (_, text) in known.items()}
     while not stop.is_set():
         sentence = sentences[(i * 7919 + n) % len(sentences)]
         n += 1
         try:
-            status, body = await asyncio.wait_for(conn.post_json("/v1/translate", {"texts": [sentence]}), hang_s)
+            request = conn.post_json("/v1/translate", {"texts": [sentence], **fields})
+            status, body = await asyncio.wait_for(request, hang_s)
         except TimeoutError:
             tally.counts["hung"] += 1
             await conn.close()
@@ -144,14 +146,18 @@ def _ready_again(url: str, server_pid: int, old: int, limit_s: float) -> float:
 
 async def run_faults(
     url: str, server_pid: int, sentences: list[str], clients: int, kills: int, warmup_s: float = 3.0,
-    between_s: float = 3.0, hang_s: float = 30.0,
+    between_s: float = 3.0, hang_s: float = 30.0, fields: dict | None = None,
 ) -> Tally:  # fmt: skip
-    """``clients`` closed-loop clients; ``kills`` SIGSEGVs of the engine worker process, ``between_s`` apart."""
-    known = await reference(url, sentences)
+    """``clients`` closed-loop clients; ``kills`` SIGSEGVs of the engine worker process, ``between_s`` apart;
+    ``fields``: more fields of each request (``no_repeat_ngram_size`` 0: the continuous scheduler decodes it live)."""
+    fields = fields or {}
+    known = await reference(url, sentences, fields)
     retried = metric_total(url, "mt_engine_retried_batches_total")
     restarts = metric_total(url, "mt_engine_restarts_total")
     tally, stop = Tally(), asyncio.Event()
-    tasks = [asyncio.create_task(_client(i, url, sentences, known, tally, stop, hang_s)) for i in range(clients)]
+    tasks = [
+        asyncio.create_task(_client(i, url, sentences, known, tally, stop, hang_s, fields)) for i in range(clients)
+    ]
     await asyncio.sleep(warmup_s)
     for _ in range(kills):
         [pid] = engine_pids(server_pid)
@@ -190,6 +196,10 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--warmup-s", type=float, default=3.0)
     p.add_argument("--between-s", type=float, default=5.0, help="load after each restart before the next kill")
     p.add_argument("--scheduler", default="dynamic", choices=("dynamic", "continuous"))
+    p.add_argument(
+        "--live", action="store_true", help="requests without the n-gram block, so that continuous batching decodes "
+        "them live (its sentences then fail with 503 when their worker dies; whole batches are retried)",
+    )  # fmt: skip
     return p.parse_args(argv)
 
 
@@ -197,15 +207,17 @@ def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
     lines = [s.strip() for s in args.source_file.read_text(encoding="utf-8").splitlines() if s.strip()]
     sentences = list(dict.fromkeys(lines))[: args.sentences]
-    print(f"{machine()}\n{now()}; {len(sentences)} sentences, MT_SCHEDULER={args.scheduler}", flush=True)
+    live = ", live decode (no_repeat_ngram_size 0)" if args.live else ""
+    print(f"{machine()}\n{now()}; {len(sentences)} sentences, MT_SCHEDULER={args.scheduler}{live}", flush=True)
     env = {"MT_ENGINE_PROCESS": "true", "MT_MODELS": args.model, "MT_DEFAULT_MODEL": args.model,
            "MT_SCHEDULER": args.scheduler, "MT_MAX_QUEUE_SENTENCES": str(max(1024, 4 * args.clients))}  # fmt: skip
     with tempfile.TemporaryDirectory(prefix="bench-engine-faults-") as tmp:
         server = ServerProcess(args.repository, {**env, "MT_STATE_DIR": tmp}, Path(tmp) / "service.log").start(300)
         try:
             tally = asyncio.run(
-                run_faults(server.url, server.pid, sentences, args.clients, args.kills, args.warmup_s, args.between_s)
-            )
+                run_faults(server.url, server.pid, sentences, args.clients, args.kills, args.warmup_s, args.between_s,
+                           fields={"no_repeat_ngram_size": 0} if args.live else None)
+            )  # fmt: skip
         finally:
             server.stop()
     print(report(tally, args.clients, args.kills))
