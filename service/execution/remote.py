@@ -216,8 +216,9 @@ class ProcessEngineWorker:
         self.retried = 0  # whole batches sent again after their process died
 
     # --- starting, ending ------------------------------------------------------------------------
-    def start(self) -> None:
-        """Start the worker process and wait until its engine is warm (blocking); raises when it cannot start."""
+    def start(self, restart: bool = False) -> None:
+        """Start the worker process and wait until its engine is warm (blocking); raises when it cannot start.
+        ``restart``: it replaces a dead one (a new generation, published together with its channel)."""
         started = time.monotonic()
         channel, info = spawn(self.model, self.bundle.path, self._setup, self._died)
         if self.engine is None:
@@ -226,10 +227,22 @@ class ProcessEngineWorker:
             self.engine.update(info)
         if info["live"] and self.live is None:
             self.live = RemoteLive(self)
-        self._channel = channel
         self.start_seconds = time.monotonic() - started
+        with self._lock:
+            if self._closed:  # taken out of service while it started
+                channel.closing = True
+            else:
+                self._channel = channel
+                if restart:
+                    self.generation += 1
+                    self.restarting = False
+        if channel.closing:
+            channel.close()
+            return
         log.info("model %s: engine worker process %d warm (%.1f s)", self.model, channel.pid, self.start_seconds)
         self._ready.set()
+        if channel.dead:  # it died before it was published: its reader found nobody to tell
+            threading.Thread(target=self._restart, args=(channel, "exit_while_starting"), daemon=True).start()
 
     @property
     def pid(self) -> int | None:
@@ -238,8 +251,10 @@ class ProcessEngineWorker:
 
     def close(self) -> None:
         """The model is out of service: end its worker process (no restart)."""
-        self._closed = True
-        channel, self._channel = self._channel, None
+        with self._lock:
+            self._closed = True
+            channel, self._channel = self._channel, None
+        self._ready.set()  # a call still waiting fails (EngineRestarted) rather than waiting for a restart
         if channel is not None:
             channel.close()
 
@@ -335,16 +350,13 @@ class ProcessEngineWorker:
         wait = RESTART_BACKOFF_S
         for attempt in range(1, RESTART_ATTEMPTS + 1):
             try:
-                self.start()  # sets _ready
+                self.start(restart=True)  # a new generation, then _ready
             except Exception:
                 log.exception("model %s: engine restart attempt %d of %d failed", self.model, attempt, RESTART_ATTEMPTS)
                 if attempt < RESTART_ATTEMPTS:
                     time.sleep(wait)
                     wait *= 2
                 continue
-            with self._lock:
-                self.generation += 1
-                self.restarting = False
             log.warning("model %s: engine restarted after %s (%.1f s)", self.model, cause, self.start_seconds)
             return
         self.failed = f"model {self.model}: the engine failed and could not be restarted ({RESTART_ATTEMPTS} attempts)"
