@@ -162,3 +162,33 @@ def test_a_worker_over_its_memory_limit_is_replaced_between_batches(tmp_path):
         assert any("over MT_ENGINE_MEMORY_LIMIT_MB=1: recycled" in m for m in messages)
     finally:
         server.stop()
+
+
+def test_a_version_load_gets_its_own_worker_and_the_old_one_ends_as_does_an_unloaded_models(tmp_path):
+    admin = {"X-Admin-Key": "s3cret"}
+    server = _server(tmp_path, MT_ADMIN_KEY="s3cret", MT_MODEL_VERSIONS="de-en=2")
+    try:
+        url, body = server.url, {"texts": SENTENCES[:2]}
+        old = _worker(server)
+        assert _translate(url, body).json()["version"] == "2"
+        loaded = httpx.post(url + "/v1/models/de-en/load", headers=admin, json={"version": "3"}, timeout=120)
+        assert loaded.status_code == 200, loaded.text
+        _wait_for(lambda: not _alive(old), "the old version's worker process ended")
+        new = _worker(server)
+        assert new not in (None, old)
+        answer = _translate(url, body)
+        assert answer.status_code == 200 and answer.json()["version"] == "3"
+        unloaded = httpx.post(url + "/v2/repository/models/de-en/unload", headers=admin, timeout=120)
+        assert unloaded.status_code == 200, unloaded.text
+        _wait_for(lambda: not _alive(new), "the unloaded model's worker process ended")
+        assert engine_pids(server.process.pid) == []
+    finally:
+        server.stop()
+
+
+def _alive(pid: int) -> bool:
+    """Running (not gone, not a zombie not yet reaped)."""
+    try:
+        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0] != "Z"
+    except OSError:
+        return False

@@ -101,3 +101,29 @@ def test_how_a_process_ended_is_named():
     assert exit_cause(-signal.SIGKILL) == "SIGKILL"
     assert exit_cause(3) == "exit_3"
     assert exit_cause(None) == "unknown"
+
+
+def test_the_live_decode_in_the_worker_process_keeps_our_keys_and_lets_sentences_leave(bundle):
+    worker = ProcessEngineWorker("de-en", bundle, SPEC, Metrics(), live=True)
+    worker.start()
+    try:
+        live = worker.live
+        options = worker.engine.resolved(TranslateOptions.request(beam_size=1, no_repeat_ngram_size=0))
+        staying, leaving = object(), object()  # the scheduler's keys: compared by identity, never sent
+        sources = [Source(ids) for ids in worker.engine.source_ids(TEXTS)]
+        done, _ = live.join([(staying, options, sources[0], True), (leaving, options, sources[1], False)])
+        assert done == [] and live.rows == 2
+        assert live.leave(leaving) and live.rows == 1 and not live.leave(leaving)
+        finished, streamed = [], []
+        for _ in range(200):
+            out = live.step()
+            streamed += [tokens for key, tokens in out.progress.items() if key is staying]
+            finished += out.finished
+            if finished:
+                break
+        [(key, translation)] = finished
+        assert key is staying and live.rows == 0 and not live.holding
+        assert [t for tokens in streamed for t in tokens] == translation.token_ids[: sum(map(len, streamed))]
+        assert translation.token_ids  # a real translation came back
+    finally:
+        worker.close()
