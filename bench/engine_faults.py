@@ -12,9 +12,9 @@ long /readyz takes to answer 200 again with a new worker process. Each request e
 - refused: 503 with a Retry-After header (``refused_without_retry_after`` counts any without one);
 - other: any other status; lost: the connection closed without an answer; hung: no answer within ``--hang-s``.
 
-``retried`` is the server's own count of whole batches it sent again to the new worker process
-(mt_engine_retried_batches_total). Acceptance (issue 57): 0 hung, 0 lost, 0 crossed, 0 other, every refusal with
-Retry-After, each kill ready again within 10 s.
+``retried`` is the server's own count of whole batches (and live decodes' sentences) it sent again to the new
+worker process (mt_engine_retried_batches_total). Acceptance (issue 57): 0 hung, 0 lost, 0 crossed, 0 other,
+every refusal with Retry-After, each kill ready again within 10 s.
 
     python -m bench.engine_faults --clients 64 --kills 3
 """
@@ -198,7 +198,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--scheduler", default="dynamic", choices=("dynamic", "continuous"))
     p.add_argument(
         "--live", action="store_true", help="requests without the n-gram block, so that continuous batching decodes "
-        "them live (its sentences then fail with 503 when their worker dies; whole batches are retried)",
+        "them live (when their worker dies they join the new one's decode, as whole batches are sent again)",
     )  # fmt: skip
     return p.parse_args(argv)
 

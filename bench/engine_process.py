@@ -48,8 +48,8 @@ def channel_cost(repository: Path, model: str, sentence: str, n: int) -> dict[st
     the worker process, the same batch in this process."""
     from core.bundle import load_bundle, versions_of
     from engine.decoding import TranslateOptions
+    from service.execution.channel import spawn
     from service.execution.engine_build import EngineSpec, build_engine
-    from service.execution.remote import spawn
     from service.execution.work import Source, engine_runner
 
     bundle = load_bundle(repository / model / versions_of(repository, model)[-1])

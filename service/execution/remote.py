@@ -14,8 +14,9 @@ Supervision:
   ``exit_<code>``), a log line says so, and a fresh process is started with the model's bundle and warmed up.
   A whole batch that was in flight is sent once more to the new process (a translation is idempotent:
   ``mt_engine_retried_batches_total``); when that one dies too, it fails with EngineRestarted (503, Retry-After).
-  Sentences of the live decode (continuous batching) fail with EngineRestarted: their streams get a final error event.
-  Calls made while the process restarts wait for it.
+  Sentences of the live decode (continuous batching) that do not stream join the new process's decode once
+  (remote_live.py); streamed ones fail with EngineRestarted (their streams get a final error event). Calls made
+  while the process restarts wait for it.
 - a call raises in a live process: as in process, a probe translation tells the batch's own fault (the exception
   goes on) from a broken engine (the process is replaced, cause ``probe_failed``).
 - MT_ENGINE_MEMORY_LIMIT_MB: a process whose resident memory passed it is replaced between batches (no call in
@@ -24,167 +25,29 @@ Supervision:
 
 from __future__ import annotations
 
-import contextlib
-import itertools
 import logging
 import math
-import os
-import pickle
-import signal
-import socket
-import subprocess
-import sys
 import threading
 import time
 from collections.abc import Hashable
-from concurrent.futures import Future
-from multiprocessing.connection import Connection
-from pathlib import Path
 from typing import Any
 
 from core.bundle import Bundle
-from core.search import length_limits
-from engine.chooser import decodes_live
 from engine.decoding import TranslateOptions
+from service.execution.channel import Channel, WorkerDied, spawn
 from service.execution.engine_build import EngineSpec
 from service.execution.facade import EngineFacade
-from service.execution.work import Source
+from service.execution.remote_live import RemoteLive
 from service.observability.metrics import Metrics
 from service.scheduling.errors import EngineRestarted
 from service.scheduling.runners import Stats
 
 log = logging.getLogger(__name__)
 
-ROOT = Path(__file__).resolve().parents[2]  # the repository root: the worker process imports the same packages
-START_TIMEOUT_S = 300.0  # a worker process that is not warm within this is killed (the start failed)
 RESTART_ATTEMPTS = 3
 RESTART_BACKOFF_S = 1.0  # before the second attempt; doubled before each further one
 WAIT_READY_S = 600.0  # how long a call waits for a restart before it gives up with EngineRestarted
 PROBE_TEXTS, PROBE_OPTIONS = ["Warm-up."], TranslateOptions(beam_size=2)
-PAGE = os.sysconf("SC_PAGE_SIZE")
-
-
-class WorkerDied(Exception):
-    """The worker process ended while a call was in flight (or before it was sent)."""
-
-
-def exit_cause(code: int | None) -> str:
-    """The metric label of how a process ended: SIGSEGV, SIGKILL ... or exit_<code>."""
-    if code is None:
-        return "unknown"
-    if code < 0:
-        try:
-            return signal.Signals(-code).name
-        except ValueError:
-            return f"signal_{-code}"
-    return f"exit_{code}"
-
-
-class Channel:
-    """One worker process and its socket: calls out, answers in (a reader thread), the process's end seen at once."""
-
-    def __init__(self, model: str, process: subprocess.Popen, conn: Connection, on_death) -> None:
-        self.model, self.process, self.conn, self.on_death = model, process, conn, on_death
-        self.pid = process.pid
-        self.dead = self.closing = False
-        self._pending: dict[int, Future] = {}
-        self._ids = itertools.count()
-        self._lock = threading.Lock()  # dead and _pending together: no call registers after the reader failed them
-        self._send_lock = threading.Lock()
-        self._reader = threading.Thread(target=self._read, name=f"engine-reader-{model}-{self.pid}", daemon=True)
-        self._reader.start()
-
-    @property
-    def in_flight(self) -> int:
-        return len(self._pending)
-
-    def call(self, op: str, *args: Any) -> Any:
-        """Run ``op`` in the worker process; its result, its exception, or WorkerDied."""
-        future: Future = Future()
-        with self._lock:
-            if self.dead:
-                raise WorkerDied(f"engine worker process {self.pid} is gone")
-            call_id = next(self._ids)
-            self._pending[call_id] = future
-        data = pickle.dumps((call_id, op, args), protocol=5)
-        try:
-            with self._send_lock:
-                self.conn.send_bytes(data)
-        except OSError:
-            pass  # the reader sees the end and fails the future
-        return future.result()
-
-    def _read(self) -> None:
-        while True:
-            try:
-                call_id, ok, value = pickle.loads(self.conn.recv_bytes())
-            except (EOFError, OSError):
-                break
-            with self._lock:
-                future = self._pending.pop(call_id, None)
-            if future is not None:
-                (future.set_result if ok else future.set_exception)(value)
-        with self._lock:
-            self.dead = True
-            pending, self._pending = list(self._pending.values()), {}
-        try:
-            code = self.process.wait(timeout=5.0)
-        except subprocess.TimeoutExpired:
-            code = None
-        cause = exit_cause(code)
-        if not self.closing:
-            self.on_death(self, cause)  # before the callers wake: they must wait for the new process
-        for future in pending:
-            future.set_exception(WorkerDied(f"engine worker process {self.pid} ended ({cause})"))
-
-    def rss_mb(self) -> float:
-        """Resident memory of the worker process, MiB (0 once it is gone)."""
-        try:
-            with open(f"/proc/{self.pid}/statm", "rb") as f:
-                return int(f.read().split()[1]) * PAGE / (1 << 20)
-        except (OSError, IndexError, ValueError):
-            return 0.0
-
-    def close(self, wait_s: float = 5.0) -> None:
-        """End the process: ``exit`` when it still listens, then SIGKILL when it has not ended within ``wait_s``."""
-        self.closing = True
-        if not self.dead:
-            threading.Thread(target=self._ask_exit, daemon=True).start()
-        try:
-            self.process.wait(timeout=wait_s)
-        except subprocess.TimeoutExpired:
-            self.process.kill()
-            self.process.wait()
-        self.conn.close()
-
-    def _ask_exit(self) -> None:
-        with contextlib.suppress(Exception):  # it ended first
-            self.call("exit")
-
-
-def spawn(model: str, bundle_path: Path, setup: tuple, on_death) -> tuple[Channel, dict[str, Any]]:
-    """Start a worker process for ``bundle_path``; returns its channel and the engine's info once it is warm."""
-    ours, theirs = socket.socketpair()
-    env = {**os.environ, "PYTHONPATH": os.pathsep.join(p for p in (str(ROOT), os.environ.get("PYTHONPATH")) if p)}
-    command = [sys.executable, "-m", "service.execution.engine_process", str(theirs.fileno()), str(bundle_path)]
-    process = subprocess.Popen(command, pass_fds=(theirs.fileno(),), env=env, stdin=subprocess.DEVNULL)
-    theirs.close()
-    conn = Connection(ours.detach())
-    try:
-        conn.send_bytes(pickle.dumps(setup, protocol=5))
-        if not conn.poll(START_TIMEOUT_S):
-            raise TimeoutError(f"not warm within {START_TIMEOUT_S:.0f} s")
-        tag, ok, info = pickle.loads(conn.recv_bytes())
-        if not ok:
-            raise info
-    except BaseException as exc:
-        process.kill()
-        code = process.wait()
-        conn.close()
-        if isinstance(exc, EOFError | OSError):
-            raise RuntimeError(f"engine worker process of {model} ended while starting ({exit_cause(code)})") from exc
-        raise
-    return Channel(model, process, conn, on_death), info
 
 
 class ProcessEngineWorker:
@@ -364,104 +227,3 @@ class ProcessEngineWorker:
         self._ready.set()  # waiting calls wake and fail
         if self.on_fatal is not None:
             self.on_fatal(self.failed)
-
-
-class RemoteLive:
-    """The continuous scheduler's live decode in the worker process. Sentence keys (the scheduler's queued items)
-    stay here: the process sees small integers. When the process died, every call that held live sentences raises
-    EngineRestarted, so that the scheduler fails them (503; a stream's final error event) and starts anew."""
-
-    def __init__(self, worker: ProcessEngineWorker) -> None:
-        self.worker = worker
-        self._generation = worker.generation
-        self._keys: dict[int, Hashable] = {}  # the process's key -> ours
-        self._ids: dict[Hashable, int] = {}
-        self._next = itertools.count()
-        self._rows = 0
-
-    @property
-    def holding(self) -> bool:
-        return bool(self._keys)
-
-    @property
-    def bytes_per_position(self) -> int:
-        return int(self.worker.engine.info["bytes_per_position"])  # type: ignore[union-attr]
-
-    @property
-    def rows(self) -> int:
-        return self._rows if self._generation == self.worker.generation else 0
-
-    @staticmethod
-    def accepts(options: Any, streaming: bool = False) -> bool:
-        return decodes_live(options, streaming)
-
-    def cost(self, options: TranslateOptions, source: Source) -> tuple[int, int]:
-        engine = self.worker.engine
-        limit = length_limits([source.length], engine.max_source_tokens, options.max_length)[0]  # type: ignore[union-attr]
-        return options.beam_size, limit
-
-    def _channel(self) -> Channel:
-        """The current process's channel; EngineRestarted when live sentences were lost with an earlier one."""
-        generation, channel = self.worker.current()
-        if generation != self._generation:
-            lost = bool(self._keys)
-            self._clear(generation)
-            if lost:
-                raise EngineRestarted(self.worker.retry_after)
-        return channel
-
-    def _clear(self, generation: int) -> None:
-        self._keys.clear()
-        self._ids.clear()
-        self._rows, self._generation = 0, generation
-
-    def _call(self, op: str, *args: Any) -> Any:
-        generation = self._generation
-        channel = self._channel()
-        try:
-            return channel.call(op, *args)
-        except WorkerDied as exc:
-            raise EngineRestarted(self.worker.retry_after) from exc
-        except Exception as exc:
-            self.worker.check(generation, exc)
-            raise
-
-    def join(self, items: list[tuple[Hashable, TranslateOptions, Source, bool]]) -> tuple[list[tuple[Any, Any]], float]:
-        sentences = []
-        for key, options, source, stream in items:
-            i = next(self._next)
-            self._keys[i], self._ids[key] = key, i
-            sentences.append((i, source.ids, options, stream))
-        done, encode_s, self._rows = self._call("join", sentences)
-        return [(self._forget(i), result) for i, result in done], encode_s
-
-    def _forget(self, i: int) -> Hashable:
-        key = self._keys.pop(i)
-        self._ids.pop(key, None)
-        return key
-
-    def leave(self, key: Hashable) -> bool:
-        i = self._ids.get(key)
-        if i is None or self._generation != self.worker.generation:
-            return False
-        try:
-            removed, self._rows = self._call("leave", i)
-        except EngineRestarted:
-            return False  # the next step says so
-        self._forget(i)
-        return removed
-
-    def step(self):
-        out, self._rows = self._call("step")
-        out.progress = {self._keys[i]: tokens for i, tokens in out.progress.items() if i in self._keys}
-        out.finished = [(self._forget(i), result) for i, result in out.finished]
-        if not self._keys:
-            self.worker.after_call()
-        return out
-
-    def reset(self) -> None:
-        generation = self.worker.generation
-        if generation == self._generation and not self.worker.restarting:
-            with contextlib.suppress(EngineRestarted):
-                self._call("reset")
-        self._clear(self.worker.generation)

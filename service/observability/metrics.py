@@ -104,7 +104,8 @@ class Metrics:
         )
         self.engine_retried_batches = Counter(
             "mt_engine_retried_batches_total",
-            "Whole batches sent once more to a new engine worker process after theirs died (MT_ENGINE_PROCESS)",
+            "Whole batches, and live decodes' sentences that do not stream, sent once more to a new engine worker "
+            "process after theirs died (MT_ENGINE_PROCESS)",
             ["model"],
             registry=r,
         )

@@ -130,8 +130,8 @@ def test_a_stream_whose_worker_dies_ends_with_an_error_and_the_next_request_is_a
         server.stop()
 
 
-# continuous: requests without the n-gram block decode live (engine/chooser.py decodes_live), whose sentences fail
-# with 503 + Retry-After when their worker dies; the others run as whole batches, retried on the new worker
+# continuous: requests without the n-gram block decode live (engine/chooser.py decodes_live); when their worker dies
+# they join the new one's decode (they do not stream); the others run as whole batches, retried on the new worker
 @pytest.mark.parametrize(
     ("scheduler", "fields"), [("dynamic", {}), ("continuous", {}), ("continuous", {"no_repeat_ngram_size": 0})]
 )

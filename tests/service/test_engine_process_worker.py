@@ -15,8 +15,9 @@ import pytest
 
 from core.bundle import load_bundle, versions_of
 from engine.decoding import TranslateOptions
+from service.execution.channel import exit_cause
 from service.execution.engine_build import EngineSpec, build_engine
-from service.execution.remote import ProcessEngineWorker, exit_cause
+from service.execution.remote import ProcessEngineWorker
 from service.execution.work import Source, engine_runner
 from service.observability.metrics import Metrics
 from service.scheduling.errors import EngineRestarted
@@ -125,5 +126,38 @@ def test_the_live_decode_in_the_worker_process_keeps_our_keys_and_lets_sentences
         assert key is staying and live.rows == 0 and not live.holding
         assert [t for tokens in streamed for t in tokens] == translation.token_ids[: sum(map(len, streamed))]
         assert translation.token_ids  # a real translation came back
+    finally:
+        worker.close()
+
+
+def test_live_sentences_of_a_dead_worker_join_the_new_one_unless_they_stream(bundle):
+    worker = ProcessEngineWorker("de-en", bundle, SPEC, Metrics(), live=True)
+    worker.start()
+    try:
+        live = worker.live
+        options = worker.engine.resolved(TranslateOptions.request(beam_size=1, no_repeat_ngram_size=0))
+        plain, streamed = object(), object()
+        sources = [Source(ids) for ids in worker.engine.source_ids(TEXTS)]
+        expected = [t.token_ids for t in worker.run_batch(options, sources[:1])[0]]
+        live.join([(plain, options, sources[0], False), (streamed, options, sources[1], True)])
+        first = worker.pid
+        os.kill(first, signal.SIGSTOP)
+        with ThreadPoolExecutor(1) as pool:
+            step = pool.submit(live.step)
+            time.sleep(0.3)
+            os.kill(first, signal.SIGKILL)
+            out = step.result(timeout=60)
+        [(key, error)] = out.failed
+        assert key is streamed and isinstance(error, EngineRestarted) and error.retry_after >= 1
+        assert worker.pid != first and live.rows == 1 and live.holding
+        finished = list(out.finished)
+        for _ in range(200):
+            if finished:
+                break
+            finished += live.step().finished
+        [(key, translation)] = finished
+        assert key is plain and translation.token_ids == expected[0]
+        retried = worker.metrics.registry.get_sample_value("mt_engine_retried_batches_total", {"model": "de-en"})
+        assert retried == 1
     finally:
         worker.close()
