@@ -225,7 +225,7 @@ class Registry:
             )
         if e.engine_process:
             log.warning("model %s: a runner wrapper (tests) keeps the engine in the server process", name)
-        build = lambda: build_engine(bundle, self._spec())  # noqa: E731 (the worker rebuilds the engine after a fault)
+        build = lambda: self._engine(bundle)  # noqa: E731 (the worker rebuilds the engine after a fault)
         return EngineWorker(name, build, self.metrics, self.wrap_runner, continuous, self._fatal)
 
     def _scheduler(self, name: str, bundle: Bundle, worker: EngineWorker | ProcessEngineWorker) -> Scheduler:
@@ -363,6 +363,10 @@ class Registry:
                     await self.load_version(name, pinned, "loaded on SIGHUP")
             except Exception:
                 log.exception("model %s: reload refused; the current version keeps serving", name)
+
+    def _engine(self, bundle: Bundle) -> Engine:
+        """The engine of ``bundle`` in this process (engine_build.py, as a worker process builds it)."""
+        return build_engine(bundle, self._spec())
 
     def _spec(self) -> EngineSpec:
         e = self.settings.engine
