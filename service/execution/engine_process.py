@@ -16,6 +16,7 @@ from __future__ import annotations
 import logging
 import os
 import pickle
+import signal
 import sys
 import threading
 from concurrent.futures import ThreadPoolExecutor
@@ -124,6 +125,10 @@ class EngineServer:
 
 def main(argv: list[str]) -> int:
     fd, bundle_path = int(argv[0]), argv[1]
+    # the server decides when this process ends (``exit``, or its socket closing): a terminal's Ctrl-C, a hang-up or a
+    # SIGTERM sent to the whole process group must not end it while the server drains
+    for sig in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP):
+        signal.signal(sig, signal.SIG_IGN)
     conn = Connection(fd)
     from service.observability import logs  # JSON lines on the server's stderr, as the server's own
 

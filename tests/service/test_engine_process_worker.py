@@ -161,3 +161,14 @@ def test_live_sentences_of_a_dead_worker_join_the_new_one_unless_they_stream(bun
         assert retried == 1
     finally:
         worker.close()
+
+
+def test_signals_meant_for_the_server_do_not_end_the_worker_process(worker):
+    """Ctrl-C, a hang-up or SIGTERM sent to the whole process group: the server drains, its worker serves on."""
+    options, sources = _batch(worker)
+    pid = worker.pid
+    for sig in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP):
+        os.kill(pid, sig)
+    time.sleep(0.3)
+    assert worker.pid == pid and _alive(pid) and worker.generation == 0
+    assert worker.run_batch(options, sources)[0]
