@@ -10,10 +10,11 @@ on one machine: the channel's own cost, lone-request latency, 64 closed-loop cli
    ``--requests`` one-sentence requests in all (sentences/s, p50, p99), with the CPU seconds of the server and its
    worker processes over that load divided by the sentences (ms of CPU per sentence).
 
-The ratio table divides worker-process by in-process. Acceptance (issue 57): lone p50 within 5% (or 0.3 ms),
+``--rounds`` servers of each mode run in turn (in, worker, in, worker ...); the ratio table divides the medians,
+worker-process by in-process. Acceptance (issue 57): lone p50 within 5% (or 0.3 ms),
 64-client throughput not lower.
 
-    python -m bench.engine_process --clients 64 --requests 2000 --lone 300
+    python -m bench.engine_process --clients 64 --requests 2000 --lone 300 --rounds 3
 """
 
 from __future__ import annotations
@@ -123,6 +124,19 @@ def measure(server: ServerProcess, sentences: list[str], args: argparse.Namespac
     }
 
 
+def run_mode(flag: str, sentences: list[str], args: argparse.Namespace) -> dict[str, float]:
+    """One server with MT_ENGINE_PROCESS=``flag``, measured, then stopped."""
+    with tempfile.TemporaryDirectory(prefix="bench-engine-process-") as tmp:
+        env = {"MT_ENGINE_PROCESS": flag, "MT_MODELS": args.model, "MT_DEFAULT_MODEL": args.model,
+               "MT_SCHEDULER": args.scheduler, "MT_STATE_DIR": tmp,
+               "MT_MAX_QUEUE_SENTENCES": str(max(1024, 4 * args.clients))}  # fmt: skip
+        server = ServerProcess(args.repository, env, Path(tmp) / "service.log").start(300)
+        try:
+            return measure(server, sentences, args)
+        finally:
+            server.stop()
+
+
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p = argparse.ArgumentParser(prog="python -m bench.engine_process", description=__doc__.split("\n\n")[0])
     p.add_argument("--repository", type=Path, default=ROOT / "model_repository")
@@ -133,6 +147,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--lone", type=int, default=300, help="one-at-a-time requests per mode")
     p.add_argument("--channel-calls", type=int, default=2000, help="round trips timed by the channel measurement")
     p.add_argument("--scheduler", default="dynamic", choices=("dynamic", "continuous"))
+    p.add_argument("--rounds", type=int, default=3, help="servers of each mode, in turn; the table takes medians")
     return p.parse_args(argv)
 
 
@@ -143,20 +158,14 @@ def main(argv: list[str] | None = None) -> int:
     print(f"\n| channel (median of {args.channel_calls}) | us |\n| --- | --- |")
     for name, us in channel_cost(args.repository, args.model, sentences[0], args.channel_calls).items():
         print(f"| {name} | {us:.0f} |", flush=True)
-    results: dict[str, dict[str, float]] = {}
-    for mode, flag in MODES.items():
-        with tempfile.TemporaryDirectory(prefix="bench-engine-process-") as tmp:
-            env = {"MT_ENGINE_PROCESS": flag, "MT_MODELS": args.model, "MT_DEFAULT_MODEL": args.model,
-                   "MT_SCHEDULER": args.scheduler, "MT_STATE_DIR": tmp,
-                   "MT_MAX_QUEUE_SENTENCES": str(max(1024, 4 * args.clients))}  # fmt: skip
-            server = ServerProcess(args.repository, env, Path(tmp) / "service.log").start(300)
-            try:
-                results[mode] = measure(server, sentences, args)
-            finally:
-                server.stop()
-        print(f"{mode}: " + ", ".join(f"{k} {v:.2f}" for k, v in results[mode].items()), flush=True)
-    a, b = results["in-process"], results["worker-process"]
-    print("\n| measure | in-process | worker-process | worker / in |\n| --- | --- | --- | --- |")
+    runs: dict[str, list[dict[str, float]]] = {mode: [] for mode in MODES}
+    for round_ in range(1, args.rounds + 1):
+        for mode, flag in MODES.items():  # in turn, so that a change in the machine's load falls on both
+            runs[mode].append(run_mode(flag, sentences, args))
+            print(f"round {round_} {mode}: " + ", ".join(f"{k} {v:.2f}" for k, v in runs[mode][-1].items()), flush=True)
+    a, b = ({k: statistics.median(r[k] for r in runs[mode]) for k in runs[mode][0]} for mode in MODES)
+    print(f"\n| measure (median of {args.rounds} rounds) | in-process | worker-process | worker / in |")
+    print("| --- | --- | --- | --- |")
     for key in a:
         print(f"| {key} | {a[key]:.2f} | {b[key]:.2f} | {b[key] / a[key]:.3f} |")
     return 0
