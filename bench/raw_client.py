@@ -29,6 +29,7 @@ class RawConnection:
         self.host, self.port = parts.hostname, parts.port or 80
         self._reader: asyncio.StreamReader | None = None
         self._writer: asyncio.StreamWriter | None = None
+        self.head = b""  # the last response's status line and headers (e.g. a 503's Retry-After)
 
     async def post_json(self, path: str, payload: object) -> tuple[int, bytes]:
         """(status, body) of POST ``path`` with ``payload`` as JSON, on this connection (opened when needed)."""
@@ -41,7 +42,7 @@ class RawConnection:
         ).encode()
         self._writer.write(head + body)
         assert self._reader is not None
-        response_head = await self._reader.readuntil(b"\r\n\r\n")
+        response_head = self.head = await self._reader.readuntil(b"\r\n\r\n")
         status = int(response_head.split(b" ", 2)[1])
         length = _LENGTH.search(response_head)
         if length is None:

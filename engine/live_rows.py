@@ -86,3 +86,4 @@ class StepOutput:
     rows: int = 0
     seconds: float = 0.0
     generated_tokens: int = 0
+    failed: list[tuple[Hashable, Exception]] = field(default_factory=list)  # (key, why): a decode in another process

@@ -97,6 +97,18 @@ class EngineSettings(SettingsGroup):
     intra_op_threads: int = Field(1, ge=1, le=256)
     inter_op_threads: int = Field(1, ge=1, le=256)
     engine_workers: int = Field(1, ge=1, le=64, description="batches run concurrently per model")
+    engine_process: bool = Field(
+        False,
+        description="each model's engine (onnxruntime sessions, searches, fused operators, the live decode) runs in "
+        "a worker process of its own: a crash there (a segfault in native code) costs a restart of that process, "
+        "not the service; false = in the server process (docs/deployment.md, engine worker processes)",
+    )
+    engine_memory_limit_mb: float = Field(
+        0.0,
+        ge=0,
+        description="MT_ENGINE_PROCESS: a worker process whose resident memory passed this many MiB is replaced "
+        "between batches; 0 = no limit",
+    )
     shortlist: bool = Field(
         True,
         description="search over the bundle's lexical shortlist when it has one (the most frequent target subwords and "

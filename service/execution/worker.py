@@ -9,15 +9,17 @@ a probe (one short translation on the same engine) tells the two failures apart:
   500 — docs/reliability.md guarantee 7);
 - the probe fails too: the engine itself no longer works (e.g. sessions left broken by a device fault). The worker
   restarts it: ``restarting`` is true (``/readyz`` answers 503), the engine is built again from its bundle (new
-  sessions, warm-up), ``mt_engine_restarts_total{model}`` counts it, and the work the dead engine held fails with
-  EngineRestarted (503 with Retry-After). Batches that wait for the worker meanwhile, and work still queued, run
-  on the fresh engine.
+  sessions, warm-up), ``mt_engine_restarts_total{model,cause="probe_failed"}`` counts it, and the work the dead
+  engine held fails with EngineRestarted (503 with Retry-After). Batches that wait for the worker meanwhile, and work
+  still queued, run on the fresh engine.
 
 When the engine cannot be built again (RESTART_ATTEMPTS tries), ``on_fatal`` is told why: the registry marks itself
 failed and the process exits non-zero (service/__main__.py), so that its own supervisor starts a new one.
 
-Decoding stays in the server process: a native crash in onnxruntime (a segfault, an abort) still ends the process
-and every request in it; a run that never returns is not detected.
+Here decoding stays in the server process: a native crash in onnxruntime (a segfault, an abort) ends the process
+and every request in it; a run that never returns is not detected. MT_ENGINE_PROCESS=true runs the engine in a
+worker process instead (service/execution/remote.py ``ProcessEngineWorker``, the same face), where such a crash
+costs a restart of that process.
 """
 
 from __future__ import annotations
@@ -85,6 +87,9 @@ class EngineWorker:
             self.live = SupervisedLive(self)
         self.start_seconds = time.monotonic() - started
 
+    def close(self) -> None:
+        """The model is out of service (nothing to end: the engine goes with its last reference)."""
+
     @property
     def retry_after(self) -> int:
         """Seconds a client should wait after EngineRestarted: what building the engine took, at least 1."""
@@ -122,7 +127,7 @@ class EngineWorker:
     def _restart(self) -> None:
         """Build a fresh engine (the lock is held); ``failed`` and ``on_fatal`` when no attempt succeeds."""
         self.restarting = True
-        self.metrics.engine_restarts.labels(self.model).inc()
+        self.metrics.engine_restarts.labels(self.model, "probe_failed").inc()
         wait = RESTART_BACKOFF_S
         for attempt in range(1, RESTART_ATTEMPTS + 1):
             try:

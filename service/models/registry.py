@@ -12,8 +12,9 @@ from typing import Any
 from core.bundle import Bundle, BundleError, discover, load_bundle, versions_of
 from core.directions import DirectionError, directions_info, directions_of, tag_ids
 from engine import Engine
-from engine.decoding import DecodingDefaults
 from service.access.keys import key_queue_cap
+from service.execution.engine_build import EngineSpec, build_engine, choose_variant  # noqa: F401 (choose_variant: re-exported)
+from service.execution.remote import ProcessEngineWorker
 from service.execution.work import EmbedOptions
 from service.execution.worker import EngineWorker, RunnerWrapper
 from service.observability.inference_stats import InferenceStatistics
@@ -36,7 +37,7 @@ class UnknownModel(LookupError):
 class LoadedModel:
     name: str
     bundle: Bundle
-    worker: EngineWorker  # the engine, supervised: rebuilt after a fault
+    worker: EngineWorker | ProcessEngineWorker  # the engine, supervised: rebuilt after a fault
     scheduler: Scheduler
     variant: str
     max_source_subwords: int  # per text, EOS excluded: the model's limit and MT_MAX_TOKENS_PER_TEXT, the lower
@@ -99,16 +100,6 @@ class LoadedModel:
             "scheduler": self.scheduler.mode,  # continuous falls back to dynamic for older bundles
             "decoding": dict(self.engine.decoding),  # defaults of the options a request leaves out
         }
-
-
-def choose_variant(bundle: Bundle, setting: str, providers: list[str]) -> str:
-    if setting != "auto":
-        if setting not in bundle.variants:
-            raise BundleError(f"{bundle.path}: MT_VARIANT={setting} but the bundle has {bundle.variants}")
-        return setting
-    if providers and providers[0] == "CUDAExecutionProvider":  # int8 (CPU kernels) is never picked for a GPU
-        return "fp16" if "fp16" in bundle.variants else "fp32"
-    return bundle.default_variant
 
 
 class Registry:
@@ -200,9 +191,12 @@ class Registry:
             routes = directions_of(bundle.manifest).values()
         except DirectionError as exc:
             raise BundleError(f"{bundle.path}: {exc}") from exc
-        build = lambda: self._engine(bundle)  # noqa: E731 (the worker rebuilds the engine after a fault)
-        worker = EngineWorker(name, build, self.metrics, self.wrap_runner, continuous, self._fatal)
-        await asyncio.to_thread(worker.start)
+        worker = self._worker(name, bundle, continuous)
+        try:
+            await asyncio.to_thread(worker.start)
+        except BaseException:
+            worker.close()
+            raise
         engine = worker.engine
         scheduler = self._scheduler(name, bundle, worker)
         scheduler.start()
@@ -214,7 +208,27 @@ class Registry:
         log.info("model %s v%s ready (%s on %s)", name, bundle.version, engine.variant, engine.providers)
         return model
 
-    def _scheduler(self, name: str, bundle: Bundle, worker: EngineWorker) -> Scheduler:
+    def _worker(self, name: str, bundle: Bundle, continuous: bool) -> EngineWorker | ProcessEngineWorker:
+        """The model's supervised engine: in a worker process (MT_ENGINE_PROCESS) or in this one."""
+        e = self.settings.engine
+        if e.engine_process and self.wrap_runner is None:
+            return ProcessEngineWorker(
+                name,
+                bundle,
+                self._spec(),
+                self.metrics,
+                e.engine_workers,
+                continuous,
+                self._fatal,
+                e.engine_memory_limit_mb,
+                self.settings.server.log_level,
+            )
+        if e.engine_process:
+            log.warning("model %s: a runner wrapper (tests) keeps the engine in the server process", name)
+        build = lambda: self._engine(bundle)  # noqa: E731 (the worker rebuilds the engine after a fault)
+        return EngineWorker(name, build, self.metrics, self.wrap_runner, continuous, self._fatal)
+
+    def _scheduler(self, name: str, bundle: Bundle, worker: EngineWorker | ProcessEngineWorker) -> Scheduler:
         """MT_SCHEDULER's scheduler; continuous batching falls back to dynamic for a bundle without an
         interface-3 decoder step graph (exported before it existed: re-export it)."""
         b = self.settings.scheduling
@@ -277,6 +291,7 @@ class Registry:
             self.reasons[name] = reason.format(name=name)
             old.replaced_by = new
             await old.scheduler.stop()  # accepted work finishes on the old version
+            await asyncio.to_thread(old.worker.close)
             if old.bundle.version != new.bundle.version:
                 self.metrics.model_info.remove(name, old.bundle.version, old.variant, old.engine.providers[0])
             log.info("model %s: version %s replaced version %s", name, new.bundle.version, old.bundle.version)
@@ -325,6 +340,7 @@ class Registry:
             self.unloaded[name] = model.version
             self.reasons.pop(name, None)
             await model.scheduler.stop()  # accepted work finishes
+            await asyncio.to_thread(model.worker.close)
             self.metrics.model_info.remove(name, model.bundle.version, model.variant, model.engine.providers[0])
             log.info("model %s: version %s unloaded", name, model.bundle.version)
             return model
@@ -349,25 +365,21 @@ class Registry:
                 log.exception("model %s: reload refused; the current version keeps serving", name)
 
     def _engine(self, bundle: Bundle) -> Engine:
+        """The engine of ``bundle`` in this process (engine_build.py, as a worker process builds it)."""
+        return build_engine(bundle, self._spec())
+
+    def _spec(self) -> EngineSpec:
         e = self.settings.engine
-        probe_variant = bundle.default_variant if e.variant == "auto" else e.variant
-        # the continuous scheduler too: its whole batches (a blocked request that does not stream, worker.py) search a
-        # lone sentence in the loop; the session is created on first use, so a server whose work all decodes live holds
-        # none
-        options = {"intra_op_threads": e.intra_op_threads, "inter_op_threads": e.inter_op_threads}
-        options.update(shortlist=e.shortlist, search_loop=e.search_loop, fused_step=e.fused_step)
-        engine = Engine(bundle, probe_variant, e.providers, **options)
-        variant = choose_variant(bundle, e.variant, engine.providers)
-        if variant != engine.variant:
-            engine = Engine(bundle, variant, e.providers, **options)
-        cap = self.settings.limits.max_beam_size  # a request may not ask more; neither may a bundle's default
-        if int(engine.decoding.get("beam_size", 0)) > cap:
-            log.warning(
-                "%s: default beam %s above MT_MAX_BEAM_SIZE %d: %d", bundle.path, engine.decoding["beam_size"], cap, cap
-            )
-            engine.decoding["beam_size"] = cap
-            engine.defaults = DecodingDefaults.of(engine.decoding)
-        return engine
+        return EngineSpec(
+            e.providers,
+            e.variant,
+            e.intra_op_threads,
+            e.inter_op_threads,
+            e.shortlist,
+            e.search_loop,
+            e.fused_step,
+            self.settings.limits.max_beam_size,
+        )
 
     def get(self, name: str | None) -> LoadedModel:
         name = name or self.settings.repository.default_model
@@ -395,3 +407,4 @@ class Registry:
     async def stop(self) -> None:
         for model in self.models.values():
             await model.scheduler.stop()
+            await asyncio.to_thread(model.worker.close)

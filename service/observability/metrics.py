@@ -96,7 +96,16 @@ class Metrics:
         )
         self.engine_restarts = Counter(
             "mt_engine_restarts_total",
-            "Engine restarts after a fault: an engine call raised and a probe translation on that engine failed",
+            "Engine restarts, by cause: probe_failed (an engine call raised and a probe translation on that engine "
+            "failed), memory (MT_ENGINE_MEMORY_LIMIT_MB), or how its worker process ended (SIGSEGV, SIGKILL ..., "
+            "exit_<code>; MT_ENGINE_PROCESS)",
+            ["model", "cause"],
+            registry=r,
+        )
+        self.engine_retried_batches = Counter(
+            "mt_engine_retried_batches_total",
+            "Whole batches, and live decodes' sentences that do not stream, sent once more to a new engine worker "
+            "process after theirs died (MT_ENGINE_PROCESS)",
             ["model"],
             registry=r,
         )

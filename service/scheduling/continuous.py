@@ -201,6 +201,9 @@ class ContinuousDriver:
             with self.queue.cond:
                 for q, _ in finished:
                     self._live.pop(q, None)
+        failed = getattr(out, "failed", None)  # sentences a dead worker process took with it (not sent again)
+        if failed:
+            self._fail_alone([q for q, _ in failed], step_id, failed[0][1])
         if joining:
             metrics.inference.labels(m, "encode").observe(encode_s)
         if out.rows:
@@ -226,6 +229,13 @@ class ContinuousDriver:
         self.live.reset()
         self._live_rows.set(0)
         self._post(self.queue.fail, list(dict.fromkeys(failed)), step_id, what, exc, self.withdraw)
+
+    def _fail_alone(self, failed: list[Queued], step_id: int, exc: Exception) -> None:
+        """Live sentences that failed while the others go on (their worker process died: remote_live.py)."""
+        with self.queue.cond:
+            for q in failed:
+                self._live.pop(q, None)
+        self._post(self.queue.fail, list(dict.fromkeys(failed)), step_id, "decoder step", exc, self.withdraw)
 
     @staticmethod
     def _step_done(joined: list[Queued], finished: list, progress: dict, step_id: int) -> None:

@@ -26,6 +26,7 @@ class StepResult(Protocol):
     rows: int
     seconds: float
     generated_tokens: int
+    failed: list[tuple[Hashable, Exception]]  # (sentence key, why) of sentences that failed alone (a lost worker)
 
 
 class LiveRunner(Protocol):

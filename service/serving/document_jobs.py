@@ -35,7 +35,7 @@ from service.documents.inline import plain, read
 from service.models.registry import Registry, UnknownModel
 from service.observability.metrics import Metrics
 from service.scheduling.batch_policy import BACKGROUND
-from service.scheduling.errors import ShuttingDown
+from service.scheduling.errors import EngineRestarted, ShuttingDown
 from service.serving.context import RequestContext
 from service.serving.directions import routed
 from service.serving.documents import plan_units, translate_units
@@ -51,6 +51,7 @@ LEASE_S = 10.0  # a lease not renewed for this long is taken over (its process d
 POLL_S = LEASE_S / 2  # how often the runner looks for jobs it did not hear of (another process, an expired lease)
 UNFINISHED_TTL_S = 7 * 86400.0  # a queued or running job's record; a finished one keeps MT_DOCUMENT_RETENTION_S
 ACTIVE, ENDED = ("queued", "translating"), ("done", "failed")
+ENGINE_RESTARTS = 3  # a job whose work an engine restart lost is translated again from its start this many times
 OPTIONS = TranslateOptions.request()  # /v1's default search: the model's beam (core/search.py DEFAULT_BEAM if none)
 
 
@@ -245,6 +246,21 @@ class DocumentJobs:
         await self.store.put(NAMESPACE, record["id"], record, ttl_s)
         return True
 
+    async def _translate(self, job_id: str, model, plans, ctx: RequestContext, progress) -> Any:
+        """``translate_units``; when an engine restart lost the job's work (EngineRestarted: its worker process died,
+        service/execution/remote.py), the job starts again from its first sentence after the Retry-After the engine
+        gave (ENGINE_RESTARTS times at most), instead of failing."""
+        for attempt in range(ENGINE_RESTARTS + 1):
+            try:
+                return await translate_units(model, plans, OPTIONS, ctx, self.chunk, progress)
+            except EngineRestarted as exc:
+                if attempt == ENGINE_RESTARTS:
+                    raise
+                log.warning("document job %s: the engine restarted under it; it starts again", job_id)
+                await progress(0, 0)
+                await asyncio.sleep(exc.retry_after)
+        raise AssertionError("unreachable")
+
     async def _job(self, job_id: str) -> None:
         renew = asyncio.get_running_loop().create_task(self._renew(job_id))
         remaining = 0
@@ -270,7 +286,7 @@ class DocumentJobs:
                 step = done - record["sentences_done"]
                 remaining -= step
                 self.metrics.document_sentences_remaining.dec(step)
-                self.metrics.document_sentences.labels(record["format"]).inc(step)
+                self.metrics.document_sentences.labels(record["format"]).inc(max(step, 0))  # 0: started again
                 record.update(sentences_done=done, progress=round(done / total, 4) if total else 1.0)
                 if not await self._update(record):
                     raise asyncio.CancelledError  # deleted while it ran
@@ -279,7 +295,7 @@ class DocumentJobs:
                                  priority=BACKGROUND)  # fmt: skip
             if record.get("glossary"):
                 ctx.terms = _terms(record["glossary"])
-            translated = await translate_units(model, plans, OPTIONS, ctx, self.chunk, progress)
+            translated = await self._translate(job_id, model, plans, ctx, progress)
             out = await asyncio.to_thread(document.render, translated.units)
             await asyncio.to_thread(_write, self.folder(job_id) / "result", out)
             record.update(

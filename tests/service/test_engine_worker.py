@@ -85,7 +85,8 @@ def make(builds: Builds, **kwargs) -> tuple[EngineWorker, Metrics]:
 
 
 def restarts(metrics: Metrics) -> float:
-    return metrics.registry.get_sample_value("mt_engine_restarts_total", {"model": MODEL}) or 0.0
+    labels = {"model": MODEL, "cause": "probe_failed"}
+    return metrics.registry.get_sample_value("mt_engine_restarts_total", labels) or 0.0
 
 
 def test_a_failure_that_the_probe_does_not_confirm_fails_only_its_batch():

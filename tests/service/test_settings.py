@@ -23,6 +23,8 @@ DEFAULTS = {
     "MT_INTRA_OP_THREADS": 1,
     "MT_INTER_OP_THREADS": 1,
     "MT_ENGINE_WORKERS": 1,
+    "MT_ENGINE_PROCESS": False,
+    "MT_ENGINE_MEMORY_LIMIT_MB": 0.0,
     "MT_SHORTLIST": True,
     "MT_SEARCH_LOOP": True,
     "MT_FUSED_STEP": "auto",
