@@ -28,6 +28,9 @@
    softmaxes) may differ from onnxruntime's kernels in the last bits. tests/engine/test_fused_step.py holds it to the
    graph. Weights are packed on the first run (a mutex guards it); a vocabulary subset's columns are packed once and
    kept while the next runs ask for the same ids (a search asks for one subset at every step). */
+#ifndef _GNU_SOURCE
+#define _GNU_SOURCE /* mremap */
+#endif
 #include <pthread.h>
 #include <stddef.h>
 #include <stdio.h>
@@ -64,6 +67,8 @@ typedef struct {
     layer *layer;
     qlinear out; /* the whole vocabulary; a subset's columns are packed from it */
     subset *cached;
+    void *spare_cache; /* the last search's key/value cache mapping, kept for the next (`cache_take`) */
+    size_t spare_bytes;
 } kernel;
 
 static const OrtApi *g_api;
@@ -548,6 +553,40 @@ done:
     return status;
 }
 
+/* A search's key/value cache: the mapping the last search gave back (grown with mremap where it is smaller), else a
+   new anonymous one. A fresh mapping's pages are zeroed by the kernel as the steps first touch them, 786 KB a step
+   at beam 4 x 32 sentences (6-8% of the search's CPU, docs/engine-speed-log.md item 55); a kept one's are already
+   there. Its touched pages are the size of one search's cache, which that search held anyway. */
+static float *cache_take(kernel *K, size_t bytes, size_t *mapped) {
+    pthread_mutex_lock(&K->lock);
+    void *m = K->spare_cache;
+    size_t have = K->spare_bytes;
+    K->spare_cache = NULL; K->spare_bytes = 0;
+    pthread_mutex_unlock(&K->lock);
+    if (m && have < bytes) {
+        void *grown = mremap(m, have, bytes, MREMAP_MAYMOVE);
+        if (grown == MAP_FAILED) munmap(m, have);
+        m = grown == MAP_FAILED ? NULL : grown;
+        have = bytes;
+    }
+    if (!m) {
+        m = mmap(NULL, bytes, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+        if (m == MAP_FAILED) return NULL;
+        have = bytes;
+    }
+    *mapped = have;
+    return m;
+}
+
+/* back for the next search (one kept: a concurrent search's is unmapped) */
+static void cache_give_back(kernel *K, void *m, size_t bytes) {
+    if (!m) return;
+    pthread_mutex_lock(&K->lock);
+    if (!K->spare_cache) { K->spare_cache = m; K->spare_bytes = bytes; m = NULL; }
+    pthread_mutex_unlock(&K->lock);
+    if (m) munmap(m, bytes);
+}
+
 /* --- mtserve.fused.FusedSearch: the search loop graph's Loop (core/graphs.py SEARCH_LOOP), for a batch ------- */
 
 /* Inputs: max_steps () i64, tokens (sources * k, 1) i64 (BOS), scores (sources * k, 1) f64, src_mask (sources, src)
@@ -612,8 +651,9 @@ static OrtStatus *search(void *handle, OrtKernelContext *ctx) {
     a.out_q = sub ? &sub->q : &K->out;
     a.width = width; a.k = top;
     float *cross_k[64], *cross_v[64], *cache_k[64], *cache_v[64];
-    const size_t layer_floats = (size_t)rows * H * cap * dh, cache_bytes = 2 * L * layer_floats * sizeof(float);
-    float *cache = mmap(NULL, cache_bytes, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+    const size_t layer_floats = (size_t)rows * H * cap * dh;
+    size_t cache_bytes = 0;
+    float *cache = cache_take(K, 2 * L * layer_floats * sizeof(float), &cache_bytes);
     int64_t *tok = malloc(rows * sizeof(int64_t)), *pos = malloc(rows * sizeof(int64_t));
     int64_t *slots = malloc(rows * sizeof(int64_t)), *active = malloc(rows * sizeof(int64_t));
     int64_t *top_ids = malloc(rows * top * sizeof(int64_t)), *best_at = malloc(top * sizeof(int64_t));
@@ -636,13 +676,12 @@ static OrtStatus *search(void *handle, OrtKernelContext *ctx) {
     uint8_t *ones = malloc(cap), *src_allowed = malloc(B * src + 1), *going = malloc(B), *own = NULL;
     scratch s = {0};
     OrtStatus *status = NULL;
-    const int ok = cache != MAP_FAILED && tok && pos && slots && active && top_ids && best_at && steps_of &&
+    const int ok = cache && tok && pos && slots && active && top_ids && best_at && steps_of &&
                    finished && o_ended_beams && o_going_beams && o_going_ids && o_ended_scores && o_going_scores &&
                    o_ended && scores && best && log_probs && top_values && from[0] && from[1] && ones &&
                    src_allowed && going && (!ngram || (history[0] && history[1] && banned && banned_n)) &&
                    scratch_alloc(&s, K, rows, a.out_q->n, cap > src ? cap : src);
     if (!ok) {
-        if (cache == MAP_FAILED) cache = NULL;
         STOP(ORT_FAIL, "FusedSearch: out of memory");
     }
     for (int64_t l = 0; l < L; l++) {
@@ -751,7 +790,7 @@ static OrtStatus *search(void *handle, OrtKernelContext *ctx) {
 done:
     release_subset(K, sub);
     scratch_free(&s);
-    if (cache && cache != MAP_FAILED) munmap(cache, cache_bytes);
+    cache_give_back(K, cache, cache_bytes);
     free(tok); free(pos); free(slots); free(active); free(top_ids); free(best_at); free(steps_of); free(finished);
     free(o_ended_beams); free(o_going_beams); free(o_going_ids); free(o_ended_scores); free(o_going_scores);
     free(o_ended); free(scores); free(best); free(log_probs); free(top_values); free(from[0]); free(from[1]);
@@ -804,6 +843,7 @@ static void destroy_kernel(void *handle) {
     }
     ip_free(&k->out);
     if (k->cached) release_subset(k, k->cached);
+    if (k->spare_cache) munmap(k->spare_cache, k->spare_bytes);
     pthread_mutex_destroy(&k->lock);
     free(k);
 }
