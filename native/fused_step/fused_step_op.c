@@ -266,6 +266,34 @@ static void layer_norm(const float *x, const float *g, const float *b, float *y,
     for (int i = 0; i < d; i++) y[i] = (x[i] - mean) / denominator * g[i] + b[i];
 }
 
+#if defined(__x86_64__)
+/* attend's sum over t of (scores[t] / sum) * v_t for d_head 64 on AVX2, the 64 sums in eight registers (the scalar
+   loop kept them in memory, a load and a store per value and t): the same products and sums in the same order, so
+   the same bits */
+__attribute__((target("avx2"))) static void attend_values64(const float *scores, float sum, const float *v,
+                                                           const int32_t *from, int64_t row, size_t row_stride,
+                                                           size_t t_stride, const uint8_t *allowed, int len,
+                                                           float *out) {
+    __m256 a0 = _mm256_setzero_ps(), a1 = a0, a2 = a0, a3 = a0, a4 = a0, a5 = a0, a6 = a0, a7 = a0;
+    for (int t = 0; t < len; t++) {
+        if (!allowed[t]) continue;
+        const __m256 p = _mm256_set1_ps(scores[t] / sum);
+        const float *vt = v + (size_t)(from ? from[t] : row) * row_stride + (size_t)t * t_stride;
+        a0 = _mm256_add_ps(a0, _mm256_mul_ps(p, _mm256_loadu_ps(vt)));
+        a1 = _mm256_add_ps(a1, _mm256_mul_ps(p, _mm256_loadu_ps(vt + 8)));
+        a2 = _mm256_add_ps(a2, _mm256_mul_ps(p, _mm256_loadu_ps(vt + 16)));
+        a3 = _mm256_add_ps(a3, _mm256_mul_ps(p, _mm256_loadu_ps(vt + 24)));
+        a4 = _mm256_add_ps(a4, _mm256_mul_ps(p, _mm256_loadu_ps(vt + 32)));
+        a5 = _mm256_add_ps(a5, _mm256_mul_ps(p, _mm256_loadu_ps(vt + 40)));
+        a6 = _mm256_add_ps(a6, _mm256_mul_ps(p, _mm256_loadu_ps(vt + 48)));
+        a7 = _mm256_add_ps(a7, _mm256_mul_ps(p, _mm256_loadu_ps(vt + 56)));
+    }
+    _mm256_storeu_ps(out, a0); _mm256_storeu_ps(out + 8, a1); _mm256_storeu_ps(out + 16, a2);
+    _mm256_storeu_ps(out + 24, a3); _mm256_storeu_ps(out + 32, a4); _mm256_storeu_ps(out + 40, a5);
+    _mm256_storeu_ps(out + 48, a6); _mm256_storeu_ps(out + 56, a7);
+}
+#endif
+
 /* softmax(q . k_t * scale over the allowed t) . v for one head: key/value t (dh floats) of row `row` at
    k + row * row_stride + t * t_stride, or with `from` (not NULL) of row from[t] (the search's cache written in
    place: a beam's past columns stay in the rows of the beams that computed them) */
@@ -282,6 +310,12 @@ static void attend(const float *q, const float *k, const float *v, const int32_t
     }
     for (int t = 0; t < len; t++)
         if (allowed[t]) { scores[t] = expf(scores[t] - top); sum += scores[t]; }
+#if defined(__x86_64__)
+    if (dh == 64 && vm_level() > 0) {
+        attend_values64(scores, sum, v, from, row, row_stride, t_stride, allowed, len, out);
+        return;
+    }
+#endif
     for (int i = 0; i < dh; i++) out[i] = 0.0f;
     for (int t = 0; t < len; t++) {
         if (!allowed[t]) continue;
@@ -306,7 +340,8 @@ static int scratch_alloc(scratch *s, const kernel *K, int64_t rows, int64_t widt
     const int64_t d = K->d, W = 3 * d > K->ff ? 3 * d : K->ff;
     s->x = malloc(rows * d * sizeof(float)); s->h = malloc(rows * d * sizeof(float));
     s->t = malloc(rows * W * sizeof(float)); s->att = malloc(rows * d * sizeof(float));
-    s->logits = malloc(rows * width * sizeof(float)); s->scores = malloc(len * sizeof(float));
+    s->logits = malloc((rows < IP_CHUNK ? rows : IP_CHUNK) * width * sizeof(float));
+    s->scores = malloc(len * sizeof(float));
     s->own = malloc(width * sizeof(float));
     s->xq = aligned_alloc(64, (ip_xq_bytes((int)rows, (int)W) + 63) / 64 * 64);
     if (s->x && s->h && s->t && s->att && s->logits && s->scores && s->own && s->xq) return 1;
@@ -398,9 +433,13 @@ static void step(const kernel *K, const step_args *a, scratch *s) {
     const qlinear *out_q = a->out_q;
     const int64_t width = a->width, k = a->k;
     for (int64_t r = 0; r < rows; r++) layer_norm(x + r * d, K->nfg, K->nfb, h + r * d, d, K->eps);
-    ip_product(out_q, h, d, d, s->logits, out_q->n, (int)rows, s->xq);
+    /* the output product IP_CHUNK rows at a time, each ranked before the next: the logits of 16 rows (1 MB for the
+       whole vocabulary), not of every row (8 MB at beam 4 x 32 sentences, most of the step's peak memory) */
     for (int64_t r = 0; r < rows; r++) { /* LogSoftmax: x - max - log(sum(exp(x - max))) */
-        const float *z = s->logits + r * out_q->n;
+        if (r % IP_CHUNK == 0)
+            ip_product(out_q, h + r * d, d, d, s->logits, out_q->n, (int)(rows - r < IP_CHUNK ? rows - r : IP_CHUNK),
+                       s->xq);
+        const float *z = s->logits + (r % IP_CHUNK) * out_q->n;
         float *lp = a->log_probs + r * a->lp_stride;
         const uint8_t *own = a->own_vocab ? a->own_vocab + (a->slots[r] / a->group) * width : NULL;
         if (own) { /* over the row's own columns, gathered in order: the sums its source gets alone */
@@ -644,9 +683,10 @@ static OrtStatus *search(void *handle, OrtKernelContext *ctx) {
     const int64_t cap = (longest < K->max_positions ? longest : K->max_positions) + 1;
     step_args a = {0};
     a.cap = cap; a.sources = B; a.src = src; a.group = 1; a.self_stride = 0;
-    /* cache columns outermost: the steps so far touch whole pages, column after column (a row-major layout would
-       touch a partial page per row and head) */
-    a.head_stride = dh; a.row_stride = d; a.t_stride = (size_t)rows * d;
+    /* cache columns outermost, every layer's keys and values of a step together: the steps so far touch a prefix of
+       the mapping, column after column (a row-major layout would touch a partial page per row and head), and a kept
+       mapping (cache_take) holds no more touched pages than the longest search needed, whatever its batch */
+    a.head_stride = dh; a.row_stride = d; a.t_stride = 2 * (size_t)L * rows * d;
     a.ids = sub ? vocab_ids.data : NULL;
     a.out_q = sub ? &sub->q : &K->out;
     a.width = width; a.k = top;
@@ -685,8 +725,8 @@ static OrtStatus *search(void *handle, OrtKernelContext *ctx) {
         STOP(ORT_FAIL, "FusedSearch: out of memory");
     }
     for (int64_t l = 0; l < L; l++) {
-        cache_k[l] = cache + 2 * l * layer_floats;
-        cache_v[l] = cache + (2 * l + 1) * layer_floats;
+        cache_k[l] = cache + 2 * l * (size_t)rows * d;
+        cache_v[l] = cache + (2 * l + 1) * (size_t)rows * d;
     }
     TRY(cross_inputs(K, ctx, SEARCH_HEAD, B, src, cross_k, cross_v));
     TRY(own_columns(K, &vocab_sources, B, width, top, &own));
