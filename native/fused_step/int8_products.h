@@ -391,6 +391,37 @@ __attribute__((target("avx2,fma"))) static void ip_avx2_four(const qlinear *q, c
     ip_store8(q, ip_fold_pairs((__m256i)a30, (__m256i)a31), c0, y + 3 * (size_t)sy);
 }
 
+/* AVX2, six rows x 8 columns: twelve accumulators, each widened quarter used by six rows (4-5% faster than four
+   rows at 16-128 rows, item 55) */
+__attribute__((target("avx2,fma"))) static void ip_avx2_six(const qlinear *q, const int8_t *wb, const int16_t *x,
+                                                           int half, int c0, float *y, int sy) {
+    const int k = q->k;
+    ip_v8si a00 = {0}, a01 = {0}, a10 = {0}, a11 = {0}, a20 = {0}, a21 = {0}, a30 = {0}, a31 = {0}, a40 = {0},
+            a41 = {0}, a50 = {0}, a51 = {0};
+    const int8_t *w = wb + half * 32;
+    for (int g = 0; g < k / 4; g++, w += 64) {
+        const __m256i w0 = ip_quarter16(w, 0), w1 = ip_quarter16(w, 1);
+        __m256i v = ip_quad16(x, g);
+        IP_MADD(a00, w0, v); IP_MADD(a01, w1, v);
+        v = ip_quad16(x + k, g);
+        IP_MADD(a10, w0, v); IP_MADD(a11, w1, v);
+        v = ip_quad16(x + 2 * (size_t)k, g);
+        IP_MADD(a20, w0, v); IP_MADD(a21, w1, v);
+        v = ip_quad16(x + 3 * (size_t)k, g);
+        IP_MADD(a30, w0, v); IP_MADD(a31, w1, v);
+        v = ip_quad16(x + 4 * (size_t)k, g);
+        IP_MADD(a40, w0, v); IP_MADD(a41, w1, v);
+        v = ip_quad16(x + 5 * (size_t)k, g);
+        IP_MADD(a50, w0, v); IP_MADD(a51, w1, v);
+    }
+    ip_store8(q, ip_fold_pairs((__m256i)a00, (__m256i)a01), c0, y);
+    ip_store8(q, ip_fold_pairs((__m256i)a10, (__m256i)a11), c0, y + sy);
+    ip_store8(q, ip_fold_pairs((__m256i)a20, (__m256i)a21), c0, y + 2 * (size_t)sy);
+    ip_store8(q, ip_fold_pairs((__m256i)a30, (__m256i)a31), c0, y + 3 * (size_t)sy);
+    ip_store8(q, ip_fold_pairs((__m256i)a40, (__m256i)a41), c0, y + 4 * (size_t)sy);
+    ip_store8(q, ip_fold_pairs((__m256i)a50, (__m256i)a51), c0, y + 5 * (size_t)sy);
+}
+
 /* AVX2, one row x the 16 columns of a block: four accumulators, each quarter widened for the one row */
 __attribute__((target("avx2,fma"))) static void ip_avx2_one(const qlinear *q, const int8_t *wb, const int16_t *x,
                                                            int c0, float *y) {
@@ -408,13 +439,17 @@ __attribute__((target("avx2,fma"))) static void ip_avx2_one(const qlinear *q, co
 
 /* AVX2: each 16-byte quarter of a 64-byte weight group (4 columns x 4 k) sign-extended to int16 (vpmovsxbw) and
    multiplied by a row's 4 activations, already int16 (`x`, ip_quantize_avx2), with vpmaddwd: exact int32 sums of
-   pairs, folded into columns once per block. Rows four at a time (ip_avx2_four), the rest one by one. */
+   pairs, folded into columns once per block. Rows six at a time, then four, the rest one by one. */
 __attribute__((target("avx2,fma"))) static void ip_avx2(const qlinear *q, const int16_t *x, float *Y, int sy,
                                                        int rows) {
     const int k = q->k;
     for (int b = 0; b < q->n / 16; b++) {
         const int8_t *wb = q->w + (size_t)b * k * 16;
         int r = 0;
+        for (; r + 6 <= rows; r += 6) {
+            ip_avx2_six(q, wb, x + (size_t)r * k, 0, b * 16, Y + (size_t)r * sy + b * 16, sy);
+            ip_avx2_six(q, wb, x + (size_t)r * k, 1, b * 16 + 8, Y + (size_t)r * sy + b * 16 + 8, sy);
+        }
         for (; r + 4 <= rows; r += 4) {
             ip_avx2_four(q, wb, x + (size_t)r * k, 0, b * 16, Y + (size_t)r * sy + b * 16, sy);
             ip_avx2_four(q, wb, x + (size_t)r * k, 1, b * 16 + 8, Y + (size_t)r * sy + b * 16 + 8, sy);
