@@ -443,11 +443,9 @@ static void step(const kernel *K, const step_args *a, scratch *s) {
         float *lp = a->log_probs + r * a->lp_stride;
         const uint8_t *own = a->own_vocab ? a->own_vocab + (a->slots[r] / a->group) * width : NULL;
         if (own) { /* over the row's own columns, gathered in order: the sums its source gets alone */
-            int m = 0;
-            for (int64_t j = 0; j < width; j++)
-                if (own[j]) s->own[m++] = z[j];
+            const int m = vm_gather_owned(z, own, (int)width, s->own);
             const float top = vm_max(s->own, m), norm = logf(vm_exp_sum(s->own, m, top));
-            for (int64_t j = 0; j < width; j++) lp[j] = own[j] ? z[j] - top - norm : -INFINITY;
+            vm_shift_owned(z, own, (int)width, top, norm, lp);
         } else {
             const float top = vm_max(z, (int)width);
             vm_shift(z, (int)width, top, logf(vm_exp_sum(z, (int)width, top)), lp);

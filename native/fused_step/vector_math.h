@@ -185,6 +185,21 @@ __attribute__((target("avx2,fma"))) static float vm_dot_avx2(const float *a, con
     }
     return vm_sum8(sum);
 }
+
+/* out[j] = own[j] ? z[j] - a - b : -inf (own: 0/1 bytes) */
+__attribute__((target("avx2"))) static void vm_shift_owned_avx2(const float *z, const uint8_t *own, int n, float a,
+                                                               float b, float *out) {
+    const __m256 va = _mm256_set1_ps(a), vb = _mm256_set1_ps(b), none = _mm256_set1_ps(-INFINITY);
+    int j = 0;
+    for (; j + 8 <= n; j += 8) {
+        int64_t bytes;
+        memcpy(&bytes, own + j, 8);
+        const __m256i mine = _mm256_cmpgt_epi32(_mm256_cvtepu8_epi32(_mm_cvtsi64_si128(bytes)), _mm256_setzero_si256());
+        const __m256 v = _mm256_sub_ps(_mm256_sub_ps(_mm256_loadu_ps(z + j), va), vb);
+        _mm256_storeu_ps(out + j, _mm256_blendv_ps(none, v, _mm256_castsi256_ps(mine)));
+    }
+    for (; j < n; j++) out[j] = own[j] ? z[j] - a - b : -INFINITY;
+}
 #endif
 
 /* 2: AVX-512, 1: AVX2 and FMA, 0: plain C; MT_FUSED_STEP_KERNEL as int8_products.h reads it (plain: 0; avx2 and
@@ -238,6 +253,21 @@ static void vm_shift(const float *z, int n, float a, float b, float *out) {
     if (vm_avx2()) { vm_shift_avx2(z, n, a, b, out); return; }
 #endif
     for (int j = 0; j < n; j++) out[j] = z[j] - a - b;
+}
+
+/* out[j] = own[j] ? z[j] - a - b : -inf, own[j] 0 or 1 (a source's own columns of a vocabulary subset) */
+static void vm_shift_owned(const float *z, const uint8_t *own, int n, float a, float b, float *out) {
+#if defined(__x86_64__)
+    if (vm_level() > 0) { vm_shift_owned_avx2(z, own, n, a, b, out); return; }
+#endif
+    for (int j = 0; j < n; j++) out[j] = own[j] ? z[j] - a - b : -INFINITY;
+}
+
+/* the values z[j] with own[j] (0 or 1) in order into out; returns how many (no branch on own: it has no pattern) */
+static int vm_gather_owned(const float *z, const uint8_t *own, int n, float *out) {
+    int m = 0;
+    for (int j = 0; j < n; j++) { out[m] = z[j]; m += own[j]; }
+    return m;
 }
 
 /* the k best of n values, best first, ties to the lower index (as TopK): one pass keeping a sorted list, the values
