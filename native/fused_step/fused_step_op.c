@@ -271,14 +271,14 @@ static void layer_norm(const float *x, const float *g, const float *b, float *y,
    loop kept them in memory, a load and a store per value and t): the same products and sums in the same order, so
    the same bits */
 __attribute__((target("avx2"))) static void attend_values64(const float *scores, float sum, const float *v,
-                                                           const int32_t *from, int64_t row, size_t row_stride,
-                                                           size_t t_stride, const uint8_t *allowed, int len,
-                                                           float *out) {
+                                                           const int32_t *from, const size_t *t_base, int64_t row,
+                                                           size_t row_stride, size_t t_stride,
+                                                           const uint8_t *allowed, int len, float *out) {
     __m256 a0 = _mm256_setzero_ps(), a1 = a0, a2 = a0, a3 = a0, a4 = a0, a5 = a0, a6 = a0, a7 = a0;
     for (int t = 0; t < len; t++) {
         if (!allowed[t]) continue;
         const __m256 p = _mm256_set1_ps(scores[t] / sum);
-        const float *vt = v + (size_t)(from ? from[t] : row) * row_stride + (size_t)t * t_stride;
+        const float *vt = v + (t_base ? t_base[t] : (size_t)t * t_stride) + (size_t)(from ? from[t] : row) * row_stride;
         a0 = _mm256_add_ps(a0, _mm256_mul_ps(p, _mm256_loadu_ps(vt)));
         a1 = _mm256_add_ps(a1, _mm256_mul_ps(p, _mm256_loadu_ps(vt + 8)));
         a2 = _mm256_add_ps(a2, _mm256_mul_ps(p, _mm256_loadu_ps(vt + 16)));
@@ -296,13 +296,14 @@ __attribute__((target("avx2"))) static void attend_values64(const float *scores,
 
 /* softmax(q . k_t * scale over the allowed t) . v for one head: key/value t (dh floats) of row `row` at
    k + row * row_stride + t * t_stride, or with `from` (not NULL) of row from[t] (the search's cache written in
-   place: a beam's past columns stay in the rows of the beams that computed them) */
-static void attend(const float *q, const float *k, const float *v, const int32_t *from, int64_t row,
-                   size_t row_stride, size_t t_stride, const uint8_t *allowed, int len, int dh, float *out,
-                   float *scores) {
+   place: a beam's past columns stay in the rows of the beams that computed them), and with `t_base` (not NULL)
+   column t at t_base[t] instead of t * t_stride (the search's columns, each as wide as the rows it computed) */
+static void attend(const float *q, const float *k, const float *v, const int32_t *from, const size_t *t_base,
+                   int64_t row, size_t row_stride, size_t t_stride, const uint8_t *allowed, int len, int dh,
+                   float *out, float *scores) {
     const float scale = 1.0f / sqrtf((float)dh);
     float top = -INFINITY, sum = 0.0f;
-#define AT(t) ((size_t)(from ? from[t] : row) * row_stride + (size_t)(t) * t_stride)
+#define AT(t) ((t_base ? t_base[t] : (size_t)(t) * t_stride) + (size_t)(from ? from[t] : row) * row_stride)
     for (int t = 0; t < len; t++) {
         if (!allowed[t]) continue;
         scores[t] = vm_dot(q, k + AT(t), dh) * scale;
@@ -312,7 +313,7 @@ static void attend(const float *q, const float *k, const float *v, const int32_t
         if (allowed[t]) { scores[t] = expf(scores[t] - top); sum += scores[t]; }
 #if defined(__x86_64__)
     if (dh == 64 && vm_level() > 0) {
-        attend_values64(scores, sum, v, from, row, row_stride, t_stride, allowed, len, out);
+        attend_values64(scores, sum, v, from, t_base, row, row_stride, t_stride, allowed, len, out);
         return;
     }
 #endif
@@ -354,13 +355,15 @@ static int scratch_alloc(scratch *s, const kernel *K, int64_t rows, int64_t widt
    key/value at column `past` and attends over past + 1 columns. Row r attends to source slots[r] / group where
    src_allowed allows, and to its columns where self_allowed[r * self_stride + c] does. With `rows_at`, computed
    row r is the cache's row rows_at[r] (else row r), and with `from`, that row reads column c from the cache's row
-   from[rows_at[r] * cap + c] (else its own). */
+   from[rows_at[r] * cap + c] (else its own). With `t_base` (the search), column c starts at t_base[c] instead of
+   c * t_stride and holds only the rows computed at step c: computed row r writes its column at row r of it. */
 typedef struct {
     int64_t rows, past, cap, sources, src, group, self_stride, width, k;
     size_t t_stride, row_stride, head_stride;
     const int64_t *tokens, *positions, *slots, *ids; /* ids: the subset's vocabulary ids, NULL: the whole one */
     const int64_t *rows_at;
     const int32_t *from;
+    const size_t *t_base;
     const int64_t *banned;   /* computed row r's banned_n[r] token ids at banned + r * banned_stride; NULL: none */
     const int32_t *banned_n;
     int64_t banned_stride;
@@ -402,10 +405,11 @@ static void step(const kernel *K, const step_args *a, scratch *s) {
             const int32_t *from = a->from ? a->from + row * a->cap : NULL;
             for (int64_t hd = 0; hd < H; hd++) {
                 float *ck = a->cache_k[l] + hd * a->head_stride, *cv = a->cache_v[l] + hd * a->head_stride;
-                const size_t at = row * a->row_stride + past * a->t_stride;
+                const size_t at = a->t_base ? a->t_base[past] + (size_t)r * a->row_stride
+                                            : row * a->row_stride + past * a->t_stride;
                 memcpy(ck + at, qkv + d + hd * dh, dh * sizeof(float));
                 memcpy(cv + at, qkv + 2 * d + hd * dh, dh * sizeof(float));
-                attend(qkv + hd * dh, ck, cv, from, row, a->row_stride, a->t_stride,
+                attend(qkv + hd * dh, ck, cv, from, a->t_base, row, a->row_stride, a->t_stride,
                        a->self_allowed + r * a->self_stride, (int)past + 1, dh, att + r * d + hd * dh, s->scores);
             }
         }
@@ -417,7 +421,7 @@ static void step(const kernel *K, const step_args *a, scratch *s) {
             const int64_t src = a->src, source = a->slots[r] / a->group;
             for (int64_t hd = 0; hd < H; hd++) {
                 const size_t at = (size_t)((source * H + hd) * src * dh);
-                attend(t + r * W + hd * dh, a->cross_k[l] + at, a->cross_v[l] + at, NULL, 0, 0, dh,
+                attend(t + r * W + hd * dh, a->cross_k[l] + at, a->cross_v[l] + at, NULL, NULL, 0, 0, dh,
                        a->src_allowed + source * src, (int)src, dh, att + r * d + hd * dh, s->scores);
             }
         }
@@ -641,7 +645,7 @@ static void cache_give_back(kernel *K, void *m, size_t bytes) {
    answer does not depend on the others in the batch. With no_repeat_ngram_size n > 0, a token that would complete
    an n-gram a row's generated tokens already hold is out of that row's ranking (engine/no_repeat.py's
    block: its log-probability -inf before the top 2k are taken).
-   The key/value cache is written in place: at step t row i writes its column t in its own cache row and never
+   The key/value cache is written in place: at step t the i-th row still searching writes row i of column t and never
    moves it; a beam that goes on from row j inherits row j's list of where its columns are (`from`), so no cache is
    copied between steps. The cache is one anonymous mapping of the longest limit, touched only as far as the steps
    go. Attribute eos (the end token) besides layers, heads, epsilon. */
@@ -681,10 +685,11 @@ static OrtStatus *search(void *handle, OrtKernelContext *ctx) {
     const int64_t cap = (longest < K->max_positions ? longest : K->max_positions) + 1;
     step_args a = {0};
     a.cap = cap; a.sources = B; a.src = src; a.group = 1; a.self_stride = 0;
-    /* cache columns outermost, every layer's keys and values of a step together: the steps so far touch a prefix of
+    /* cache columns outermost, each as wide as the rows that step computed (t_base: a source that has ended takes no
+       room in the later ones), a row's keys and values of every layer together: the steps so far touch a prefix of
        the mapping, column after column (a row-major layout would touch a partial page per row and head), and a kept
        mapping (cache_take) holds no more touched pages than the longest search needed, whatever its batch */
-    a.head_stride = dh; a.row_stride = d; a.t_stride = 2 * (size_t)L * rows * d;
+    a.head_stride = dh; a.row_stride = 2 * (size_t)L * d; a.t_stride = 0;
     a.ids = sub ? vocab_ids.data : NULL;
     a.out_q = sub ? &sub->q : &K->out;
     a.width = width; a.k = top;
@@ -704,6 +709,7 @@ static OrtStatus *search(void *handle, OrtKernelContext *ctx) {
     double *scores = malloc(rows * sizeof(double)), *best = malloc(top * sizeof(double));
     float *log_probs = malloc(width * sizeof(float)), *top_values = malloc(rows * top * sizeof(float));
     int32_t *from[2] = {malloc(rows * cap * sizeof(int32_t)), malloc(rows * cap * sizeof(int32_t))};
+    size_t *t_base = malloc(cap * sizeof(size_t));
     /* the block's bookkeeping: each row's generated tokens (double-buffered as `from`), a step's banned ids */
     int64_t *history[2] = {NULL, NULL}, *banned = NULL;
     int32_t *banned_n = NULL;
@@ -716,15 +722,15 @@ static OrtStatus *search(void *handle, OrtKernelContext *ctx) {
     OrtStatus *status = NULL;
     const int ok = cache && tok && pos && slots && active && top_ids && best_at && steps_of &&
                    finished && o_ended_beams && o_going_beams && o_going_ids && o_ended_scores && o_going_scores &&
-                   o_ended && scores && best && log_probs && top_values && from[0] && from[1] && ones &&
+                   o_ended && scores && best && log_probs && top_values && from[0] && from[1] && t_base && ones &&
                    src_allowed && going && (!ngram || (history[0] && history[1] && banned && banned_n)) &&
                    scratch_alloc(&s, K, rows, a.out_q->n, cap > src ? cap : src);
     if (!ok) {
         STOP(ORT_FAIL, "FusedSearch: out of memory");
     }
     for (int64_t l = 0; l < L; l++) {
-        cache_k[l] = cache + 2 * l * (size_t)rows * d;
-        cache_v[l] = cache + (2 * l + 1) * (size_t)rows * d;
+        cache_k[l] = cache + 2 * l * (size_t)d;
+        cache_v[l] = cache + (2 * l + 1) * (size_t)d;
     }
     TRY(cross_inputs(K, ctx, SEARCH_HEAD, B, src, cross_k, cross_v));
     TRY(own_columns(K, &vocab_sources, B, width, top, &own));
@@ -742,15 +748,17 @@ static OrtStatus *search(void *handle, OrtKernelContext *ctx) {
     a.log_probs = log_probs; a.lp_stride = 0; /* only the top 2k of each row are kept */
     a.top_values = top_values; a.top_ids = top_ids;
     int cur = 0;
-    int64_t steps = 0;
+    int64_t steps = 0, columns = 0; /* columns: the rows of the last step's column */
     for (int64_t t = 0;; t++) {
         int64_t n = 0; /* the rows of the sources still searching, in order */
         for (int64_t r = 0; r < rows; r++)
             if (going[r / k]) { active[n] = r; tok[n] = tok[r]; pos[n] = t; slots[n] = r / k; n++; }
         if (n == 0) break;
         if (t >= K->max_positions) STOP(ORT_INVALID_ARGUMENT, "FusedSearch: a limit is past the position table");
-        for (int64_t i = 0; i < n; i++) from[cur][active[i] * cap + t] = (int32_t)active[i];
-        a.rows = n; a.past = t; a.tokens = tok; a.from = from[cur];
+        for (int64_t i = 0; i < n; i++) from[cur][active[i] * cap + t] = (int32_t)i; /* row i of column t */
+        t_base[t] = t ? t_base[t - 1] + (size_t)columns * a.row_stride : 0;
+        columns = n;
+        a.rows = n; a.past = t; a.tokens = tok; a.from = from[cur]; a.t_base = t_base;
         if (ngram) { /* row i bans the followers of every earlier occurrence of its last n - 1 tokens */
             for (int64_t i = 0; i < n; i++) {
                 const int64_t *h = history[cur] + active[i] * cap;
@@ -831,7 +839,7 @@ done:
     cache_give_back(K, cache, cache_bytes);
     free(tok); free(pos); free(slots); free(active); free(top_ids); free(best_at); free(steps_of); free(finished);
     free(o_ended_beams); free(o_going_beams); free(o_going_ids); free(o_ended_scores); free(o_going_scores);
-    free(o_ended); free(scores); free(best); free(log_probs); free(top_values); free(from[0]); free(from[1]);
+    free(o_ended); free(scores); free(best); free(log_probs); free(top_values); free(from[0]); free(from[1]); free(t_base);
     free(history[0]); free(history[1]); free(banned); free(banned_n);
     free(ones); free(src_allowed); free(going); free(own);
     return status;
