@@ -411,26 +411,30 @@ def test_engine_falls_back_to_the_graph_without_the_library(pre_norm_bundle, tmp
 CPUINFO = "processor\t: 0\nflags\t\t: fpu sse2 avx2 {extra}\nbogomips\t: 4000\n"
 
 
-def test_auto_asks_for_the_library_and_avx512_vnni(tmp_path, use_library, monkeypatch):
-    vnni, plain = cpu_flags(CPUINFO.format(extra="avx512f avx512_vnni")), cpu_flags(CPUINFO.format(extra=""))
-    assert "avx512_vnni" in vnni and "avx2" in plain and "avx512_vnni" not in plain
+def test_auto_asks_for_the_library_and_avx512_vnni_or_avx2(tmp_path, use_library, monkeypatch):
+    vnni, avx2 = cpu_flags(CPUINFO.format(extra="avx512f avx512_vnni")), cpu_flags(CPUINFO.format(extra="fma"))
+    plain = cpu_flags(CPUINFO.format(extra=""))  # AVX2 without FMA: the library's plain loops
+    assert "avx512_vnni" in vnni and "avx2" in plain and "avx512_vnni" not in plain and "fma" not in plain
     assert cpu_flags("no flags here") == set()
     assert auto_blocker(vnni) is None
-    assert "AVX-512 VNNI" in auto_blocker(plain)
+    assert auto_blocker(avx2) is None
+    assert "neither AVX-512 VNNI nor AVX2 with FMA" in auto_blocker(plain)
+    assert auto_blocker(set()) == auto_blocker(plain)
     monkeypatch.setenv(LIBRARY_ENV, str(tmp_path / "missing.so"))
     assert "not built" in auto_blocker(vnni)
 
 
-@pytest.mark.parametrize("machine", ["vnni", "no-vnni"])
+@pytest.mark.parametrize("machine", ["vnni", "avx2", "no-fma"])
 def test_engine_auto_uses_the_fused_step_only_where_auto_allows_it(
     pre_norm_bundle, use_library, monkeypatch, caplog, machine
 ):
-    flags = cpu_flags(CPUINFO.format(extra="avx512f avx512_vnni" if machine == "vnni" else ""))
+    extra = {"vnni": "avx512f avx512_vnni", "avx2": "fma", "no-fma": ""}[machine]
+    flags = cpu_flags(CPUINFO.format(extra=extra))
     monkeypatch.setattr("engine.fused_step.auto_blocker", lambda: auto_blocker(flags))
     bundle = load_bundle(pre_norm_bundle)
     with caplog.at_level("INFO", logger="engine.fused_step"):
         engine = Engine(bundle, "int8", "cpu", fused_step="auto")
-    assert engine.fused_step == ("fused" if machine == "vnni" else auto_blocker(flags))
+    assert engine.fused_step == ("fused" if machine != "no-fma" else auto_blocker(flags))
     assert not [r for r in caplog.records if r.levelname == "WARNING"]  # auto's fallback is no warning
     fp32 = Engine(bundle, "fp32", "cpu", fused_step="auto")  # a graph the operator does not compute: the graphs
     assert fp32.fused_step != "fused" and fp32.translate(SENTENCES[:1])[0].text
