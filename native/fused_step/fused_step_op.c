@@ -294,6 +294,43 @@ __attribute__((target("avx2"))) static void attend_values64(const float *scores,
 }
 #endif
 
+#if defined(__x86_64__)
+/* attend's scores q . k_t * scale for d_head 64 on AVX2, and their maximum: q in eight registers, four keys at a time
+   (independent chains); each sum as vm_dot_avx2 computes it, so the same bits */
+__attribute__((target("avx2,fma"))) static float attend_scores64(const float *q, const float *k, const int32_t *from,
+                                                                const size_t *t_base, int64_t row, size_t row_stride,
+                                                                size_t t_stride, const uint8_t *allowed, int len,
+                                                                float scale, float *scores) {
+    const __m256 q0 = _mm256_loadu_ps(q), q1 = _mm256_loadu_ps(q + 8), q2 = _mm256_loadu_ps(q + 16),
+                 q3 = _mm256_loadu_ps(q + 24), q4 = _mm256_loadu_ps(q + 32), q5 = _mm256_loadu_ps(q + 40),
+                 q6 = _mm256_loadu_ps(q + 48), q7 = _mm256_loadu_ps(q + 56);
+    float top = -INFINITY;
+    for (int t = 0; t < len;) {
+        int ts[4], m = 0;
+        for (; t < len && m < 4; t++)
+            if (allowed[t]) ts[m++] = t;
+        __m256 sum[4];
+        for (int i = 0; i < m; i++) {
+            const float *kt = k + (t_base ? t_base[ts[i]] : (size_t)ts[i] * t_stride) +
+                              (size_t)(from ? from[ts[i]] : row) * row_stride;
+            __m256 a = _mm256_fmadd_ps(q0, _mm256_loadu_ps(kt), _mm256_setzero_ps());
+            a = _mm256_fmadd_ps(q1, _mm256_loadu_ps(kt + 8), a);
+            a = _mm256_fmadd_ps(q2, _mm256_loadu_ps(kt + 16), a);
+            a = _mm256_fmadd_ps(q3, _mm256_loadu_ps(kt + 24), a);
+            a = _mm256_fmadd_ps(q4, _mm256_loadu_ps(kt + 32), a);
+            a = _mm256_fmadd_ps(q5, _mm256_loadu_ps(kt + 40), a);
+            a = _mm256_fmadd_ps(q6, _mm256_loadu_ps(kt + 48), a);
+            sum[i] = _mm256_fmadd_ps(q7, _mm256_loadu_ps(kt + 56), a);
+        }
+        for (int i = 0; i < m; i++) {
+            scores[ts[i]] = vm_sum8(sum[i]) * scale;
+            if (scores[ts[i]] > top) top = scores[ts[i]];
+        }
+    }
+    return top;
+}
+#endif
+
 /* softmax(q . k_t * scale over the allowed t) . v for one head: key/value t (dh floats) of row `row` at
    k + row * row_stride + t * t_stride, or with `from` (not NULL) of row from[t] (the search's cache written in
    place: a beam's past columns stay in the rows of the beams that computed them), and with `t_base` (not NULL)
@@ -304,11 +341,16 @@ static void attend(const float *q, const float *k, const float *v, const int32_t
     const float scale = 1.0f / sqrtf((float)dh);
     float top = -INFINITY, sum = 0.0f;
 #define AT(t) ((t_base ? t_base[t] : (size_t)(t) * t_stride) + (size_t)(from ? from[t] : row) * row_stride)
-    for (int t = 0; t < len; t++) {
-        if (!allowed[t]) continue;
-        scores[t] = vm_dot(q, k + AT(t), dh) * scale;
-        if (scores[t] > top) top = scores[t];
-    }
+#if defined(__x86_64__)
+    if (dh == 64 && vm_avx2())
+        top = attend_scores64(q, k, from, t_base, row, row_stride, t_stride, allowed, len, scale, scores);
+    else
+#endif
+        for (int t = 0; t < len; t++) {
+            if (!allowed[t]) continue;
+            scores[t] = vm_dot(q, k + AT(t), dh) * scale;
+            if (scores[t] > top) top = scores[t];
+        }
     for (int t = 0; t < len; t++)
         if (allowed[t]) { scores[t] = expf(scores[t] - top); sum += scores[t]; }
 #if defined(__x86_64__)
