@@ -518,6 +518,36 @@ def test_the_fused_search_gives_the_fused_loops_back_pointers(pre_norm_bundle, l
                         np.testing.assert_array_equal(a, b[: steps[i], i * beam : (i + 1) * beam], err_msg=name)
 
 
+def test_concurrent_searches_on_one_session_get_their_own_answers(pre_norm_bundle, library):
+    """The search keeps its key/value cache mapping for the next search (one kept per operator, grown as needed):
+    searches of different batches, beams and limits at once on one session give what each gives alone."""
+    bundle = load_bundle(pre_norm_bundle)
+    engine = Engine(bundle, "int8", "cpu", search_loop=False)
+    path = bundle.graph("int8", "decoder_loop")
+    search = SearchLoop(create_session(path, "cpu", model=fused_search_graph(path), custom_ops=library))
+    jobs = []
+    for n, beam, limit in ((6, 4, 20), (2, 1, 9), (4, 3, 15), (1, 2, 30)):
+        enc = engine.run_encoder(engine.source_ids(SENTENCES[:n]))
+        jobs.append((enc, [limit] * n, beam))
+    alone = [search._run(enc, limits, beam, None) for enc, limits, beam in jobs]
+    got: dict[tuple[int, int], list] = {}
+
+    def run(worker: int) -> None:
+        for round_ in range(4):
+            job = (worker + round_) % len(jobs)
+            got[(worker, round_)] = [job, search._run(*jobs[job], None)]
+
+    threads = [threading.Thread(target=run, args=(w,)) for w in range(3)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert len(got) == 12
+    for job, arrays in got.values():
+        for a, b in zip(alone[job], arrays, strict=True):
+            np.testing.assert_array_equal(a, b)
+
+
 def test_engine_batches_on_the_fused_search_as_each_sentence_alone(pre_norm_bundle, use_library):
     """With the fused step on, a whole batch runs in the fused search: each sentence's tokens and score are what
     the step-by-step search on the fused step gives it over the same vocabulary, alone or in the batch; with the
