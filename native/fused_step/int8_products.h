@@ -12,7 +12,8 @@
    vpmaddwd: int16 products summed in pairs into int32, exact, where onnxruntime's vpmaddubsw saturates pairs into
    int16) on the CPUs that have neither; plain loops elsewhere. Weights are packed once into [n / 16][k / 4][16][4]
    bytes: 16 columns, 4 consecutive k each, which is vpdpbusd's operand and AMX's B tile layout at once, and which the
-   AVX2 kernel reads 16 bytes (4 columns x 4 k) at a time. */
+   AVX2 kernel reads 16 bytes (4 columns x 4 k) at a time, widening each to int16 once for 6 or 4 rows. Every kernel
+   takes 16 rows at a time over all the column blocks (IP_CHUNK). */
 #ifndef MTSERVE_INT8_PRODUCTS_H
 #define MTSERVE_INT8_PRODUCTS_H
 
