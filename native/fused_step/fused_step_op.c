@@ -331,6 +331,38 @@ __attribute__((target("avx2,fma"))) static float attend_scores64(const float *q,
 }
 #endif
 
+#if defined(__x86_64__)
+/* the same on AVX-512: q in four registers, each sum as vm_dot_avx512 computes it (the same bits) */
+__attribute__((target("avx512f"))) static float attend_scores64_avx512(const float *q, const float *k,
+                                                                      const int32_t *from, const size_t *t_base,
+                                                                      int64_t row, size_t row_stride,
+                                                                      size_t t_stride, const uint8_t *allowed,
+                                                                      int len, float scale, float *scores) {
+    const __m512 q0 = _mm512_loadu_ps(q), q1 = _mm512_loadu_ps(q + 16), q2 = _mm512_loadu_ps(q + 32),
+                 q3 = _mm512_loadu_ps(q + 48);
+    float top = -INFINITY;
+    for (int t = 0; t < len;) {
+        int ts[4], m = 0;
+        for (; t < len && m < 4; t++)
+            if (allowed[t]) ts[m++] = t;
+        __m512 sum[4];
+        for (int i = 0; i < m; i++) {
+            const float *kt = k + (t_base ? t_base[ts[i]] : (size_t)ts[i] * t_stride) +
+                              (size_t)(from ? from[ts[i]] : row) * row_stride;
+            __m512 a = _mm512_fmadd_ps(_mm512_loadu_ps(kt), q0, _mm512_setzero_ps());
+            a = _mm512_fmadd_ps(_mm512_loadu_ps(kt + 16), q1, a);
+            a = _mm512_fmadd_ps(_mm512_loadu_ps(kt + 32), q2, a);
+            sum[i] = _mm512_fmadd_ps(_mm512_loadu_ps(kt + 48), q3, a);
+        }
+        for (int i = 0; i < m; i++) {
+            scores[ts[i]] = _mm512_reduce_add_ps(sum[i]) * scale;
+            if (scores[ts[i]] > top) top = scores[ts[i]];
+        }
+    }
+    return top;
+}
+#endif
+
 /* softmax(q . k_t * scale over the allowed t) . v for one head: key/value t (dh floats) of row `row` at
    k + row * row_stride + t * t_stride, or with `from` (not NULL) of row from[t] (the search's cache written in
    place: a beam's past columns stay in the rows of the beams that computed them), and with `t_base` (not NULL)
@@ -344,6 +376,8 @@ static void attend(const float *q, const float *k, const float *v, const int32_t
 #if defined(__x86_64__)
     if (dh == 64 && vm_avx2())
         top = attend_scores64(q, k, from, t_base, row, row_stride, t_stride, allowed, len, scale, scores);
+    else if (dh == 64 && vm_avx512())
+        top = attend_scores64_avx512(q, k, from, t_base, row, row_stride, t_stride, allowed, len, scale, scores);
     else
 #endif
         for (int t = 0; t < len; t++) {
