@@ -825,13 +825,18 @@ static OrtStatus *search(void *handle, OrtKernelContext *ctx) {
     a.top_values = top_values; a.top_ids = top_ids;
     int cur = 0;
     int64_t steps = 0, columns = 0; /* columns: the rows of the last step's column */
+    /* a source's k beams start from one token: their first step is one row's (computed once, shared below) */
+    int first_shared = k > 1;
+    for (int64_t r = 0; r < rows; r++) first_shared &= tok[r] == tok[r - r % k];
     for (int64_t t = 0;; t++) {
+        const int64_t each = t == 0 && first_shared ? k : 1; /* computed rows: every `each`-th of a source's */
         int64_t n = 0; /* the rows of the sources still searching, in order */
-        for (int64_t r = 0; r < rows; r++)
+        for (int64_t r = 0; r < rows; r += each)
             if (going[r / k]) { active[n] = r; tok[n] = tok[r]; pos[n] = t; slots[n] = r / k; n++; }
         if (n == 0) break;
         if (t >= K->max_positions) STOP(ORT_INVALID_ARGUMENT, "FusedSearch: a limit is past the position table");
-        for (int64_t i = 0; i < n; i++) from[cur][active[i] * cap + t] = (int32_t)i; /* row i of column t */
+        for (int64_t i = 0; i < n; i++) /* row i of column t, for the beams that share it too */
+            for (int64_t j = 0; j < each; j++) from[cur][(active[i] + j) * cap + t] = (int32_t)i;
         t_base[t] = t ? t_base[t - 1] + (size_t)columns * a.row_stride : 0;
         columns = n;
         a.rows = n; a.past = t; a.tokens = tok; a.from = from[cur]; a.t_base = t_base;
@@ -850,6 +855,15 @@ static OrtStatus *search(void *handle, OrtKernelContext *ctx) {
         }
         step(K, &a, &s);
         steps = t + 1;
+        if (each > 1) { /* each computed row's top values and ids for its source's k beams, from the last down */
+            for (int64_t i = n - 1; i >= 0; i--)
+                for (int64_t j = each - 1; j >= 0; j--) {
+                    memmove(top_values + (i * each + j) * top, top_values + i * top, top * sizeof(float));
+                    memmove(top_ids + (i * each + j) * top, top_ids + i * top, top * sizeof(int64_t));
+                    active[i * each + j] = active[i] + j;
+                }
+            n *= each;
+        }
         for (int64_t at = 0; at < n; at += k) { /* one source's k rows */
             const int64_t b = active[at] / k, first = b * k;
             const float *values = top_values + at * top;
