@@ -20,7 +20,8 @@ searches without one, as PyTorch and CTranslate2 do). The bundle's lexical
 shortlist (``python -m export.cli shortlist``, core/shortlist.py) runs only in the ``+shortlist`` ort engines and
 the ``+vmap`` ct2 engines (the same table written as CTranslate2's vmap.txt, decoded with use_vmap); every other
 engine searches the whole vocabulary. ``+avx2`` runs an engine on the code of CPUs without AVX-512: the fused step's
-AVX2 kernels (MT_FUSED_STEP_KERNEL=avx2; use with ``+fused``) and CTranslate2's AVX2 code (CT2_FORCE_CPU_ISA=AVX2).
+AVX2 kernels (MT_FUSED_STEP_KERNEL=avx2; use with ``+fused``) and CTranslate2's AVX2 code (CT2_FORCE_CPU_ISA=AVX2 for
+its own kernels, ONEDNN_MAX_CPU_ISA=AVX2 and MKL_ENABLE_INSTRUCTIONS=AVX2 for its int8 GEMM backends).
 onnxruntime's own kernels cannot be forced, so on an AVX-512 machine ``ort-int8+fused+avx2`` against
 ``ct2-int8+avx2`` is the one like-for-like AVX2 pair; the graph engines need an AVX2-only CPU.
 
@@ -154,6 +155,10 @@ def _worker(conn, engine: str, args: dict) -> None:
     if "+avx2" in engine:  # before any library reads them: the fused step's kernel, CTranslate2's ISA
         os.environ["MT_FUSED_STEP_KERNEL"] = "avx2"
         os.environ["CT2_FORCE_CPU_ISA"] = "AVX2"
+        # CT2_FORCE_CPU_ISA is CTranslate2's own kernels only: its int8 GEMM is oneDNN's (AMD) or MKL's (Intel),
+        # which pick their own ISA (AVX-512 VNNI otherwise, speed-log item 55)
+        os.environ["ONEDNN_MAX_CPU_ISA"] = "AVX2"
+        os.environ["MKL_ENABLE_INSTRUCTIONS"] = "AVX2"
     started = time.perf_counter()
     run = _runner(engine, args)
     workloads: dict[str, dict] = {}

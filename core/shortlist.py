@@ -52,6 +52,10 @@ class Shortlist:
         A mask over the vocabulary, the translations of all the batch's subwords gathered in one indexing (their
         ranges of ``targets`` laid end to end): ~80 us for a lone sentence and ~0.3 ms for 32 on de-en 3's table,
         against ~0.3 and ~1.9 ms for one np.unique over a list of slices (throwaway timing, speed-log item 36)."""
+        return union([self._translations(sources), np.fromiter(extra, dtype=np.int64)], self.vocab_size, self._always)
+
+    def _translations(self, sources: Iterable[Sequence[int]]) -> np.ndarray:
+        """The translations (target ids, with repeats) of every subword of ``sources`` this vocabulary has."""
         seen = np.unique(np.fromiter((t for s in sources for t in s), dtype=np.int64))
         seen = seen[(seen >= 0) & (seen < self.vocab_size)]
         starts, ends = self.offsets[seen], self.offsets[seen + 1]
@@ -59,12 +63,19 @@ class Shortlist:
         # position j of the joined ranges reads targets[starts[r] + j - (where range r begins in the join)]
         begins = np.cumsum(lengths) - lengths
         where = np.arange(int(lengths.sum())) + np.repeat(starts - begins, lengths)
-        return union([self.targets[where], np.fromiter(extra, dtype=np.int64)], self.vocab_size, self._always)
+        return self.targets[where]
 
     def owners(self, sources: Sequence[Sequence[int]], vocab_ids: np.ndarray) -> np.ndarray:
         """(sources, len(vocab_ids)) bool: the ids of a batch's union ``vocab_ids`` that each source's own list holds
-        (the fused step's ``vocab_sources``: each source normalizes over its own list, as it does alone)."""
-        return np.stack([np.isin(vocab_ids, self.vocab_ids([s]), assume_unique=True) for s in sources])
+        (the fused step's ``vocab_sources``: each source normalizes over its own list, as it does alone). Each row
+        reads a source's mask over the vocabulary at ``vocab_ids``: 0.50 ms for 32 Multi30k sources on de-en 3's table,
+        against 1.26 ms for np.isin with each source's ``vocab_ids`` (throwaway timing, speed-log item 55)."""
+        rows = np.empty((len(sources), len(vocab_ids)), dtype=bool)
+        for i, source in enumerate(sources):
+            mask = self._always.copy()
+            mask[self._translations([source])] = True
+            rows[i] = mask[vocab_ids]
+        return rows
 
     def save(self, path: Path) -> Path:
         dtype = np.uint16 if self.vocab_size <= np.iinfo(np.uint16).max + 1 else np.int32

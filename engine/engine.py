@@ -75,8 +75,8 @@ class Engine:
         instead of one each. ``memory_pattern``, ``prepack``: onnxruntime's session options of those names
         (runtime.py ``create_session``). ``fused_step``: whole-batch search runs the int8 step as one fused operator
         (fused_step.py) where the library is built and the bundle's graph is one it computes; "auto" only where the
-        CPU has AVX-512 VNNI too (fused_step.py ``auto_blocker``), and says why not at INFO, not WARNING ("true" /
-        "false" as the booleans); ``self.fused_step`` says what runs ("fused", "off", or why not)."""
+        CPU has AVX-512 VNNI or AVX2 with FMA too (fused_step.py ``auto_blocker``), and says why not at INFO, not
+        WARNING ("true" / "false" as the booleans); ``self.fused_step`` says what runs ("fused", "off", or why not)."""
         self.bundle = bundle
         self.variant = variant or bundle.default_variant
         self.decoding = decoding_defaults(bundle.manifest)  # the manifest's, as GET /v1/models shows them

@@ -9,10 +9,10 @@ one search operator (the same step, the Loop body's ranking, a cache written in 
 MT_FUSED_STEP_LIBRARY names another file) and say why not otherwise: the engine then keeps the graphs the bundle ships
 (a fallback, never an error).
 
-MT_FUSED_STEP=auto (the default) uses it where it was measured faster than onnxruntime's kernels: the library is built
-and the CPU has AVX-512 VNNI (``auto_blocker`` says why not otherwise; the graphs then run, with an info line, not a
-warning). true asks for it on any CPU (AVX2 or AVX-VNNI kernels where the CPU has them, plain loops elsewhere; auto
-leaves those CPUs to the graphs until a benchmark there says otherwise), false never. Its float parts (softmax
+MT_FUSED_STEP=auto (the default) uses it where it was measured faster: the library is built and the CPU has AVX-512
+VNNI, or AVX2 with FMA (its AVX2 and AVX-VNNI kernels, docs/engine-speed-log.md item 55; ``auto_blocker`` says why
+not otherwise; the graphs then run, with an info line, not a warning). true asks for it on any CPU (plain loops on
+one with neither), false never. Its float parts (softmax
 exponentials, dot-product order) are not onnxruntime's bit for bit, so a quantized activation on a rounding edge can
 round the other way and a hypothesis' score move by a few hundredths (docs/engine-speed-log.md items 45 and 48 have the
 measured agreement and BLEU).
@@ -43,16 +43,18 @@ def library_path() -> Path:
 
 def auto_blocker(flags: set[str] | None = None) -> str | None:
     """Why MT_FUSED_STEP=auto keeps the graphs on this machine, or None when it uses the fused step: the library is
-    built and the CPU has AVX-512 VNNI, where its kernels were measured faster than onnxruntime's
-    (docs/benchmarks.md); on other CPUs its AVX2 kernels were not measured against onnxruntime's, so auto leaves them
-    off."""
+    built and the CPU has AVX-512 VNNI or AVX2 with FMA, where its kernels were measured faster (docs/benchmarks.md;
+    on AVX2 against CTranslate2's AVX2 code, which onnxruntime's graphs only matched on an AVX2-only EPYC, issue 56)
+    and where they give each request its answer alone under any load (item 54). A CPU with neither would run plain
+    loops, several times slower than onnxruntime's kernels."""
     library = library_path()
     if not library.is_file():
         return f"{library} is not built (make native)"
-    if "avx512_vnni" not in (cpu_flags() if flags is None else flags):
+    flags = cpu_flags() if flags is None else flags
+    if "avx512_vnni" not in flags and not {"avx2", "fma"} <= flags:
         return (
-            "this CPU has no AVX-512 VNNI: the fused step's AVX2 kernels are not measured faster than onnxruntime's "
-            "here (MT_FUSED_STEP=true uses them anyway)"
+            "this CPU has neither AVX-512 VNNI nor AVX2 with FMA: the fused step would run plain loops, slower than "
+            "onnxruntime's kernels (MT_FUSED_STEP=true uses them anyway)"
         )
     return None
 

@@ -127,7 +127,8 @@ class EngineSettings(SettingsGroup):
         description="whole-batch search runs the int8 decoder step as one fused onnxruntime operator "
         "(native/fused_step/, built by `make native`; MT_FUSED_STEP_LIBRARY names another build) where the bundle's "
         "step graph is one it computes; else, or without the library, the step graph as before. auto: where the "
-        "library is built and the CPU has AVX-512 VNNI (measured faster there); true: on any CPU; false: never. Its "
+        "library is built and the CPU has AVX-512 VNNI or AVX2 with FMA (measured faster there); true: on any CPU; "
+        "false: never. Its "
         "float parts are not onnxruntime's bit for bit: scores may move by a few hundredths "
         "(docs/engine-speed-log.md items 45, 48)",
     )

@@ -28,6 +28,9 @@
    softmaxes) may differ from onnxruntime's kernels in the last bits. tests/engine/test_fused_step.py holds it to the
    graph. Weights are packed on the first run (a mutex guards it); a vocabulary subset's columns are packed once and
    kept while the next runs ask for the same ids (a search asks for one subset at every step). */
+#ifndef _GNU_SOURCE
+#define _GNU_SOURCE /* mremap */
+#endif
 #include <pthread.h>
 #include <stddef.h>
 #include <stdio.h>
@@ -64,6 +67,8 @@ typedef struct {
     layer *layer;
     qlinear out; /* the whole vocabulary; a subset's columns are packed from it */
     subset *cached;
+    void *spare_cache; /* the last search's key/value cache mapping, kept for the next (`cache_take`) */
+    size_t spare_bytes;
 } kernel;
 
 static const OrtApi *g_api;
@@ -261,22 +266,133 @@ static void layer_norm(const float *x, const float *g, const float *b, float *y,
     for (int i = 0; i < d; i++) y[i] = (x[i] - mean) / denominator * g[i] + b[i];
 }
 
-/* softmax(q . k_t * scale over the allowed t) . v for one head: key/value t (dh floats) of row `row` at
-   k + row * row_stride + t * t_stride, or with `from` (not NULL) of row from[t] (the search's cache written in
-   place: a beam's past columns stay in the rows of the beams that computed them) */
-static void attend(const float *q, const float *k, const float *v, const int32_t *from, int64_t row,
-                   size_t row_stride, size_t t_stride, const uint8_t *allowed, int len, int dh, float *out,
-                   float *scores) {
-    const float scale = 1.0f / sqrtf((float)dh);
-    float top = -INFINITY, sum = 0.0f;
-#define AT(t) ((size_t)(from ? from[t] : row) * row_stride + (size_t)(t) * t_stride)
+#if defined(__x86_64__)
+/* attend's sum over t of (scores[t] / sum) * v_t for d_head 64 on AVX2, the 64 sums in eight registers (the scalar
+   loop kept them in memory, a load and a store per value and t): the same products and sums in the same order, so
+   the same bits */
+__attribute__((target("avx2"))) static void attend_values64(const float *scores, float sum, const float *v,
+                                                           const int32_t *from, const size_t *t_base, int64_t row,
+                                                           size_t row_stride, size_t t_stride,
+                                                           const uint8_t *allowed, int len, float *out) {
+    __m256 a0 = _mm256_setzero_ps(), a1 = a0, a2 = a0, a3 = a0, a4 = a0, a5 = a0, a6 = a0, a7 = a0;
     for (int t = 0; t < len; t++) {
         if (!allowed[t]) continue;
-        scores[t] = vm_dot(q, k + AT(t), dh) * scale;
-        if (scores[t] > top) top = scores[t];
+        const __m256 p = _mm256_set1_ps(scores[t] / sum);
+        const float *vt = v + (t_base ? t_base[t] : (size_t)t * t_stride) + (size_t)(from ? from[t] : row) * row_stride;
+        a0 = _mm256_add_ps(a0, _mm256_mul_ps(p, _mm256_loadu_ps(vt)));
+        a1 = _mm256_add_ps(a1, _mm256_mul_ps(p, _mm256_loadu_ps(vt + 8)));
+        a2 = _mm256_add_ps(a2, _mm256_mul_ps(p, _mm256_loadu_ps(vt + 16)));
+        a3 = _mm256_add_ps(a3, _mm256_mul_ps(p, _mm256_loadu_ps(vt + 24)));
+        a4 = _mm256_add_ps(a4, _mm256_mul_ps(p, _mm256_loadu_ps(vt + 32)));
+        a5 = _mm256_add_ps(a5, _mm256_mul_ps(p, _mm256_loadu_ps(vt + 40)));
+        a6 = _mm256_add_ps(a6, _mm256_mul_ps(p, _mm256_loadu_ps(vt + 48)));
+        a7 = _mm256_add_ps(a7, _mm256_mul_ps(p, _mm256_loadu_ps(vt + 56)));
     }
+    _mm256_storeu_ps(out, a0); _mm256_storeu_ps(out + 8, a1); _mm256_storeu_ps(out + 16, a2);
+    _mm256_storeu_ps(out + 24, a3); _mm256_storeu_ps(out + 32, a4); _mm256_storeu_ps(out + 40, a5);
+    _mm256_storeu_ps(out + 48, a6); _mm256_storeu_ps(out + 56, a7);
+}
+#endif
+
+#if defined(__x86_64__)
+/* attend's scores q . k_t * scale for d_head 64 on AVX2, and their maximum: q in eight registers, four keys at a time
+   (independent chains); each sum as vm_dot_avx2 computes it, so the same bits */
+__attribute__((target("avx2,fma"))) static float attend_scores64(const float *q, const float *k, const int32_t *from,
+                                                                const size_t *t_base, int64_t row, size_t row_stride,
+                                                                size_t t_stride, const uint8_t *allowed, int len,
+                                                                float scale, float *scores) {
+    const __m256 q0 = _mm256_loadu_ps(q), q1 = _mm256_loadu_ps(q + 8), q2 = _mm256_loadu_ps(q + 16),
+                 q3 = _mm256_loadu_ps(q + 24), q4 = _mm256_loadu_ps(q + 32), q5 = _mm256_loadu_ps(q + 40),
+                 q6 = _mm256_loadu_ps(q + 48), q7 = _mm256_loadu_ps(q + 56);
+    float top = -INFINITY;
+    for (int t = 0; t < len;) {
+        int ts[4], m = 0;
+        for (; t < len && m < 4; t++)
+            if (allowed[t]) ts[m++] = t;
+        __m256 sum[4];
+        for (int i = 0; i < m; i++) {
+            const float *kt = k + (t_base ? t_base[ts[i]] : (size_t)ts[i] * t_stride) +
+                              (size_t)(from ? from[ts[i]] : row) * row_stride;
+            __m256 a = _mm256_fmadd_ps(q0, _mm256_loadu_ps(kt), _mm256_setzero_ps());
+            a = _mm256_fmadd_ps(q1, _mm256_loadu_ps(kt + 8), a);
+            a = _mm256_fmadd_ps(q2, _mm256_loadu_ps(kt + 16), a);
+            a = _mm256_fmadd_ps(q3, _mm256_loadu_ps(kt + 24), a);
+            a = _mm256_fmadd_ps(q4, _mm256_loadu_ps(kt + 32), a);
+            a = _mm256_fmadd_ps(q5, _mm256_loadu_ps(kt + 40), a);
+            a = _mm256_fmadd_ps(q6, _mm256_loadu_ps(kt + 48), a);
+            sum[i] = _mm256_fmadd_ps(q7, _mm256_loadu_ps(kt + 56), a);
+        }
+        for (int i = 0; i < m; i++) {
+            scores[ts[i]] = vm_sum8(sum[i]) * scale;
+            if (scores[ts[i]] > top) top = scores[ts[i]];
+        }
+    }
+    return top;
+}
+#endif
+
+#if defined(__x86_64__)
+/* the same on AVX-512: q in four registers, each sum as vm_dot_avx512 computes it (the same bits) */
+__attribute__((target("avx512f"))) static float attend_scores64_avx512(const float *q, const float *k,
+                                                                      const int32_t *from, const size_t *t_base,
+                                                                      int64_t row, size_t row_stride,
+                                                                      size_t t_stride, const uint8_t *allowed,
+                                                                      int len, float scale, float *scores) {
+    const __m512 q0 = _mm512_loadu_ps(q), q1 = _mm512_loadu_ps(q + 16), q2 = _mm512_loadu_ps(q + 32),
+                 q3 = _mm512_loadu_ps(q + 48);
+    float top = -INFINITY;
+    for (int t = 0; t < len;) {
+        int ts[4], m = 0;
+        for (; t < len && m < 4; t++)
+            if (allowed[t]) ts[m++] = t;
+        __m512 sum[4];
+        for (int i = 0; i < m; i++) {
+            const float *kt = k + (t_base ? t_base[ts[i]] : (size_t)ts[i] * t_stride) +
+                              (size_t)(from ? from[ts[i]] : row) * row_stride;
+            __m512 a = _mm512_fmadd_ps(_mm512_loadu_ps(kt), q0, _mm512_setzero_ps());
+            a = _mm512_fmadd_ps(_mm512_loadu_ps(kt + 16), q1, a);
+            a = _mm512_fmadd_ps(_mm512_loadu_ps(kt + 32), q2, a);
+            sum[i] = _mm512_fmadd_ps(_mm512_loadu_ps(kt + 48), q3, a);
+        }
+        for (int i = 0; i < m; i++) {
+            scores[ts[i]] = _mm512_reduce_add_ps(sum[i]) * scale;
+            if (scores[ts[i]] > top) top = scores[ts[i]];
+        }
+    }
+    return top;
+}
+#endif
+
+/* softmax(q . k_t * scale over the allowed t) . v for one head: key/value t (dh floats) of row `row` at
+   k + row * row_stride + t * t_stride, or with `from` (not NULL) of row from[t] (the search's cache written in
+   place: a beam's past columns stay in the rows of the beams that computed them), and with `t_base` (not NULL)
+   column t at t_base[t] instead of t * t_stride (the search's columns, each as wide as the rows it computed) */
+static void attend(const float *q, const float *k, const float *v, const int32_t *from, const size_t *t_base,
+                   int64_t row, size_t row_stride, size_t t_stride, const uint8_t *allowed, int len, int dh,
+                   float *out, float *scores) {
+    const float scale = 1.0f / sqrtf((float)dh);
+    float top = -INFINITY, sum = 0.0f;
+#define AT(t) ((t_base ? t_base[t] : (size_t)(t) * t_stride) + (size_t)(from ? from[t] : row) * row_stride)
+#if defined(__x86_64__)
+    if (dh == 64 && vm_avx2())
+        top = attend_scores64(q, k, from, t_base, row, row_stride, t_stride, allowed, len, scale, scores);
+    else if (dh == 64 && vm_avx512())
+        top = attend_scores64_avx512(q, k, from, t_base, row, row_stride, t_stride, allowed, len, scale, scores);
+    else
+#endif
+        for (int t = 0; t < len; t++) {
+            if (!allowed[t]) continue;
+            scores[t] = vm_dot(q, k + AT(t), dh) * scale;
+            if (scores[t] > top) top = scores[t];
+        }
     for (int t = 0; t < len; t++)
         if (allowed[t]) { scores[t] = expf(scores[t] - top); sum += scores[t]; }
+#if defined(__x86_64__)
+    if (dh == 64 && vm_level() > 0) {
+        attend_values64(scores, sum, v, from, t_base, row, row_stride, t_stride, allowed, len, out);
+        return;
+    }
+#endif
     for (int i = 0; i < dh; i++) out[i] = 0.0f;
     for (int t = 0; t < len; t++) {
         if (!allowed[t]) continue;
@@ -301,7 +417,8 @@ static int scratch_alloc(scratch *s, const kernel *K, int64_t rows, int64_t widt
     const int64_t d = K->d, W = 3 * d > K->ff ? 3 * d : K->ff;
     s->x = malloc(rows * d * sizeof(float)); s->h = malloc(rows * d * sizeof(float));
     s->t = malloc(rows * W * sizeof(float)); s->att = malloc(rows * d * sizeof(float));
-    s->logits = malloc(rows * width * sizeof(float)); s->scores = malloc(len * sizeof(float));
+    s->logits = malloc((rows < IP_CHUNK ? rows : IP_CHUNK) * width * sizeof(float));
+    s->scores = malloc(len * sizeof(float));
     s->own = malloc(width * sizeof(float));
     s->xq = aligned_alloc(64, (ip_xq_bytes((int)rows, (int)W) + 63) / 64 * 64);
     if (s->x && s->h && s->t && s->att && s->logits && s->scores && s->own && s->xq) return 1;
@@ -314,13 +431,15 @@ static int scratch_alloc(scratch *s, const kernel *K, int64_t rows, int64_t widt
    key/value at column `past` and attends over past + 1 columns. Row r attends to source slots[r] / group where
    src_allowed allows, and to its columns where self_allowed[r * self_stride + c] does. With `rows_at`, computed
    row r is the cache's row rows_at[r] (else row r), and with `from`, that row reads column c from the cache's row
-   from[rows_at[r] * cap + c] (else its own). */
+   from[rows_at[r] * cap + c] (else its own). With `t_base` (the search), column c starts at t_base[c] instead of
+   c * t_stride and holds only the rows computed at step c: computed row r writes its column at row r of it. */
 typedef struct {
     int64_t rows, past, cap, sources, src, group, self_stride, width, k;
     size_t t_stride, row_stride, head_stride;
     const int64_t *tokens, *positions, *slots, *ids; /* ids: the subset's vocabulary ids, NULL: the whole one */
     const int64_t *rows_at;
     const int32_t *from;
+    const size_t *t_base;
     const int64_t *banned;   /* computed row r's banned_n[r] token ids at banned + r * banned_stride; NULL: none */
     const int32_t *banned_n;
     int64_t banned_stride;
@@ -362,10 +481,11 @@ static void step(const kernel *K, const step_args *a, scratch *s) {
             const int32_t *from = a->from ? a->from + row * a->cap : NULL;
             for (int64_t hd = 0; hd < H; hd++) {
                 float *ck = a->cache_k[l] + hd * a->head_stride, *cv = a->cache_v[l] + hd * a->head_stride;
-                const size_t at = row * a->row_stride + past * a->t_stride;
+                const size_t at = a->t_base ? a->t_base[past] + (size_t)r * a->row_stride
+                                            : row * a->row_stride + past * a->t_stride;
                 memcpy(ck + at, qkv + d + hd * dh, dh * sizeof(float));
                 memcpy(cv + at, qkv + 2 * d + hd * dh, dh * sizeof(float));
-                attend(qkv + hd * dh, ck, cv, from, row, a->row_stride, a->t_stride,
+                attend(qkv + hd * dh, ck, cv, from, a->t_base, row, a->row_stride, a->t_stride,
                        a->self_allowed + r * a->self_stride, (int)past + 1, dh, att + r * d + hd * dh, s->scores);
             }
         }
@@ -377,7 +497,7 @@ static void step(const kernel *K, const step_args *a, scratch *s) {
             const int64_t src = a->src, source = a->slots[r] / a->group;
             for (int64_t hd = 0; hd < H; hd++) {
                 const size_t at = (size_t)((source * H + hd) * src * dh);
-                attend(t + r * W + hd * dh, a->cross_k[l] + at, a->cross_v[l] + at, NULL, 0, 0, dh,
+                attend(t + r * W + hd * dh, a->cross_k[l] + at, a->cross_v[l] + at, NULL, NULL, 0, 0, dh,
                        a->src_allowed + source * src, (int)src, dh, att + r * d + hd * dh, s->scores);
             }
         }
@@ -393,17 +513,19 @@ static void step(const kernel *K, const step_args *a, scratch *s) {
     const qlinear *out_q = a->out_q;
     const int64_t width = a->width, k = a->k;
     for (int64_t r = 0; r < rows; r++) layer_norm(x + r * d, K->nfg, K->nfb, h + r * d, d, K->eps);
-    ip_product(out_q, h, d, d, s->logits, out_q->n, (int)rows, s->xq);
+    /* the output product IP_CHUNK rows at a time, each ranked before the next: the logits of 16 rows (1 MB for the
+       whole vocabulary), not of every row (8 MB at beam 4 x 32 sentences, most of the step's peak memory) */
     for (int64_t r = 0; r < rows; r++) { /* LogSoftmax: x - max - log(sum(exp(x - max))) */
-        const float *z = s->logits + r * out_q->n;
+        if (r % IP_CHUNK == 0)
+            ip_product(out_q, h + r * d, d, d, s->logits, out_q->n, (int)(rows - r < IP_CHUNK ? rows - r : IP_CHUNK),
+                       s->xq);
+        const float *z = s->logits + (r % IP_CHUNK) * out_q->n;
         float *lp = a->log_probs + r * a->lp_stride;
         const uint8_t *own = a->own_vocab ? a->own_vocab + (a->slots[r] / a->group) * width : NULL;
         if (own) { /* over the row's own columns, gathered in order: the sums its source gets alone */
-            int m = 0;
-            for (int64_t j = 0; j < width; j++)
-                if (own[j]) s->own[m++] = z[j];
+            const int m = vm_gather_owned(z, own, (int)width, s->own);
             const float top = vm_max(s->own, m), norm = logf(vm_exp_sum(s->own, m, top));
-            for (int64_t j = 0; j < width; j++) lp[j] = own[j] ? z[j] - top - norm : -INFINITY;
+            vm_shift_owned(z, own, (int)width, top, norm, lp);
         } else {
             const float top = vm_max(z, (int)width);
             vm_shift(z, (int)width, top, logf(vm_exp_sum(z, (int)width, top)), lp);
@@ -548,6 +670,40 @@ done:
     return status;
 }
 
+/* A search's key/value cache: the mapping the last search gave back (grown with mremap where it is smaller), else a
+   new anonymous one. A fresh mapping's pages are zeroed by the kernel as the steps first touch them, 786 KB a step
+   at beam 4 x 32 sentences (6-8% of the search's CPU, docs/engine-speed-log.md item 55); a kept one's are already
+   there. Its touched pages are the size of one search's cache, which that search held anyway. */
+static float *cache_take(kernel *K, size_t bytes, size_t *mapped) {
+    pthread_mutex_lock(&K->lock);
+    void *m = K->spare_cache;
+    size_t have = K->spare_bytes;
+    K->spare_cache = NULL; K->spare_bytes = 0;
+    pthread_mutex_unlock(&K->lock);
+    if (m && have < bytes) {
+        void *grown = mremap(m, have, bytes, MREMAP_MAYMOVE);
+        if (grown == MAP_FAILED) munmap(m, have);
+        m = grown == MAP_FAILED ? NULL : grown;
+        have = bytes;
+    }
+    if (!m) {
+        m = mmap(NULL, bytes, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+        if (m == MAP_FAILED) return NULL;
+        have = bytes;
+    }
+    *mapped = have;
+    return m;
+}
+
+/* back for the next search (one kept: a concurrent search's is unmapped) */
+static void cache_give_back(kernel *K, void *m, size_t bytes) {
+    if (!m) return;
+    pthread_mutex_lock(&K->lock);
+    if (!K->spare_cache) { K->spare_cache = m; K->spare_bytes = bytes; m = NULL; }
+    pthread_mutex_unlock(&K->lock);
+    if (m) munmap(m, bytes);
+}
+
 /* --- mtserve.fused.FusedSearch: the search loop graph's Loop (core/graphs.py SEARCH_LOOP), for a batch ------- */
 
 /* Inputs: max_steps () i64, tokens (sources * k, 1) i64 (BOS), scores (sources * k, 1) f64, src_mask (sources, src)
@@ -565,7 +721,7 @@ done:
    answer does not depend on the others in the batch. With no_repeat_ngram_size n > 0, a token that would complete
    an n-gram a row's generated tokens already hold is out of that row's ranking (engine/no_repeat.py's
    block: its log-probability -inf before the top 2k are taken).
-   The key/value cache is written in place: at step t row i writes its column t in its own cache row and never
+   The key/value cache is written in place: at step t the i-th row still searching writes row i of column t and never
    moves it; a beam that goes on from row j inherits row j's list of where its columns are (`from`), so no cache is
    copied between steps. The cache is one anonymous mapping of the longest limit, touched only as far as the steps
    go. Attribute eos (the end token) besides layers, heads, epsilon. */
@@ -605,15 +761,18 @@ static OrtStatus *search(void *handle, OrtKernelContext *ctx) {
     const int64_t cap = (longest < K->max_positions ? longest : K->max_positions) + 1;
     step_args a = {0};
     a.cap = cap; a.sources = B; a.src = src; a.group = 1; a.self_stride = 0;
-    /* cache columns outermost: the steps so far touch whole pages, column after column (a row-major layout would
-       touch a partial page per row and head) */
-    a.head_stride = dh; a.row_stride = d; a.t_stride = (size_t)rows * d;
+    /* cache columns outermost, each as wide as the rows that step computed (t_base: a source that has ended takes no
+       room in the later ones), a row's keys and values of every layer together: the steps so far touch a prefix of
+       the mapping, column after column (a row-major layout would touch a partial page per row and head), and a kept
+       mapping (cache_take) holds no more touched pages than the longest search needed, whatever its batch */
+    a.head_stride = dh; a.row_stride = 2 * (size_t)L * d; a.t_stride = 0;
     a.ids = sub ? vocab_ids.data : NULL;
     a.out_q = sub ? &sub->q : &K->out;
     a.width = width; a.k = top;
     float *cross_k[64], *cross_v[64], *cache_k[64], *cache_v[64];
-    const size_t layer_floats = (size_t)rows * H * cap * dh, cache_bytes = 2 * L * layer_floats * sizeof(float);
-    float *cache = mmap(NULL, cache_bytes, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+    const size_t layer_floats = (size_t)rows * H * cap * dh;
+    size_t cache_bytes = 0;
+    float *cache = cache_take(K, 2 * L * layer_floats * sizeof(float), &cache_bytes);
     int64_t *tok = malloc(rows * sizeof(int64_t)), *pos = malloc(rows * sizeof(int64_t));
     int64_t *slots = malloc(rows * sizeof(int64_t)), *active = malloc(rows * sizeof(int64_t));
     int64_t *top_ids = malloc(rows * top * sizeof(int64_t)), *best_at = malloc(top * sizeof(int64_t));
@@ -626,6 +785,7 @@ static OrtStatus *search(void *handle, OrtKernelContext *ctx) {
     double *scores = malloc(rows * sizeof(double)), *best = malloc(top * sizeof(double));
     float *log_probs = malloc(width * sizeof(float)), *top_values = malloc(rows * top * sizeof(float));
     int32_t *from[2] = {malloc(rows * cap * sizeof(int32_t)), malloc(rows * cap * sizeof(int32_t))};
+    size_t *t_base = malloc(cap * sizeof(size_t));
     /* the block's bookkeeping: each row's generated tokens (double-buffered as `from`), a step's banned ids */
     int64_t *history[2] = {NULL, NULL}, *banned = NULL;
     int32_t *banned_n = NULL;
@@ -636,18 +796,17 @@ static OrtStatus *search(void *handle, OrtKernelContext *ctx) {
     uint8_t *ones = malloc(cap), *src_allowed = malloc(B * src + 1), *going = malloc(B), *own = NULL;
     scratch s = {0};
     OrtStatus *status = NULL;
-    const int ok = cache != MAP_FAILED && tok && pos && slots && active && top_ids && best_at && steps_of &&
+    const int ok = cache && tok && pos && slots && active && top_ids && best_at && steps_of &&
                    finished && o_ended_beams && o_going_beams && o_going_ids && o_ended_scores && o_going_scores &&
-                   o_ended && scores && best && log_probs && top_values && from[0] && from[1] && ones &&
+                   o_ended && scores && best && log_probs && top_values && from[0] && from[1] && t_base && ones &&
                    src_allowed && going && (!ngram || (history[0] && history[1] && banned && banned_n)) &&
                    scratch_alloc(&s, K, rows, a.out_q->n, cap > src ? cap : src);
     if (!ok) {
-        if (cache == MAP_FAILED) cache = NULL;
         STOP(ORT_FAIL, "FusedSearch: out of memory");
     }
     for (int64_t l = 0; l < L; l++) {
-        cache_k[l] = cache + 2 * l * layer_floats;
-        cache_v[l] = cache + (2 * l + 1) * layer_floats;
+        cache_k[l] = cache + 2 * l * (size_t)d;
+        cache_v[l] = cache + (2 * l + 1) * (size_t)d;
     }
     TRY(cross_inputs(K, ctx, SEARCH_HEAD, B, src, cross_k, cross_v));
     TRY(own_columns(K, &vocab_sources, B, width, top, &own));
@@ -665,15 +824,22 @@ static OrtStatus *search(void *handle, OrtKernelContext *ctx) {
     a.log_probs = log_probs; a.lp_stride = 0; /* only the top 2k of each row are kept */
     a.top_values = top_values; a.top_ids = top_ids;
     int cur = 0;
-    int64_t steps = 0;
+    int64_t steps = 0, columns = 0; /* columns: the rows of the last step's column */
+    /* a source's k beams start from one token: their first step is one row's (computed once, shared below) */
+    int first_shared = k > 1;
+    for (int64_t r = 0; r < rows; r++) first_shared &= tok[r] == tok[r - r % k];
     for (int64_t t = 0;; t++) {
+        const int64_t each = t == 0 && first_shared ? k : 1; /* computed rows: every `each`-th of a source's */
         int64_t n = 0; /* the rows of the sources still searching, in order */
-        for (int64_t r = 0; r < rows; r++)
+        for (int64_t r = 0; r < rows; r += each)
             if (going[r / k]) { active[n] = r; tok[n] = tok[r]; pos[n] = t; slots[n] = r / k; n++; }
         if (n == 0) break;
         if (t >= K->max_positions) STOP(ORT_INVALID_ARGUMENT, "FusedSearch: a limit is past the position table");
-        for (int64_t i = 0; i < n; i++) from[cur][active[i] * cap + t] = (int32_t)active[i];
-        a.rows = n; a.past = t; a.tokens = tok; a.from = from[cur];
+        for (int64_t i = 0; i < n; i++) /* row i of column t, for the beams that share it too */
+            for (int64_t j = 0; j < each; j++) from[cur][(active[i] + j) * cap + t] = (int32_t)i;
+        t_base[t] = t ? t_base[t - 1] + (size_t)columns * a.row_stride : 0;
+        columns = n;
+        a.rows = n; a.past = t; a.tokens = tok; a.from = from[cur]; a.t_base = t_base;
         if (ngram) { /* row i bans the followers of every earlier occurrence of its last n - 1 tokens */
             for (int64_t i = 0; i < n; i++) {
                 const int64_t *h = history[cur] + active[i] * cap;
@@ -689,6 +855,15 @@ static OrtStatus *search(void *handle, OrtKernelContext *ctx) {
         }
         step(K, &a, &s);
         steps = t + 1;
+        if (each > 1) { /* each computed row's top values and ids for its source's k beams, from the last down */
+            for (int64_t i = n - 1; i >= 0; i--)
+                for (int64_t j = each - 1; j >= 0; j--) {
+                    memmove(top_values + (i * each + j) * top, top_values + i * top, top * sizeof(float));
+                    memmove(top_ids + (i * each + j) * top, top_ids + i * top, top * sizeof(int64_t));
+                    active[i * each + j] = active[i] + j;
+                }
+            n *= each;
+        }
         for (int64_t at = 0; at < n; at += k) { /* one source's k rows */
             const int64_t b = active[at] / k, first = b * k;
             const float *values = top_values + at * top;
@@ -751,10 +926,10 @@ static OrtStatus *search(void *handle, OrtKernelContext *ctx) {
 done:
     release_subset(K, sub);
     scratch_free(&s);
-    if (cache && cache != MAP_FAILED) munmap(cache, cache_bytes);
+    cache_give_back(K, cache, cache_bytes);
     free(tok); free(pos); free(slots); free(active); free(top_ids); free(best_at); free(steps_of); free(finished);
     free(o_ended_beams); free(o_going_beams); free(o_going_ids); free(o_ended_scores); free(o_going_scores);
-    free(o_ended); free(scores); free(best); free(log_probs); free(top_values); free(from[0]); free(from[1]);
+    free(o_ended); free(scores); free(best); free(log_probs); free(top_values); free(from[0]); free(from[1]); free(t_base);
     free(history[0]); free(history[1]); free(banned); free(banned_n);
     free(ones); free(src_allowed); free(going); free(own);
     return status;
@@ -804,6 +979,7 @@ static void destroy_kernel(void *handle) {
     }
     ip_free(&k->out);
     if (k->cached) release_subset(k, k->cached);
+    if (k->spare_cache) munmap(k->spare_cache, k->spare_bytes);
     pthread_mutex_destroy(&k->lock);
     free(k);
 }

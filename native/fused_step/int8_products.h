@@ -12,7 +12,8 @@
    vpmaddwd: int16 products summed in pairs into int32, exact, where onnxruntime's vpmaddubsw saturates pairs into
    int16) on the CPUs that have neither; plain loops elsewhere. Weights are packed once into [n / 16][k / 4][16][4]
    bytes: 16 columns, 4 consecutive k each, which is vpdpbusd's operand and AMX's B tile layout at once, and which the
-   AVX2 kernel reads 16 bytes (4 columns x 4 k) at a time. */
+   AVX2 kernel reads 16 bytes (4 columns x 4 k) at a time, widening each to int16 once for 6 or 4 rows. Every kernel
+   takes 16 rows at a time over all the column blocks (IP_CHUNK). */
 #ifndef MTSERVE_INT8_PRODUCTS_H
 #define MTSERVE_INT8_PRODUCTS_H
 
@@ -141,8 +142,9 @@ static void ip_free(qlinear *q) {
     memset(q, 0, sizeof *q);
 }
 
-/* bytes the activations of `rows` rows of width k take in ip_product's `xq` (rows rounded up to AMX's 16) */
-static size_t ip_xq_bytes(int rows, int k) { return (size_t)(rows + 15) / 16 * 16 * ((k + 63) / 64 * 64) + 64; }
+/* bytes the activations of `rows` rows of width k take in ip_product's `xq` (rows rounded up to AMX's 16; two bytes
+   a value, the AVX2 kernel's int16) */
+static size_t ip_xq_bytes(int rows, int k) { return 2 * (size_t)(rows + 15) / 16 * 16 * ((k + 63) / 64 * 64) + 64; }
 
 static inline float ip_out(const qlinear *q, int32_t acc, int j) {
     float v = (float)(acc - q->x_zero * q->colsum[j]);
@@ -288,17 +290,39 @@ __attribute__((target("avx2,fma"))) static void ip_store8(const qlinear *q, __m2
     _mm256_storeu_ps(y, q->bias ? _mm256_fmadd_ps(v, m, _mm256_loadu_ps(q->bias + c0)) : _mm256_mul_ps(v, m));
 }
 
-/* AVX-VNNI: vpdpbusd on 256-bit registers, columns 0-7 and 8-15 of a block in two accumulators per row, up to four
-   rows per weight load */
+/* AVX-VNNI, one row x the 16 columns of a block: even and odd groups in their own accumulators (four chains) */
+__attribute__((target("avx2,fma,avxvnni"))) static void ip_avxvnni_one(const qlinear *q, const int8_t *wb,
+                                                                        const int32_t *x, int c0, float *y) {
+    __m256i lo0 = _mm256_setzero_si256(), hi0 = lo0, lo1 = lo0, hi1 = lo0;
+    int g = 0;
+    for (; g + 2 <= q->k / 4; g += 2) {
+        const int8_t *w = wb + (size_t)g * 64;
+        const __m256i v0 = _mm256_set1_epi32(x[g]), v1 = _mm256_set1_epi32(x[g + 1]);
+        lo0 = _mm256_dpbusd_avx_epi32(lo0, v0, _mm256_load_si256((const __m256i *)w));
+        hi0 = _mm256_dpbusd_avx_epi32(hi0, v0, _mm256_load_si256((const __m256i *)(w + 32)));
+        lo1 = _mm256_dpbusd_avx_epi32(lo1, v1, _mm256_load_si256((const __m256i *)(w + 64)));
+        hi1 = _mm256_dpbusd_avx_epi32(hi1, v1, _mm256_load_si256((const __m256i *)(w + 96)));
+    }
+    for (; g < q->k / 4; g++) { /* k is a multiple of 64: not reached */
+        const __m256i v = _mm256_set1_epi32(x[g]);
+        lo0 = _mm256_dpbusd_avx_epi32(lo0, v, _mm256_load_si256((const __m256i *)(wb + (size_t)g * 64)));
+        hi0 = _mm256_dpbusd_avx_epi32(hi0, v, _mm256_load_si256((const __m256i *)(wb + (size_t)g * 64 + 32)));
+    }
+    ip_store8(q, _mm256_add_epi32(lo0, lo1), c0, y);
+    ip_store8(q, _mm256_add_epi32(hi0, hi1), c0 + 8, y + 8);
+}
+
+/* AVX-VNNI: vpdpbusd on 256-bit registers, columns 0-7 and 8-15 of a block in two accumulators per row, four rows
+   per weight load; the rows left over from the fours one by one */
 __attribute__((target("avx2,fma,avxvnni"))) static void ip_avxvnni(const qlinear *q, const uint8_t *xq, float *Y,
                                                                     int sy, int rows) {
     const int k = q->k, groups = k / 4;
     for (int b = 0; b < q->n / 16; b++) {
         const int8_t *wb = q->w + (size_t)b * k * 16;
-        for (int r = 0; r < rows; r += 4) {
-            const int live = rows - r < 4 ? rows - r : 4;
+        int r = 0;
+        for (; r + 4 <= rows; r += 4) {
             const int32_t *x[4];
-            for (int i = 0; i < 4; i++) x[i] = (const int32_t *)(xq + (size_t)(r + (i < live ? i : 0)) * k);
+            for (int i = 0; i < 4; i++) x[i] = (const int32_t *)(xq + (size_t)(r + i) * k);
             __m256i lo[4], hi[4];
             for (int i = 0; i < 4; i++) lo[i] = hi[i] = _mm256_setzero_si256();
             for (int g = 0; g < groups; g++) {
@@ -310,19 +334,21 @@ __attribute__((target("avx2,fma,avxvnni"))) static void ip_avxvnni(const qlinear
                     hi[i] = _mm256_dpbusd_avx_epi32(hi[i], v, w1);
                 }
             }
-            for (int i = 0; i < live; i++) {
+            for (int i = 0; i < 4; i++) {
                 ip_store8(q, lo[i], b * 16, Y + (size_t)(r + i) * sy + b * 16);
                 ip_store8(q, hi[i], b * 16 + 8, Y + (size_t)(r + i) * sy + b * 16 + 8);
             }
         }
+        for (; r < rows; r++)
+            ip_avxvnni_one(q, wb, (const int32_t *)(xq + (size_t)r * k), b * 16, Y + (size_t)r * sy + b * 16);
     }
 }
 
-/* the four k of group g of a row, as int16, in all four 64-bit quarters */
-__attribute__((target("avx2"))) static inline __m256i ip_quad16(const uint8_t *x, int g) {
-    int32_t four;
-    memcpy(&four, x + (size_t)g * 4, 4);
-    return _mm256_broadcastq_epi64(_mm_cvtepu8_epi16(_mm_cvtsi32_si128(four)));
+/* the four int16 activations of group g of a row (x: the row's int16 values), in all four 64-bit quarters */
+__attribute__((target("avx2"))) static inline __m256i ip_quad16(const int16_t *x, int g) {
+    int64_t four;
+    memcpy(&four, x + (size_t)g * 4, 8);
+    return _mm256_set1_epi64x(four);
 }
 
 /* columns in (c0, c0, c1, c1, c2, c2, c3, c3) pairs of a and (c4 .. c7) of b -> (c0 .. c7) */
@@ -330,35 +356,131 @@ __attribute__((target("avx2"))) static inline __m256i ip_fold_pairs(__m256i a, _
     return _mm256_permutevar8x32_epi32(_mm256_hadd_epi32(a, b), _mm256_setr_epi32(0, 1, 4, 5, 2, 3, 6, 7));
 }
 
+/* quarter c (4 columns x 4 k) of the 64-byte group at w, sign-extended to int16 */
+__attribute__((target("avx2"))) static inline __m256i ip_quarter16(const int8_t *w, int c) {
+    return _mm256_cvtepi8_epi16(_mm_load_si128((const __m128i *)(w + c * 16)));
+}
+
+/* int32 lanes as GCC's vector type: `acc += ...` keeps each accumulator in its register, where
+   `acc = _mm256_add_epi32(acc, ...)` made GCC 12 copy them every iteration (13% slower, item 55) */
+typedef int32_t ip_v8si __attribute__((vector_size(32)));
+#define IP_MADD(acc, w, v) acc += (ip_v8si)_mm256_madd_epi16(w, v)
+
+/* AVX2, four rows x 8 columns (the half `half` of a 16-column block): each group's two quarters are widened once
+   and used by the four rows, eight accumulators (the register budget of 16 ymm registers; measured the fastest of
+   1-6 rows x 4-16 columns on Zen 4, docs/engine-speed-log.md item 55) */
+__attribute__((target("avx2,fma"))) static void ip_avx2_four(const qlinear *q, const int8_t *wb, const int16_t *x,
+                                                            int half, int c0, float *y, int sy) {
+    const int k = q->k;
+    const int16_t *x1 = x + k, *x2 = x1 + k, *x3 = x2 + k;
+    ip_v8si a00 = {0}, a01 = {0}, a10 = {0}, a11 = {0}, a20 = {0}, a21 = {0}, a30 = {0}, a31 = {0};
+    const int8_t *w = wb + half * 32;
+    for (int g = 0; g < k / 4; g++, w += 64) {
+        const __m256i w0 = ip_quarter16(w, 0), w1 = ip_quarter16(w, 1);
+        __m256i v = ip_quad16(x, g);
+        IP_MADD(a00, w0, v); IP_MADD(a01, w1, v);
+        v = ip_quad16(x1, g);
+        IP_MADD(a10, w0, v); IP_MADD(a11, w1, v);
+        v = ip_quad16(x2, g);
+        IP_MADD(a20, w0, v); IP_MADD(a21, w1, v);
+        v = ip_quad16(x3, g);
+        IP_MADD(a30, w0, v); IP_MADD(a31, w1, v);
+    }
+    ip_store8(q, ip_fold_pairs((__m256i)a00, (__m256i)a01), c0, y);
+    ip_store8(q, ip_fold_pairs((__m256i)a10, (__m256i)a11), c0, y + sy);
+    ip_store8(q, ip_fold_pairs((__m256i)a20, (__m256i)a21), c0, y + 2 * (size_t)sy);
+    ip_store8(q, ip_fold_pairs((__m256i)a30, (__m256i)a31), c0, y + 3 * (size_t)sy);
+}
+
+/* AVX2, six rows x 8 columns: twelve accumulators, each widened quarter used by six rows (4-5% faster than four
+   rows at 16-128 rows, item 55) */
+__attribute__((target("avx2,fma"))) static void ip_avx2_six(const qlinear *q, const int8_t *wb, const int16_t *x,
+                                                           int half, int c0, float *y, int sy) {
+    const int k = q->k;
+    ip_v8si a00 = {0}, a01 = {0}, a10 = {0}, a11 = {0}, a20 = {0}, a21 = {0}, a30 = {0}, a31 = {0}, a40 = {0},
+            a41 = {0}, a50 = {0}, a51 = {0};
+    const int8_t *w = wb + half * 32;
+    for (int g = 0; g < k / 4; g++, w += 64) {
+        const __m256i w0 = ip_quarter16(w, 0), w1 = ip_quarter16(w, 1);
+        __m256i v = ip_quad16(x, g);
+        IP_MADD(a00, w0, v); IP_MADD(a01, w1, v);
+        v = ip_quad16(x + k, g);
+        IP_MADD(a10, w0, v); IP_MADD(a11, w1, v);
+        v = ip_quad16(x + 2 * (size_t)k, g);
+        IP_MADD(a20, w0, v); IP_MADD(a21, w1, v);
+        v = ip_quad16(x + 3 * (size_t)k, g);
+        IP_MADD(a30, w0, v); IP_MADD(a31, w1, v);
+        v = ip_quad16(x + 4 * (size_t)k, g);
+        IP_MADD(a40, w0, v); IP_MADD(a41, w1, v);
+        v = ip_quad16(x + 5 * (size_t)k, g);
+        IP_MADD(a50, w0, v); IP_MADD(a51, w1, v);
+    }
+    ip_store8(q, ip_fold_pairs((__m256i)a00, (__m256i)a01), c0, y);
+    ip_store8(q, ip_fold_pairs((__m256i)a10, (__m256i)a11), c0, y + sy);
+    ip_store8(q, ip_fold_pairs((__m256i)a20, (__m256i)a21), c0, y + 2 * (size_t)sy);
+    ip_store8(q, ip_fold_pairs((__m256i)a30, (__m256i)a31), c0, y + 3 * (size_t)sy);
+    ip_store8(q, ip_fold_pairs((__m256i)a40, (__m256i)a41), c0, y + 4 * (size_t)sy);
+    ip_store8(q, ip_fold_pairs((__m256i)a50, (__m256i)a51), c0, y + 5 * (size_t)sy);
+}
+
+/* AVX2, one row x the 16 columns of a block: four accumulators, each quarter widened for the one row */
+__attribute__((target("avx2,fma"))) static void ip_avx2_one(const qlinear *q, const int8_t *wb, const int16_t *x,
+                                                           int c0, float *y) {
+    ip_v8si a0 = {0}, a1 = {0}, a2 = {0}, a3 = {0};
+    const int8_t *w = wb;
+    for (int g = 0; g < q->k / 4; g++, w += 64) {
+        const __m256i v = ip_quad16(x, g);
+        IP_MADD(a0, ip_quarter16(w, 0), v); IP_MADD(a1, ip_quarter16(w, 1), v);
+        IP_MADD(a2, ip_quarter16(w, 2), v); IP_MADD(a3, ip_quarter16(w, 3), v);
+    }
+    ip_store8(q, ip_fold_pairs((__m256i)a0, (__m256i)a1), c0, y);
+    ip_store8(q, ip_fold_pairs((__m256i)a2, (__m256i)a3), c0 + 8, y + 8);
+}
+#undef IP_MADD
+
 /* AVX2: each 16-byte quarter of a 64-byte weight group (4 columns x 4 k) sign-extended to int16 (vpmovsxbw) and
-   multiplied by the row's 4 activations as int16 (vpmaddwd: exact int32 sums of pairs); two rows per weight load */
-__attribute__((target("avx2,fma"))) static void ip_avx2(const qlinear *q, const uint8_t *xq, float *Y, int sy,
+   multiplied by a row's 4 activations, already int16 (`x`, ip_quantize_avx2), with vpmaddwd: exact int32 sums of
+   pairs, folded into columns once per block. Rows six at a time, then four, the rest one by one. */
+__attribute__((target("avx2,fma"))) static void ip_avx2(const qlinear *q, const int16_t *x, float *Y, int sy,
                                                        int rows) {
-    const int k = q->k, groups = k / 4;
+    const int k = q->k;
     for (int b = 0; b < q->n / 16; b++) {
         const int8_t *wb = q->w + (size_t)b * k * 16;
-        for (int r = 0; r < rows; r += 2) {
-            const int two = r + 1 < rows;
-            const uint8_t *x0 = xq + (size_t)r * k, *x1 = two ? x0 + k : x0;
-            __m256i a0[4], a1[4];
-            for (int c = 0; c < 4; c++) a0[c] = a1[c] = _mm256_setzero_si256();
-            for (int g = 0; g < groups; g++) {
-                const __m256i v0 = ip_quad16(x0, g), v1 = ip_quad16(x1, g);
-                const int8_t *w = wb + (size_t)g * 64;
-                for (int c = 0; c < 4; c++) {
-                    const __m256i wc = _mm256_cvtepi8_epi16(_mm_load_si128((const __m128i *)(w + c * 16)));
-                    a0[c] = _mm256_add_epi32(a0[c], _mm256_madd_epi16(wc, v0));
-                    a1[c] = _mm256_add_epi32(a1[c], _mm256_madd_epi16(wc, v1));
-                }
-            }
-            float *y0 = Y + (size_t)r * sy + b * 16;
-            ip_store8(q, ip_fold_pairs(a0[0], a0[1]), b * 16, y0);
-            ip_store8(q, ip_fold_pairs(a0[2], a0[3]), b * 16 + 8, y0 + 8);
-            if (two) {
-                ip_store8(q, ip_fold_pairs(a1[0], a1[1]), b * 16, y0 + sy);
-                ip_store8(q, ip_fold_pairs(a1[2], a1[3]), b * 16 + 8, y0 + sy + 8);
-            }
+        int r = 0;
+        for (; r + 6 <= rows; r += 6) {
+            ip_avx2_six(q, wb, x + (size_t)r * k, 0, b * 16, Y + (size_t)r * sy + b * 16, sy);
+            ip_avx2_six(q, wb, x + (size_t)r * k, 1, b * 16 + 8, Y + (size_t)r * sy + b * 16 + 8, sy);
         }
+        for (; r + 4 <= rows; r += 4) {
+            ip_avx2_four(q, wb, x + (size_t)r * k, 0, b * 16, Y + (size_t)r * sy + b * 16, sy);
+            ip_avx2_four(q, wb, x + (size_t)r * k, 1, b * 16 + 8, Y + (size_t)r * sy + b * 16 + 8, sy);
+        }
+        for (; r < rows; r++) ip_avx2_one(q, wb, x + (size_t)r * k, b * 16, Y + (size_t)r * sy + b * 16);
+    }
+}
+
+/* q(x) for n values, as MLAS's QuantizeLinear: divide, clamp, round to nearest even (vcvtps2dq in the default
+   rounding mode), add the zero point; the same values as the scalar loop. As int16 (`out16`: the AVX2 kernel's
+   activations) or bytes (`out8`, AVX-VNNI's). */
+__attribute__((target("avx2,fma"))) static void ip_quantize_avx2(const float *x, int n, float scale, int zero,
+                                                                int16_t *out16, uint8_t *out8) {
+    const __m256 s = _mm256_set1_ps(scale), lo = _mm256_set1_ps((float)-zero), hi = _mm256_set1_ps((float)(255 - zero));
+    const __m256i z = _mm256_set1_epi32(zero);
+    int j = 0;
+    for (; j + 8 <= n; j += 8) {
+        __m256 v = _mm256_div_ps(_mm256_loadu_ps(x + j), s);
+        v = _mm256_min_ps(_mm256_max_ps(v, lo), hi);
+        const __m256i i = _mm256_add_epi32(_mm256_cvtps_epi32(v), z);
+        const __m128i w = _mm_packs_epi32(_mm256_castsi256_si128(i), _mm256_extracti128_si256(i, 1));
+        if (out16) _mm_storeu_si128((__m128i *)(out16 + j), w);
+        else _mm_storel_epi64((__m128i *)(out8 + j), _mm_packus_epi16(w, w));
+    }
+    for (; j < n; j++) {
+        float v = x[j] / scale;
+        v = v < -zero ? (float)-zero : (v > 255 - zero ? (float)(255 - zero) : v);
+        const int u = (int)nearbyintf(v) + zero;
+        if (out16) out16[j] = (int16_t)u;
+        else out8[j] = (uint8_t)u;
     }
 }
 #endif
@@ -378,17 +500,36 @@ static void ip_plain(const qlinear *q, const uint8_t *xq, float *Y, int sy, int 
     }
 }
 
+/* rows a kernel takes at a time: all the column blocks for 16 rows, then the next 16. With every row per block, the
+   whole vocabulary's product (16,000 columns) at 128 rows stored one 64-byte line in each of 128 rows' pages per
+   block, and ran 20% slower on Zen 4 (item 55); 16 rows' activations also stay in L1. */
+#define IP_CHUNK 16
+
 /* Y[r][0:q->n] = the product of X's rows r < rows (row stride sx, q->n_real... wide: columns from q->n_real on are
    the padding's, 0 * multiplier) for `rows` rows; xq: ip_xq_bytes(rows, k) bytes of scratch, 64-byte aligned */
 static void ip_product(const qlinear *q, const float *X, int sx, int k_real, float *Y, int sy, int rows, uint8_t *xq) {
     const int k = q->k;
     const float lo = (float)(0 - q->x_zero), hi = (float)(255 - q->x_zero);
+#if defined(__x86_64__)
+    if (ip_kernel == IP_AVX2) { /* int16 activations; the padding's weights are zero: any value works */
+        int16_t *x16 = (int16_t *)xq;
+        for (int r = 0; r < rows; r++) {
+            ip_quantize_avx2(X + (size_t)r * sx, k_real, q->x_scale, q->x_zero, x16 + (size_t)r * k, NULL);
+            memset(x16 + (size_t)r * k + k_real, 0, (size_t)(k - k_real) * 2);
+        }
+        for (int r = 0; r < rows; r += IP_CHUNK)
+            ip_avx2(q, x16 + (size_t)r * k, Y + (size_t)r * sy, sy, rows - r < IP_CHUNK ? rows - r : IP_CHUNK);
+        return;
+    }
+#endif
     for (int r = 0; r < rows; r++) {
         uint8_t *out = xq + (size_t)r * k;
         const float *x = X + (size_t)r * sx;
 #if defined(__x86_64__)
         if (ip_kernel == IP_VNNI) {
             ip_quantize_avx512(x, k_real, q->x_scale, q->x_zero, out);
+        } else if (ip_kernel == IP_AVXVNNI) {
+            ip_quantize_avx2(x, k_real, q->x_scale, q->x_zero, NULL, out);
         } else
 #endif
             for (int i = 0; i < k_real; i++) { /* MLAS: divide, clamp, round to nearest even, add the zero point */
@@ -404,18 +545,13 @@ static void ip_product(const qlinear *q, const float *X, int sx, int k_real, flo
         ip_amx_product(q, xq, Y, sy, rows);
         return;
     }
-    if (ip_kernel == IP_VNNI) {
-        ip_vnni(q, xq, Y, sy, rows);
-        return;
+    for (int r = 0; r < rows; r += IP_CHUNK) {
+        const int n = rows - r < IP_CHUNK ? rows - r : IP_CHUNK;
+        if (ip_kernel == IP_VNNI) ip_vnni(q, xq + (size_t)r * k, Y + (size_t)r * sy, sy, n);
+        else if (ip_kernel == IP_AVXVNNI) ip_avxvnni(q, xq + (size_t)r * k, Y + (size_t)r * sy, sy, n);
+        else ip_plain(q, xq + (size_t)r * k, Y + (size_t)r * sy, sy, n);
     }
-    if (ip_kernel == IP_AVXVNNI) {
-        ip_avxvnni(q, xq, Y, sy, rows);
-        return;
-    }
-    if (ip_kernel == IP_AVX2) {
-        ip_avx2(q, xq, Y, sy, rows);
-        return;
-    }
+    return;
 #endif
     ip_plain(q, xq, Y, sy, rows);
 }

@@ -94,35 +94,51 @@ __attribute__((target("avx2"))) static inline float vm_sum8(__m256 v) {
     return _mm_cvtss_f32(_mm_add_ss(s, _mm_movehdup_ps(s)));
 }
 
-__attribute__((target("avx2,fma"))) static float vm_exp_sum_avx2(const float *z, int n, float top) {
+/* exp(x - top) of 8 lanes, lanes not `live` 0 */
+__attribute__((target("avx2,fma"))) static inline __m256 vm_exp8(__m256 z, __m256 t, __m256i live) {
     const __m256 log2e = _mm256_set1_ps(1.44269504088896341f), c1 = _mm256_set1_ps(0.693359375f),
-                 c2 = _mm256_set1_ps(-2.12194440e-4f), lowest = _mm256_set1_ps(-87.0f), t = _mm256_set1_ps(top),
-                 one = _mm256_set1_ps(1.0f);
+                 c2 = _mm256_set1_ps(-2.12194440e-4f), lowest = _mm256_set1_ps(-87.0f), one = _mm256_set1_ps(1.0f);
     const __m256 p0 = _mm256_set1_ps(1.9875691500e-4f), p1 = _mm256_set1_ps(1.3981999507e-3f),
                  p2 = _mm256_set1_ps(8.3334519073e-3f), p3 = _mm256_set1_ps(4.1665795894e-2f),
                  p4 = _mm256_set1_ps(1.6666665459e-1f), p5 = _mm256_set1_ps(5.0000001201e-1f);
+    __m256 x = _mm256_max_ps(_mm256_sub_ps(z, t), lowest);
+    __m256 k = _mm256_round_ps(_mm256_mul_ps(x, log2e), _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+    __m256 r = _mm256_sub_ps(_mm256_sub_ps(x, _mm256_mul_ps(k, c1)), _mm256_mul_ps(k, c2));
+    __m256 p = _mm256_fmadd_ps(p0, r, p1);
+    p = _mm256_fmadd_ps(p, r, p2);
+    p = _mm256_fmadd_ps(p, r, p3);
+    p = _mm256_fmadd_ps(p, r, p4);
+    p = _mm256_fmadd_ps(p, r, p5);
+    p = _mm256_fmadd_ps(_mm256_mul_ps(p, r), r, _mm256_add_ps(r, one));
+    const __m256 scale = _mm256_castsi256_ps(_mm256_slli_epi32(
+        _mm256_add_epi32(_mm256_cvtps_epi32(k), _mm256_set1_epi32(127)), 23));
+    return _mm256_and_ps(_mm256_mul_ps(p, scale), _mm256_castsi256_ps(live));
+}
+
+/* The loops below read whole 8-lane vectors and mask only the last, partial one (vmaskmovps costs several times a
+   plain load on AMD's cores): the same lanes, the same sums as masking every vector. */
+__attribute__((target("avx2,fma"))) static float vm_exp_sum_avx2(const float *z, int n, float top) {
+    const __m256 t = _mm256_set1_ps(top);
+    const __m256i all = _mm256_set1_epi32(-1);
     __m256 sum = _mm256_setzero_ps();
-    for (int j = 0; j < n; j += 8) {
+    int j = 0;
+    for (; j + 8 <= n; j += 8) sum = _mm256_add_ps(sum, vm_exp8(_mm256_loadu_ps(z + j), t, all));
+    if (j < n) {
         const __m256i live = vm_live8(j, n);
-        __m256 x = _mm256_max_ps(_mm256_sub_ps(_mm256_maskload_ps(z + j, live), t), lowest);
-        __m256 k = _mm256_round_ps(_mm256_mul_ps(x, log2e), _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
-        __m256 r = _mm256_sub_ps(_mm256_sub_ps(x, _mm256_mul_ps(k, c1)), _mm256_mul_ps(k, c2));
-        __m256 p = _mm256_fmadd_ps(p0, r, p1);
-        p = _mm256_fmadd_ps(p, r, p2);
-        p = _mm256_fmadd_ps(p, r, p3);
-        p = _mm256_fmadd_ps(p, r, p4);
-        p = _mm256_fmadd_ps(p, r, p5);
-        p = _mm256_fmadd_ps(_mm256_mul_ps(p, r), r, _mm256_add_ps(r, one));
-        const __m256 scale = _mm256_castsi256_ps(_mm256_slli_epi32(
-            _mm256_add_epi32(_mm256_cvtps_epi32(k), _mm256_set1_epi32(127)), 23));
-        sum = _mm256_add_ps(sum, _mm256_and_ps(_mm256_mul_ps(p, scale), _mm256_castsi256_ps(live)));
+        sum = _mm256_add_ps(sum, vm_exp8(_mm256_maskload_ps(z + j, live), t, live));
     }
     return vm_sum8(sum);
 }
 
 __attribute__((target("avx2"))) static float vm_max_avx2(const float *z, int n) {
-    __m256 top = _mm256_set1_ps(-INFINITY);
-    for (int j = 0; j < n; j += 8) {
+    __m256 top = _mm256_set1_ps(-INFINITY), top1 = top;
+    int j = 0;
+    for (; j + 16 <= n; j += 16) { /* two chains: max is exact in any order */
+        top = _mm256_max_ps(top, _mm256_loadu_ps(z + j));
+        top1 = _mm256_max_ps(top1, _mm256_loadu_ps(z + j + 8));
+    }
+    top = _mm256_max_ps(top, top1);
+    for (; j < n; j += 8) {
         const __m256i live = vm_live8(j, n);
         top = _mm256_blendv_ps(top, _mm256_max_ps(top, _mm256_maskload_ps(z + j, live)), _mm256_castsi256_ps(live));
     }
@@ -133,7 +149,9 @@ __attribute__((target("avx2"))) static float vm_max_avx2(const float *z, int n) 
 
 __attribute__((target("avx2"))) static void vm_shift_avx2(const float *z, int n, float a, float b, float *out) {
     const __m256 va = _mm256_set1_ps(a), vb = _mm256_set1_ps(b);
-    for (int j = 0; j < n; j += 8) {
+    int j = 0;
+    for (; j + 8 <= n; j += 8) _mm256_storeu_ps(out + j, _mm256_sub_ps(_mm256_sub_ps(_mm256_loadu_ps(z + j), va), vb));
+    if (j < n) {
         const __m256i live = vm_live8(j, n);
         _mm256_maskstore_ps(out + j, live, _mm256_sub_ps(_mm256_sub_ps(_mm256_maskload_ps(z + j, live), va), vb));
     }
@@ -142,7 +160,12 @@ __attribute__((target("avx2"))) static void vm_shift_avx2(const float *z, int n,
 /* the first index from `from` on (in steps of 8) whose value exceeds `bar`, or n */
 __attribute__((target("avx2"))) static int vm_next_above_avx2(const float *x, int from, int n, float bar) {
     const __m256 b = _mm256_set1_ps(bar);
-    for (int j = from; j < n; j += 8) {
+    int j = from;
+    for (; j + 8 <= n; j += 8) {
+        const int bits = _mm256_movemask_ps(_mm256_cmp_ps(_mm256_loadu_ps(x + j), b, _CMP_GT_OQ));
+        if (bits) return j + __builtin_ctz(bits);
+    }
+    if (j < n) {
         const __m256i live = vm_live8(j, n);
         const __m256 above = _mm256_and_ps(_mm256_cmp_ps(_mm256_maskload_ps(x + j, live), b, _CMP_GT_OQ),
                                            _mm256_castsi256_ps(live));
@@ -154,11 +177,28 @@ __attribute__((target("avx2"))) static int vm_next_above_avx2(const float *x, in
 
 __attribute__((target("avx2,fma"))) static float vm_dot_avx2(const float *a, const float *b, int n) {
     __m256 sum = _mm256_setzero_ps();
-    for (int i = 0; i < n; i += 8) {
+    int i = 0;
+    for (; i + 8 <= n; i += 8) sum = _mm256_fmadd_ps(_mm256_loadu_ps(a + i), _mm256_loadu_ps(b + i), sum);
+    if (i < n) {
         const __m256i live = vm_live8(i, n);
         sum = _mm256_fmadd_ps(_mm256_maskload_ps(a + i, live), _mm256_maskload_ps(b + i, live), sum);
     }
     return vm_sum8(sum);
+}
+
+/* out[j] = own[j] ? z[j] - a - b : -inf (own: 0/1 bytes) */
+__attribute__((target("avx2"))) static void vm_shift_owned_avx2(const float *z, const uint8_t *own, int n, float a,
+                                                               float b, float *out) {
+    const __m256 va = _mm256_set1_ps(a), vb = _mm256_set1_ps(b), none = _mm256_set1_ps(-INFINITY);
+    int j = 0;
+    for (; j + 8 <= n; j += 8) {
+        int64_t bytes;
+        memcpy(&bytes, own + j, 8);
+        const __m256i mine = _mm256_cmpgt_epi32(_mm256_cvtepu8_epi32(_mm_cvtsi64_si128(bytes)), _mm256_setzero_si256());
+        const __m256 v = _mm256_sub_ps(_mm256_sub_ps(_mm256_loadu_ps(z + j), va), vb);
+        _mm256_storeu_ps(out + j, _mm256_blendv_ps(none, v, _mm256_castsi256_ps(mine)));
+    }
+    for (; j < n; j++) out[j] = own[j] ? z[j] - a - b : -INFINITY;
 }
 #endif
 
@@ -213,6 +253,21 @@ static void vm_shift(const float *z, int n, float a, float b, float *out) {
     if (vm_avx2()) { vm_shift_avx2(z, n, a, b, out); return; }
 #endif
     for (int j = 0; j < n; j++) out[j] = z[j] - a - b;
+}
+
+/* out[j] = own[j] ? z[j] - a - b : -inf, own[j] 0 or 1 (a source's own columns of a vocabulary subset) */
+static void vm_shift_owned(const float *z, const uint8_t *own, int n, float a, float b, float *out) {
+#if defined(__x86_64__)
+    if (vm_level() > 0) { vm_shift_owned_avx2(z, own, n, a, b, out); return; }
+#endif
+    for (int j = 0; j < n; j++) out[j] = own[j] ? z[j] - a - b : -INFINITY;
+}
+
+/* the values z[j] with own[j] (0 or 1) in order into out; returns how many (no branch on own: it has no pattern) */
+static int vm_gather_owned(const float *z, const uint8_t *own, int n, float *out) {
+    int m = 0;
+    for (int j = 0; j < n; j++) { out[m] = z[j]; m += own[j]; }
+    return m;
 }
 
 /* the k best of n values, best first, ties to the lower index (as TopK): one pass keeping a sorted list, the values

@@ -242,13 +242,16 @@ def test_the_exact_reference_computes_the_int8_products_exactly(tmp_path):
         exact_int8_model(file)
 
 
-def test_every_kernel_computes_the_same_step(pre_norm_bundle, library, forced_libraries, monkeypatch):
+@pytest.mark.parametrize("rows_per_source", [(4, 4, 4), (4, 4, 2), (3, 2, 2), (1, 1)])
+def test_every_kernel_computes_the_same_step(pre_norm_bundle, library, forced_libraries, monkeypatch, rows_per_source):
     """The plain loops (CPUs without AVX-512 VNNI), VNNI and, where granted, AMX tiles (from 8 rows): the integer
-    products are exact, so VNNI and AMX agree bit for bit; the plain path's float sums run in another order."""
+    products are exact, so VNNI and AMX agree bit for bit; the plain path's float sums run in another order. The row
+    counts take every tile of the AVX2 kernel (sixes, a four, single rows) and of AVX-VNNI (fours, single rows): 12
+    (AMX tiles where the CPU has them), 10, 7 and 2 (one by one, as greedy search of one sentence)."""
     bundle = load_bundle(pre_norm_bundle)
     path = bundle.graph("int8", "decoder_step_batch")
     rng = np.random.default_rng(11)
-    feeds = _step_feeds(bundle, rng, rows_per_source=(4, 4, 4))  # 12 rows: AMX tiles where the CPU has them
+    feeds = _step_feeds(bundle, rng, rows_per_source=rows_per_source)
     outputs = {}
     for kind, lib in [("default", library), *forced_libraries.items()]:
         monkeypatch.setenv("MT_FUSED_STEP_KERNEL", "" if kind == "default" else kind)
@@ -408,26 +411,30 @@ def test_engine_falls_back_to_the_graph_without_the_library(pre_norm_bundle, tmp
 CPUINFO = "processor\t: 0\nflags\t\t: fpu sse2 avx2 {extra}\nbogomips\t: 4000\n"
 
 
-def test_auto_asks_for_the_library_and_avx512_vnni(tmp_path, use_library, monkeypatch):
-    vnni, plain = cpu_flags(CPUINFO.format(extra="avx512f avx512_vnni")), cpu_flags(CPUINFO.format(extra=""))
-    assert "avx512_vnni" in vnni and "avx2" in plain and "avx512_vnni" not in plain
+def test_auto_asks_for_the_library_and_avx512_vnni_or_avx2(tmp_path, use_library, monkeypatch):
+    vnni, avx2 = cpu_flags(CPUINFO.format(extra="avx512f avx512_vnni")), cpu_flags(CPUINFO.format(extra="fma"))
+    plain = cpu_flags(CPUINFO.format(extra=""))  # AVX2 without FMA: the library's plain loops
+    assert "avx512_vnni" in vnni and "avx2" in plain and "avx512_vnni" not in plain and "fma" not in plain
     assert cpu_flags("no flags here") == set()
     assert auto_blocker(vnni) is None
-    assert "AVX-512 VNNI" in auto_blocker(plain)
+    assert auto_blocker(avx2) is None
+    assert "neither AVX-512 VNNI nor AVX2 with FMA" in auto_blocker(plain)
+    assert auto_blocker(set()) == auto_blocker(plain)
     monkeypatch.setenv(LIBRARY_ENV, str(tmp_path / "missing.so"))
     assert "not built" in auto_blocker(vnni)
 
 
-@pytest.mark.parametrize("machine", ["vnni", "no-vnni"])
+@pytest.mark.parametrize("machine", ["vnni", "avx2", "no-fma"])
 def test_engine_auto_uses_the_fused_step_only_where_auto_allows_it(
     pre_norm_bundle, use_library, monkeypatch, caplog, machine
 ):
-    flags = cpu_flags(CPUINFO.format(extra="avx512f avx512_vnni" if machine == "vnni" else ""))
+    extra = {"vnni": "avx512f avx512_vnni", "avx2": "fma", "no-fma": ""}[machine]
+    flags = cpu_flags(CPUINFO.format(extra=extra))
     monkeypatch.setattr("engine.fused_step.auto_blocker", lambda: auto_blocker(flags))
     bundle = load_bundle(pre_norm_bundle)
     with caplog.at_level("INFO", logger="engine.fused_step"):
         engine = Engine(bundle, "int8", "cpu", fused_step="auto")
-    assert engine.fused_step == ("fused" if machine == "vnni" else auto_blocker(flags))
+    assert engine.fused_step == ("fused" if machine != "no-fma" else auto_blocker(flags))
     assert not [r for r in caplog.records if r.levelname == "WARNING"]  # auto's fallback is no warning
     fp32 = Engine(bundle, "fp32", "cpu", fused_step="auto")  # a graph the operator does not compute: the graphs
     assert fp32.fused_step != "fused" and fp32.translate(SENTENCES[:1])[0].text
@@ -509,6 +516,36 @@ def test_the_fused_search_gives_the_fused_loops_back_pointers(pre_norm_bundle, l
                 for name, a, b in zip(SEARCH_LOOP_OUTPUTS, want, arrays, strict=True):
                     if steps[i]:
                         np.testing.assert_array_equal(a, b[: steps[i], i * beam : (i + 1) * beam], err_msg=name)
+
+
+def test_concurrent_searches_on_one_session_get_their_own_answers(pre_norm_bundle, library):
+    """The search keeps its key/value cache mapping for the next search (one kept per operator, grown as needed):
+    searches of different batches, beams and limits at once on one session give what each gives alone."""
+    bundle = load_bundle(pre_norm_bundle)
+    engine = Engine(bundle, "int8", "cpu", search_loop=False)
+    path = bundle.graph("int8", "decoder_loop")
+    search = SearchLoop(create_session(path, "cpu", model=fused_search_graph(path), custom_ops=library))
+    jobs = []
+    for n, beam, limit in ((6, 4, 20), (2, 1, 9), (4, 3, 15), (1, 2, 30)):
+        enc = engine.run_encoder(engine.source_ids(SENTENCES[:n]))
+        jobs.append((enc, [limit] * n, beam))
+    alone = [search._run(enc, limits, beam, None) for enc, limits, beam in jobs]
+    got: dict[tuple[int, int], list] = {}
+
+    def run(worker: int) -> None:
+        for round_ in range(4):
+            job = (worker + round_) % len(jobs)
+            got[(worker, round_)] = [job, search._run(*jobs[job], None)]
+
+    threads = [threading.Thread(target=run, args=(w,)) for w in range(3)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert len(got) == 12
+    for job, arrays in got.values():
+        for a, b in zip(alone[job], arrays, strict=True):
+            np.testing.assert_array_equal(a, b)
 
 
 def test_engine_batches_on_the_fused_search_as_each_sentence_alone(pre_norm_bundle, use_library):

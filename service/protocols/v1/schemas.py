@@ -113,7 +113,8 @@ class ModelInfo(BaseModel):
     fused_step: str | None = Field(
         None,
         description="fused: whole-batch and lone-sentence search run the int8 decoder as the fused operator "
-        "(MT_FUSED_STEP); off, or why not (e.g. the library is not built, the CPU has no AVX-512 VNNI under auto)",
+        "(MT_FUSED_STEP); off, or why not (e.g. the library is not built, the CPU has neither AVX-512 VNNI nor AVX2 "
+        "under auto)",
     )
     max_source_tokens: int = Field(description="the model's source positions, EOS included")
     max_source_subwords: int | None = Field(
