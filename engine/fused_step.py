@@ -27,7 +27,7 @@ from pathlib import Path
 import onnxruntime as ort
 
 from core.cpu import cpu_flags
-from engine.fused_step_graph import fused_loop_graph, fused_search_graph, fused_step_graph
+from engine.fused_step_graph import NOT_COMPUTED, fused_loop_graph, fused_search_graph, fused_step_graph
 from engine.runtime import create_session
 
 log = logging.getLogger(__name__)
@@ -97,8 +97,9 @@ def batch_step_session(
 ) -> tuple[ort.InferenceSession, str]:
     """The whole-batch search's step session of the graph at ``path`` and what runs: "fused" (MT_FUSED_STEP true, or
     auto where ``auto_blocker`` finds nothing against it), "off", or why not (the graph's session then). Auto's
-    reasons are told at DEBUG (the usual case on a CPU without VNNI or a build without `make native`; GET /v1/models
-    says why), a failure at INFO under auto and at WARNING when the fused step was asked for."""
+    reasons are told at DEBUG (the usual case on a CPU without AVX2 or a build without `make native`, and a graph
+    the fused step is not for, an fp32 variant; GET /v1/models says why), a failure at INFO under auto and at
+    WARNING when the fused step was asked for."""
     auto = fused_step == "auto"
     blocker = auto_blocker() if auto else None
     session, state = None, "off"
@@ -108,7 +109,9 @@ def batch_step_session(
     elif fused_step in (True, "true", "auto"):
         session, state = fused_step_session(path, providers, settings)
         if session is None:
-            (log.info if auto else log.warning)("%s: fused step not used: %s", label, state)
+            # under auto, a graph the fused step is not for (fp32 and fp16 variants) is the usual case, not news
+            level = logging.WARNING if not auto else logging.DEBUG if NOT_COMPUTED in state else logging.INFO
+            log.log(level, "%s: fused step not used: %s", label, state)
         else:
             log.info("%s: whole-batch search on the fused step", label)
     if session is None:

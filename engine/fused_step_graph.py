@@ -58,6 +58,10 @@ NO_VOCAB_SOURCES = "fused.no_vocab_sources"  # the empty vocab_sources of a sear
 NORMS = ["self.norm", "cross.norm", "ffn.norm"]
 
 
+# why a graph is not for the fused step at all (the fp32 and fp16 variants): engine/fused_step.py logs it at DEBUG
+NOT_COMPUTED = "ops the fused step does not compute"
+
+
 class NotFused(ValueError):
     """The graph is not one the fused operator computes (the message says why)."""
 
@@ -246,7 +250,7 @@ def _fuse(
 
     unexpected = {n.op_type for n in step_nodes} - EXPECTED_OPS
     if unexpected:
-        raise NotFused(f"ops the fused step does not compute: {sorted(unexpected)}")
+        raise NotFused(f"{NOT_COMPUTED}: {sorted(unexpected)}")
     every = step_nodes + [n for node in step_nodes for sub in node.subgraph_nodes() for n in sub]
     if (
         sum(n.op_type == "MultiHeadAttention" for n in step_nodes) != 2 * layers

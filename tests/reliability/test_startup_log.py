@@ -16,6 +16,7 @@ STARTUP_INFO = [
     ("uvicorn.error", r"Waiting for application startup\."),
     ("uvicorn.error", r"Application startup complete\."),
     ("uvicorn.error", r"Uvicorn running on http://\S+ \(Press CTRL\+C to quit\)"),
+    ("engine.fused_step", r"[\w.-]+ \w+: whole-batch search on the fused step"),  # where `make native` built it
     ("service.models.registry", r"model [\w.-]+: serving version \S+ \(.*\)"),
     ("service.models.registry", r"model [\w.-]+ v\S+ ready \(.*\)"),
 ]
