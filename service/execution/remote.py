@@ -38,14 +38,13 @@ from service.execution.channel import Channel, WorkerDied, spawn
 from service.execution.engine_build import EngineSpec
 from service.execution.facade import EngineFacade
 from service.execution.remote_live import RemoteLive
+from service.execution.worker import restart_with_retries
 from service.observability.metrics import Metrics
 from service.scheduling.errors import EngineRestarted
 from service.scheduling.runners import Stats
 
 log = logging.getLogger(__name__)
 
-RESTART_ATTEMPTS = 3
-RESTART_BACKOFF_S = 1.0  # before the second attempt; doubled before each further one
 WAIT_READY_S = 600.0  # how long a call waits for a restart before it gives up with EngineRestarted
 PROBE_TEXTS, PROBE_OPTIONS = ["Warm-up."], TranslateOptions(beam_size=2)
 
@@ -210,20 +209,10 @@ class ProcessEngineWorker:
             self.restarting, self._channel = True, None
         self.metrics.engine_restarts.labels(self.model, cause).inc()
         channel.close()
-        wait = RESTART_BACKOFF_S
-        for attempt in range(1, RESTART_ATTEMPTS + 1):
-            try:
-                self.start(restart=True)  # a new generation, then _ready
-            except Exception:
-                log.exception("model %s: engine restart attempt %d of %d failed", self.model, attempt, RESTART_ATTEMPTS)
-                if attempt < RESTART_ATTEMPTS:
-                    time.sleep(wait)
-                    wait *= 2
-                continue
+        self.failed = restart_with_retries(lambda: self.start(restart=True), self.model)  # a new generation, _ready
+        if self.failed is None:
             log.warning("model %s: engine restarted after %s (%.1f s)", self.model, cause, self.start_seconds)
             return
-        self.failed = f"model {self.model}: the engine failed and could not be restarted ({RESTART_ATTEMPTS} attempts)"
-        log.error(self.failed)
         self._ready.set()  # waiting calls wake and fail
         if self.on_fatal is not None:
             self.on_fatal(self.failed)

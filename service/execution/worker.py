@@ -51,6 +51,25 @@ RESTART_ATTEMPTS = 3
 RESTART_BACKOFF_S = 1.0  # before the second attempt; doubled before each further one
 
 
+def restart_with_retries(start: Callable[[], None], model: str) -> str | None:
+    """Call ``start`` until it succeeds, RESTART_ATTEMPTS times at the most with a doubling back-off; None when it
+    did, else why the engine is out of service (logged)."""
+    wait = RESTART_BACKOFF_S
+    for attempt in range(1, RESTART_ATTEMPTS + 1):
+        try:
+            start()
+        except Exception:
+            log.exception("model %s: engine restart attempt %d of %d failed", model, attempt, RESTART_ATTEMPTS)
+            if attempt < RESTART_ATTEMPTS:
+                time.sleep(wait)
+                wait *= 2
+            continue
+        return None
+    failed = f"model {model}: the engine failed and could not be restarted ({RESTART_ATTEMPTS} attempts)"
+    log.error(failed)
+    return failed
+
+
 class EngineWorker:
     def __init__(
         self,
@@ -128,22 +147,12 @@ class EngineWorker:
         """Build a fresh engine (the lock is held); ``failed`` and ``on_fatal`` when no attempt succeeds."""
         self.restarting = True
         self.metrics.engine_restarts.labels(self.model, "probe_failed").inc()
-        wait = RESTART_BACKOFF_S
-        for attempt in range(1, RESTART_ATTEMPTS + 1):
-            try:
-                self.start()
-            except Exception:
-                log.exception("model %s: engine restart attempt %d of %d failed", self.model, attempt, RESTART_ATTEMPTS)
-                if attempt < RESTART_ATTEMPTS:
-                    time.sleep(wait)
-                    wait *= 2
-                continue
+        self.failed = restart_with_retries(self.start, self.model)
+        if self.failed is None:
             self.generation += 1
             self.restarting = False
             log.warning("model %s: engine restarted (%.1f s)", self.model, self.start_seconds)
             return
-        self.failed = f"model {self.model}: the engine failed and could not be restarted ({RESTART_ATTEMPTS} attempts)"
-        log.error(self.failed)
         if self.on_fatal is not None:
             self.on_fatal(self.failed)
 
