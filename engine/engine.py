@@ -15,7 +15,6 @@ from collections.abc import Sequence
 import numpy as np
 
 from core.bundle import Bundle
-from core.directions import normalization_language
 from core.graphs import (
     ENCODER_OUTPUTS,
     SEARCH_LOOP,
@@ -24,10 +23,10 @@ from core.graphs import (
     has_vocab_sources,
     step_graph_keys,
 )
-from core.normalize import fold_unknown, source_normalizer
 from core.search import Hypothesis, LengthPenalty, length_limits
 from core.shortlist import Shortlist, load_shortlist
 from core.tokenizer import BOS_ID, EOS_ID, Tokenizer, source_mask
+from engine.bundle_text import bundle_text
 from engine.chooser import Search, choose
 from engine.constrained import Constraint
 from engine.constrained_greedy import GREEDY_TERM_TOP_K
@@ -82,14 +81,7 @@ class Engine:
         self.decoding = decoding_defaults(bundle.manifest)  # the manifest's, as GET /v1/models shows them
         self.defaults = DecodingDefaults.of(self.decoding)  # for options left None (TranslateOptions.resolve)
         self.config = bundle.model_config
-        self.tokenizer = Tokenizer(bundle.tokenizer_file)
-        # target-language text is cut by the target side's model where the bundle has one (export/marian_vocab.py)
-        target = bundle.target_tokenizer_file
-        self.target_tokenizer = self.tokenizer if target == bundle.tokenizer_file else Tokenizer(target)
-        manifest = bundle.manifest
-        normalizer = source_normalizer(manifest.get("source_normalization"), normalization_language(manifest))
-        # then the characters the vocabulary lacks as equivalents it has (core/normalize.py fold_unknown)
-        self.normalize_source = lambda text: fold_unknown(normalizer(text), self.tokenizer.spelled_in_bytes)
+        self.tokenizer, self.target_tokenizer, self.normalize_source = bundle_text(bundle)
         settings = {
             "intra_op_threads": intra_op_threads,
             "inter_op_threads": inter_op_threads,

@@ -10,9 +10,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from core.bundle import Bundle
-from core.directions import normalization_language
-from core.normalize import fold_unknown, source_normalizer
-from core.tokenizer import Tokenizer
+from engine.bundle_text import bundle_text
 from engine.decoding import DecodingDefaults, TranslateOptions
 from engine.engine import Engine
 
@@ -28,12 +26,7 @@ class EngineFacade:
         """As Engine.__init__ reads the bundle's tokenizers and normalization; ``info`` the worker's report."""
         self.bundle, self.worker = bundle, worker
         self.config = bundle.model_config
-        self.tokenizer = Tokenizer(bundle.tokenizer_file)
-        target = bundle.target_tokenizer_file
-        self.target_tokenizer = self.tokenizer if target == bundle.tokenizer_file else Tokenizer(target)
-        manifest = bundle.manifest
-        normalizer = source_normalizer(manifest.get("source_normalization"), normalization_language(manifest))
-        self.normalize_source = lambda text: fold_unknown(normalizer(text), self.tokenizer.spelled_in_bytes)
+        self.tokenizer, self.target_tokenizer, self.normalize_source = bundle_text(bundle)
         self.update(info)
 
     def update(self, info: dict[str, Any]) -> None:
