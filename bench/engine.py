@@ -212,16 +212,17 @@ def workloads(ids: list[list[int]], limits: list[int], batch1_limit: int) -> dic
 
 
 def background_load() -> str:
-    """Processes other than this benchmark using CPU right now, as a note for the results."""
+    """Processes other than this benchmark using CPU, as a note for the results (ps's %CPU: over each process's
+    life). A stopped process (state T: a training run paused for the measurement) uses none and is left out."""
     try:
-        out = subprocess.run(["ps", "-eo", "pid,ni,pcpu,comm", "--sort=-pcpu"], capture_output=True, text=True).stdout
+        out = subprocess.run(["ps", "-eo", "pid,ni,pcpu,stat,comm", "--sort=-pcpu"], capture_output=True, text=True)
     except OSError:
         return "unknown"
     me = {os.getpid(), *(c.pid for c in mp.active_children())}
     rows = []
-    for line in out.splitlines()[1:]:
-        pid, ni, pcpu, comm = line.split(None, 3)
-        if int(pid) not in me and float(pcpu) >= 20:
+    for line in out.stdout.splitlines()[1:]:
+        pid, ni, pcpu, stat, comm = line.split(None, 4)
+        if int(pid) not in me and float(pcpu) >= 20 and not stat.startswith("T"):
             rows.append(f"{comm} (nice {ni}, {pcpu}% CPU)")
     return ", ".join(rows[:4]) or "none above 20% CPU"
 
