@@ -16,10 +16,10 @@ from pathlib import Path
 from core.bundle import FORMATS, load_bundle
 from core.directions import DirectionError
 from core.graphs import STEP_GRAPHS
-from core.tokenizer import EOS_ID
 from engine import Engine
 from engine.decoding import TranslateOptions, decoding_defaults
 from export.calibration import calibrate, read_sentences
+from export.direction_scoring import direction_named, translate_split
 from export.directions import directions_for
 from export.import_commands import cmd_import_argos, cmd_import_hf
 from export.manifest import build_manifest, git_commit, seal
@@ -135,16 +135,9 @@ def cmd_export(args: argparse.Namespace) -> int:
     return 0
 
 
-def _source_ids(engine: Engine, sources: list[str]) -> tuple[list[list[int]], int]:
-    """Subword ids + EOS of each source, cut at the model's limit (the service refuses such a text with 422;
-    a test set must still score every line), and how many were cut."""
-    limit = engine.max_source_tokens - 1
-    ids = engine.tokenizer.encode_batch([engine.normalize_source(s) for s in sources])  # as source_ids does
-    return [seq[:limit] + [EOS_ID] for seq in ids], sum(len(seq) > limit for seq in ids)
-
-
 def cmd_evaluate(args: argparse.Namespace) -> int:
     from model.data import read_parallel, split_language
+    from model.directions import bleu_tokenizer
     from model.evaluate import bleu, score_line, write_hypotheses
 
     if args.fused_step and not args.no_seal:
@@ -152,10 +145,15 @@ def cmd_evaluate(args: argparse.Namespace) -> int:
         return 2
     bundle = load_bundle(args.bundle)
     manifest = bundle.manifest
-    target = manifest["target_language"]
+    try:
+        direction, own = direction_named(manifest, args.direction)
+    except DirectionError as exc:
+        print(f"--direction: {exc}", file=sys.stderr)
+        return 2
+    target, tokenize = direction.target, bleu_tokenizer(direction.name)
     splits = {}
     for split in args.split:
-        source = split_language(args.data, split, manifest["source_language"], target)
+        source = split_language(args.data, split, direction.source, target)
         sources, references = read_parallel(args.data, split, source, target)
         if args.limit:  # a smoke run: scores of part of a split are printed, never sealed into the manifest
             sources, references = sources[: args.limit], references[: args.limit]
@@ -174,28 +172,29 @@ def cmd_evaluate(args: argparse.Namespace) -> int:
             print(f"{variant}: no fused step ({engine.fused_step}): these are the graphs' scores", file=sys.stderr)
         for split, (sources, references) in splits.items():
             scores = {}
-            ids, truncated = _source_ids(engine, sources)
             for beam in args.beam:
                 started = time.time()
-                hyps = []
                 options = engine.resolved(
                     TranslateOptions(beam_size=beam, no_repeat_ngram_size=args.no_repeat_ngram_size)
                 )
-                for start in range(0, len(ids), args.batch_size):
-                    chunk = ids[start : start + args.batch_size]
-                    hyps += [t.text for t in engine.translate_ids(chunk, options)]
-                result = bleu(hyps, references)
+                hyps, truncated = translate_split(engine, direction, sources, options, args.batch_size)
+                result = bleu(hyps, references, tokenize=tokenize)
                 result.update(beam_size=beam, seconds=round(time.time() - started, 1), providers=engine.providers)
                 result["no_repeat_ngram_size"] = options.no_repeat_ngram_size
                 result["truncated_sources"] = truncated
                 if engine.shortlist is not None:  # searched over the bundle's lexical shortlist (core/shortlist.py)
                     result["shortlist"] = True
+                if direction.pivot:
+                    result["pivot"] = direction.pivot
                 scores[f"beam{beam}"] = result
-                print(score_line(f"{variant} {split} beam={beam}", result), file=sys.stderr)
+                print(score_line(f"{variant} {direction.name} {split} beam={beam}", result), file=sys.stderr)
                 if args.hypotheses:
                     write_hypotheses(f"{args.hypotheses}.{variant}.{split}.beam{beam}", hyps)
             report.setdefault(variant, {})[split] = {"split": split, **scores}
         entry = manifest["variants"][variant]
+        if not own:  # another direction of a multilingual bundle: its scores beside the headline, not instead of it
+            entry.setdefault("direction_evaluations", {})[direction.name] = report[variant]
+            continue
         entry["bleu"] = report[variant][args.split[0]]  # the first split is the bundle's headline score
         if len(args.split) > 1:
             entry["evaluations"] = report[variant]
@@ -440,6 +439,13 @@ def main(argv: list[str] | None = None) -> int:
         nargs="+",
         default=["test_2016_flickr"],
         help="one or more splits; the first is the bundle's headline BLEU, all go to the manifest's evaluations",
+    )
+    p.add_argument(
+        "--direction",
+        help="a multilingual bundle's direction to score (de-zh, en-de ...; default: its own pair, the first listed): "
+        "sources tagged as the service tags them, a pivoted direction through both legs; sacreBLEU's zh tokenizer for "
+        "Chinese targets. Scores of another direction than the bundle's own go to each variant's "
+        "direction_evaluations",
     )
     p.add_argument("--report", help="write every score (variant -> split -> beam) to this JSON file too")
     p.add_argument("--hypotheses", help="write translations to <this>.<variant>.<split>.beam<N>")
