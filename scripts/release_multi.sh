@@ -1,0 +1,89 @@
+#!/usr/bin/env bash
+# The multilingual model of issue 60 (docs/models-round3.md) from a finished run to a served bundle and the numbers of
+# its model card:
+#   bash scripts/release_multi.sh
+# 1. decide: German<->Chinese direct (the model's own <2zh>/<2de> tags) or by pivot through English, measured on the
+#    held-out bridge pairs (bridge-tatoeba.test) with PyTorch, beam 4; pivot unless direct scores higher both ways;
+# 2. export one bundle, $REPOSITORY/multi/$VERSION (fp32 + int8 calibrated on tagged training sources of all six
+#    directions), with every direction in its manifest and a 4-gram block by default;
+# 3. score every direction through the engine (int8, beam 4, the service's tagging; export.cli evaluate --direction)
+#    on our test splits, sealed into the manifest; the reports go to $OUT/evaluation.<direction>.json.
+# The run must be finished: $RUN/release (model/train.py finalize: the checkpoint average or the best) must exist.
+# STAGE=export skips step 1 (DIRECT=yes|no says what to export), STAGE=evaluate also step 2.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+DATA=${DATA:-runs/data/multi6}
+RUN=${RUN:-runs/long/m6-d384}
+PY=${PYTHON:-.venv/bin/python}
+STAGE=${STAGE:-all}
+OUT=${OUT:-checkpoints/multi}
+REPOSITORY=${REPOSITORY:-model_repository}
+VERSION=${VERSION:-1}
+VARIANTS=${VARIANTS:-fp32 int8}
+BEAM=${BEAM:-4}
+BLOCK=${BLOCK:-4}
+LIMIT=${LIMIT:-0} # a smoke run: the first N sentences of each split (scores not sealed)
+BUNDLE=$REPOSITORY/multi/$VERSION
+export OMP_NUM_THREADS=1
+
+if [ ! -f "$RUN/release/model.safetensors" ]; then
+    echo "no $RUN/release: finish (or finalize) the run first (python -m model.cli train ... resumes and finalizes)" >&2
+    exit 2
+fi
+mkdir -p "$OUT"
+
+if [ "$STAGE" = all ]; then
+    for pair in de-zh zh-de; do
+        for mode in direct pivot; do
+            extra=() && [ "$mode" = pivot ] && extra=(--pivot en)
+            "$PY" -m model.cli evaluate --model "$RUN/release" --data "$DATA" --split bridge-tatoeba.test \
+                --direction "$pair" --beam "$BEAM" --limit "$LIMIT" --threads 1 "${extra[@]}" \
+                --output "$OUT/bridge.$pair.$mode.json" > /dev/null
+        done
+    done
+    DIRECT=$("$PY" - "$OUT" "$BEAM" <<'EOF'
+import json, sys
+out, beam = sys.argv[1], f"beam{sys.argv[2]}"
+score = lambda p, m: json.load(open(f"{out}/bridge.{p}.{m}.json"))["results"][beam]["bleu"]
+better = all(score(p, "direct") > score(p, "pivot") for p in ("de-zh", "zh-de"))
+for p in ("de-zh", "zh-de"):
+    print(f"{p}: direct {score(p, 'direct')} pivot {score(p, 'pivot')}", file=sys.stderr)
+print("yes" if better else "no")
+EOF
+)
+fi
+DIRECT=${DIRECT:-no}
+if [ "$DIRECT" = yes ]; then
+    DIRECTIONS=de-en,en-de,zh-en,en-zh,de-zh,zh-de
+else
+    DIRECTIONS=de-en,en-de,zh-en,en-zh,de-zh:pivot=en,zh-de:pivot=en
+fi
+echo "directions: $DIRECTIONS" >&2
+
+if [ "$STAGE" = all ] || [ "$STAGE" = export ]; then
+    cp "$RUN"/release/model.safetensors "$RUN"/release/config.json "$RUN"/release/tokenizer.model "$OUT"/
+    cp "$RUN"/curve.png "$RUN"/log.jsonl "$OUT"/ 2>/dev/null || true
+    cp "$DATA"/prepare.json "$OUT"/
+    # int8 ranges from the sources as the model saw them: tagged lines of every direction (train.src)
+    shuf -n 4000 --random-source=<(yes) "$DATA"/train.src > "$OUT"/calibration.src
+    "$PY" -m export.cli export --model "$OUT" --out "$BUNDLE" --name multi --version "$VERSION" \
+        --variants $VARIANTS --directions "$DIRECTIONS" --calibration-data "$OUT"/calibration.src --force
+    rm "$OUT"/calibration.src
+    "$PY" -m export.cli decoding --bundle "$BUNDLE" --no-repeat-ngram-size "$BLOCK" \
+        --why "scripts/release_multi.sh: the general-domain release's loops (docs/general-domain.md)"
+fi
+
+# every direction on its test splits (the first split of a direction is its headline in the card)
+score() {
+    local direction=$1 && shift
+    local seal=() && [ "$LIMIT" != 0 ] && seal=(--limit "$LIMIT")
+    "$PY" -m export.cli evaluate --bundle "$BUNDLE" --data "$DATA" --direction "$direction" --split "$@" \
+        --beam "$BEAM" --variants int8 --report "$OUT/evaluation.$direction.json" "${seal[@]}" > /dev/null
+}
+score de-en multi30k.test tatoeba-de.test news-de.val
+score en-de multi30k.test tatoeba-de.test news-de.val
+score zh-en wiki-zh.test tatoeba-zh.test tico-zh.test news-zh.val
+score en-zh wiki-zh.test tatoeba-zh.test tico-zh.test news-zh.val
+score de-zh bridge-tatoeba.test
+score zh-de bridge-tatoeba.test
+echo "wrote $BUNDLE and $OUT/evaluation.*.json" >&2
