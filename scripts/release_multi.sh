@@ -7,7 +7,8 @@
 # 2. export one bundle, $REPOSITORY/multi/$VERSION (fp32 + int8 calibrated on tagged training sources of all six
 #    directions), with every direction in its manifest and a 4-gram block by default;
 # 3. score every direction through the engine (int8, beam 4, the service's tagging; export.cli evaluate --direction)
-#    on our test splits, sealed into the manifest; the reports go to $OUT/evaluation.<direction>.json.
+#    on our test splits, sealed into the manifest; the reports go to $OUT/evaluation.<direction>.json;
+# 4. the previous release (de-en 3, zh-en 2) on the same splits: $OUT/previous.<direction>.json.
 # The run must be finished: $RUN/release (model/train.py finalize: the checkpoint average or the best) must exist.
 # STAGE=export skips step 1 (DIRECT=yes|no says what to export), STAGE=evaluate also step 2.
 set -euo pipefail
@@ -86,4 +87,14 @@ score zh-en wiki-zh.test tatoeba-zh.test tico-zh.test news-zh.val
 score en-zh wiki-zh.test tatoeba-zh.test tico-zh.test news-zh.val
 score de-zh bridge-tatoeba.test
 score zh-de bridge-tatoeba.test
-echo "wrote $BUNDLE and $OUT/evaluation.*.json" >&2
+# the previous release (one bundle per direction into English) on the same splits, for the card's comparison
+previous() {
+    local bundle=$1 direction=$2 && shift 2
+    [ -d "$bundle" ] || return 0
+    local part=() && [ "$LIMIT" != 0 ] && part=(--limit "$LIMIT")
+    "$PY" -m export.cli evaluate --bundle "$bundle" --data "$DATA" --split "$@" --beam "$BEAM" --variants int8 \
+        --no-seal --report "$OUT/previous.$direction.json" "${part[@]}" > /dev/null
+}
+previous "${PREVIOUS_DE:-model_repository/de-en/3}" de-en multi30k.test tatoeba-de.test news-de.val
+previous "${PREVIOUS_ZH:-model_repository/zh-en/2}" zh-en wiki-zh.test tatoeba-zh.test tico-zh.test news-zh.val
+echo "wrote $BUNDLE, $OUT/evaluation.*.json and $OUT/previous.*.json" >&2
