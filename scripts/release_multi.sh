@@ -5,7 +5,8 @@
 # 1. decide: German<->Chinese direct (the model's own <2zh>/<2de> tags) or by pivot through English, measured on the
 #    held-out bridge pairs (bridge-tatoeba.test) with PyTorch, beam 4; pivot unless direct scores higher both ways;
 # 2. export one bundle, $REPOSITORY/multi/$VERSION (fp32 + int8 calibrated on tagged training sources of all six
-#    directions), with every direction in its manifest and a 4-gram block by default;
+#    directions), with every direction in its manifest and a 4-gram block by default; a lexical shortlist learned on
+#    every direction's pairs, kept only if it costs at most 0.2 BLEU in each direction;
 # 3. score every direction through the engine (int8, beam 4, the service's tagging; export.cli evaluate --direction)
 #    on our test splits, sealed into the manifest; the reports go to $OUT/evaluation.<direction>.json;
 # 4. the previous release (de-en 3, zh-en 2) on the same splits: $OUT/previous.<direction>.json.
@@ -72,6 +73,32 @@ if [ "$STAGE" = all ] || [ "$STAGE" = export ]; then
     rm "$OUT"/calibration.src
     "$PY" -m export.cli decoding --bundle "$BUNDLE" --no-repeat-ngram-size "$BLOCK" \
         --why "scripts/release_multi.sh: the general-domain release's loops (docs/general-domain.md)"
+    # The lexical shortlist, learned on the tagged sources of every direction (a tag is a source piece too: its
+    # candidates are its language's frequent pieces), on a copy; kept only if int8 beam-4 BLEU stays within 0.2 of
+    # the whole vocabulary on the first test split of every direction (export.cli compare).
+    folder=$OUT/shortlist-data && mkdir -p "$folder"
+    ln -sf "$(realpath "$DATA"/train.src)" "$folder"/train.de  # the manifest's own pair names the files: de-en
+    ln -sf "$(realpath "$DATA"/train.tgt)" "$folder"/train.en
+    trial=$(mktemp -d)/multi/$VERSION && mkdir -p "$(dirname "$trial")" && cp -r "$BUNDLE" "$trial"
+    "$PY" -m export.cli shortlist --bundle "$trial" --data "$folder" --limit "${SHORTLIST_PAIRS:-400000}" > /dev/null
+    keep=yes
+    for check in de-en:multi30k.test en-de:multi30k.test zh-en:wiki-zh.test en-zh:wiki-zh.test \
+        de-zh:bridge-tatoeba.test zh-de:bridge-tatoeba.test; do
+        d=${check%%:*} && split=${check#*:}
+        for b in "$BUNDLE:whole" "$trial:shortlist"; do
+            "$PY" -m export.cli evaluate --bundle "${b%:*}" --data "$DATA" --direction "$d" --split "$split" \
+                --beam "$BEAM" --variants int8 --no-seal --limit "$LIMIT" \
+                --report "$OUT/shortlist-check.$d.${b##*:}.json" > /dev/null
+        done
+        "$PY" -m export.cli compare --base "$OUT/shortlist-check.$d.whole.json" \
+            --candidate "$OUT/shortlist-check.$d.shortlist.json" --max-loss 0.2 || keep=no
+    done
+    if [ $keep = yes ]; then
+        rm -rf "$BUNDLE" && cp -r "$trial" "$BUNDLE" && echo "$BUNDLE: shortlist kept" >&2
+    else
+        echo "$BUNDLE: shortlist left out (over 0.2 BLEU lost; see $OUT/shortlist-check.*.json)" >&2
+    fi
+    rm -rf "$(dirname "$(dirname "$trial")")" "$folder"
 fi
 
 # every direction on its test splits (the first split of a direction is its headline in the card)
