@@ -1,7 +1,8 @@
 """Issue 56, end to end: through the real server, with the shipped general-domain bundle as served (int8, its lexical
 shortlist, its 4-gram block) on the fused step (MT_FUSED_STEP=true: AVX-512 VNNI, AVX-VNNI or AVX2 kernels, whichever
 the CPU has), 64 concurrent clients sending mixed requests (greedy and beam, plain and streamed) get, for every text,
-the tokens and score the same request gets alone, under the dynamic and the continuous scheduler."""
+the tokens and score the same request gets alone, under the dynamic and the continuous scheduler, and with the AVX2
+kernel forced (MT_FUSED_STEP_KERNEL=avx2: the CPUs without AVX-512)."""
 
 from __future__ import annotations
 
@@ -57,13 +58,27 @@ def fused_library(tmp_path_factory) -> Path:
     return out
 
 
-@pytest.fixture(scope="module", params=["dynamic", "continuous"])
+def _has_avx2() -> bool:
+    try:
+        flags = Path("/proc/cpuinfo").read_text().split()
+    except OSError:
+        return False
+    return "avx2" in flags and "fma" in flags
+
+
+# (scheduler, MT_FUSED_STEP_KERNEL): the CPU's own kernel under both schedulers, and the AVX2 kernel (the family of
+# CPUs without AVX-512, forced here where the CPU has more)
+@pytest.fixture(scope="module", params=[("dynamic", ""), ("continuous", ""), ("dynamic", "avx2")], ids=str)
 def server(request, shipped_de_en, fused_library, tmp_path_factory):
-    log_path = tmp_path_factory.mktemp(f"same-answer-{request.param}") / "service.log"
+    scheduler, kernel = request.param
+    if kernel == "avx2" and not _has_avx2():
+        pytest.skip("the CPU has no AVX2 and FMA")
+    log_path = tmp_path_factory.mktemp(f"same-answer-{scheduler}-{kernel or 'own'}") / "service.log"
     env = {
-        "MT_SCHEDULER": request.param,
+        "MT_SCHEDULER": scheduler,
         "MT_FUSED_STEP": "true",
         "MT_FUSED_STEP_LIBRARY": str(fused_library),
+        "MT_FUSED_STEP_KERNEL": kernel,
         "MT_MAX_WAIT_MS": "20",
         "MT_CACHE_MB": "0",  # every answer computed, none replayed from the translation cache
     }
