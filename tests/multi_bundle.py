@@ -131,8 +131,9 @@ def build_multi_bundle(work: Path, steps: int = 900) -> Path:
     return repo
 
 
-def cached_multi_bundle(cache_root: Path, target: Path, digest: str) -> Path:
-    """Build once per source digest (under ``cache_root``), copy into ``target``; returns target's repository."""
+def cached_multi_build(cache_root: Path, digest: str) -> Path:
+    """The folder of the build (``corpus/``, ``run/`` with its ``release/``, ``repository/``), made once per source
+    digest under ``cache_root``; read it, do not change it."""
     cached = cache_root / f"multi-bundle-{digest}"
     with open(cache_root / f"{cached.name}.lock", "w") as lock:
         fcntl.flock(lock, fcntl.LOCK_EX)
@@ -141,7 +142,12 @@ def cached_multi_bundle(cache_root: Path, target: Path, digest: str) -> Path:
                 shutil.rmtree(cached)
             build_multi_bundle(cached)
             (cached / "complete").touch()
-    shutil.copytree(cached / "repository", target / "repository")
+    return cached
+
+
+def cached_multi_bundle(cache_root: Path, target: Path, digest: str) -> Path:
+    """Build once per source digest (under ``cache_root``), copy into ``target``; returns target's repository."""
+    shutil.copytree(cached_multi_build(cache_root, digest) / "repository", target / "repository")
     return target / "repository"
 
 

@@ -1,0 +1,87 @@
+"""scripts/release_multi.sh end to end on the tiny multilingual run of tests/multi_bundle.py, with a lexicon test folder
+standing in for runs/data/multi6: German<->Chinese direct against pivot measured and decided, one bundle exported with
+every direction, the shortlist gate run, every direction scored through the engine and sealed, the previous release
+scored on the same splits."""
+
+from __future__ import annotations
+
+import json
+import os
+import random
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+from multi_bundle import LEXICON, NAME, cached_multi_build, sentence, source_digest
+
+from core.bundle import load_bundle
+
+ROOT = Path(__file__).resolve().parents[2]
+SPLITS = {
+    "multi30k.test": ("de", "en"),
+    "tatoeba-de.test": ("de", "en"),
+    "news-de.val": ("de", "en"),
+    "wiki-zh.test": ("zh", "en"),
+    "tatoeba-zh.test": ("zh", "en"),
+    "tico-zh.test": ("zh", "en"),
+    "news-zh.val": ("zh", "en"),
+    "bridge-tatoeba.test": ("de", "zh"),
+}
+DIRECTIONS = ["de-en", "en-de", "zh-en", "en-zh", "de-zh", "zh-de"]
+
+
+def lexicon_data(build: Path, folder: Path) -> Path:
+    folder.mkdir()
+    for name in ("train.src", "train.tgt"):
+        shutil.copy(build / "corpus" / name, folder / name)
+    (folder / "prepare.json").write_text("{}\n")
+    rng = random.Random(5)
+    for split, languages in SPLITS.items():
+        lines = [[rng.randrange(len(LEXICON["en"])) for _ in range(rng.randint(2, 4))] for _ in range(6)]
+        for language in languages:
+            text = "\n".join(sentence(words, language) for words in lines) + "\n"
+            (folder / f"{split}.{language}").write_text(text, encoding="utf-8")
+    return folder
+
+
+def test_release_multi_exports_and_scores_every_direction(request, tmp_path):
+    build = cached_multi_build(Path(request.config.cache.mkdir("mtserve")), source_digest())
+    out, repository = tmp_path / "card", tmp_path / "repository"
+    env = {
+        **os.environ,
+        "RUN": str(build / "run"),
+        "DATA": str(lexicon_data(build, tmp_path / "data")),
+        "OUT": str(out),
+        "REPOSITORY": str(repository),
+        "PYTHON": sys.executable,
+        "SHORTLIST_PAIRS": "3000",
+    }
+    result = subprocess.run(
+        ["bash", str(ROOT / "scripts" / "release_multi.sh")], env=env, capture_output=True, text=True, timeout=600
+    )
+    assert result.returncode == 0, result.stderr[-3000:]
+
+    # the German<->Chinese decision follows the measurements
+    bridge = {
+        (pair, mode): json.loads((out / f"bridge.{pair}.{mode}.json").read_text())["results"]["beam4"]["bleu"]
+        for pair in ("de-zh", "zh-de")
+        for mode in ("direct", "pivot")
+    }
+    direct = all(bridge[(p, "direct")] > bridge[(p, "pivot")] for p in ("de-zh", "zh-de"))
+    manifest = load_bundle(repository / NAME / "1").manifest
+    assert list(manifest["directions"]) == DIRECTIONS
+    assert ("pivot" in manifest["directions"]["de-zh"]) != direct, (bridge, manifest["directions"])
+    assert manifest["decoding"]["no_repeat_ngram_size"] == 4
+    assert "shortlist left out" in result.stderr or "shortlist kept" in result.stderr
+
+    # every direction scored through the engine: its own report, and sealed (the own pair as the headline)
+    int8 = manifest["variants"]["int8"]
+    for direction in DIRECTIONS:
+        report = json.loads((out / f"evaluation.{direction}.json").read_text())["int8"]
+        first = next(iter(report.values()))
+        assert first["beam4"]["bleu"] >= 0
+        sealed = int8["bleu"] if direction == "de-en" else int8["direction_evaluations"][direction][first["split"]]
+        assert sealed["beam4"]["bleu"] == first["beam4"]["bleu"]
+    for direction in ("de-en", "zh-en"):  # the shipped release on the same splits
+        assert (out / f"previous.{direction}.json").exists()
