@@ -14,7 +14,10 @@ decoder.onnx instead of the lean decoder_step.onnx, ``+own-arena`` to give each 
 instead of the process's shared one (for A/B runs), ``+own-tables`` to let each session map the embedding itself
 instead of sharing one map (engine/shared_tables.py; for A/B runs), ``+no-pattern`` / ``+no-prepack`` to
 turn off onnxruntime's memory pattern / weight prepacking in its sessions (A/B runs), ``+steps`` to search a lone
-sentence step by step in Python where the bundle has a search loop graph (export/search_loop.py; batch 1), ``+block`` to
+sentence step by step in Python where the bundle has a search loop graph (export/search_loop.py; batch 1),
+``+no-split`` to rank every row of the fused search over the batch's whole shortlist product (MT_FUSED_STEP_SPLIT=0),
+``+no-tiles`` to run the fused step's AVX-512 VNNI products on 4-row x 16-column tiles (MT_FUSED_STEP_TILES=0),
+``+block`` to
 search with a 4-gram block (``no_repeat_ngram_size`` 4, the general-domain bundles' default; every other ort engine
 searches without one, as PyTorch and CTranslate2 do). The bundle's lexical
 shortlist (``python -m export.cli shortlist``, core/shortlist.py) runs only in the ``+shortlist`` ort engines and
@@ -131,7 +134,8 @@ def _runner(engine: str, args: dict):
         return lambda sources, limits, beam: runner.translate_ids(sources, limits, beam)
     raise ValueError(
         f"unknown engine {engine!r}; choose from {ENGINES} (ort engines accept +decoder, +own-arena, +shortlist, "
-        "+steps, +block, +own-tables, +no-pattern, +no-prepack, +fused, +avx2; ct2 engines +vmap, +avx2)"
+        "+steps, +block, +own-tables, +no-pattern, +no-prepack, +fused, +no-split, +no-tiles, +avx2; ct2 engines "
+        "+vmap, +avx2)"
     )
 
 
@@ -159,6 +163,10 @@ def _worker(conn, engine: str, args: dict) -> None:
         # which pick their own ISA (AVX-512 VNNI otherwise, speed-log item 55)
         os.environ["ONEDNN_MAX_CPU_ISA"] = "AVX2"
         os.environ["MKL_ENABLE_INSTRUCTIONS"] = "AVX2"
+    if "+no-split" in engine:  # the fused search ranks every row over the batch's whole subset (speed-log item 57)
+        os.environ["MT_FUSED_STEP_SPLIT"] = "0"
+    if "+no-tiles" in engine:  # the fused step's VNNI products on 4 x 1 tiles, as before item 57
+        os.environ["MT_FUSED_STEP_TILES"] = "0"
     started = time.perf_counter()
     run = _runner(engine, args)
     workloads: dict[str, dict] = {}

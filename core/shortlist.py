@@ -67,15 +67,21 @@ class Shortlist:
 
     def owners(self, sources: Sequence[Sequence[int]], vocab_ids: np.ndarray) -> np.ndarray:
         """(sources, len(vocab_ids)) bool: the ids of a batch's union ``vocab_ids`` that each source's own list holds
-        (the fused step's ``vocab_sources``: each source normalizes over its own list, as it does alone). Each row
-        reads a source's mask over the vocabulary at ``vocab_ids``: 0.50 ms for 32 Multi30k sources on de-en 3's table,
-        against 1.26 ms for np.isin with each source's ``vocab_ids`` (throwaway timing, speed-log item 55)."""
-        rows = np.empty((len(sources), len(vocab_ids)), dtype=bool)
-        for i, source in enumerate(sources):
-            mask = self._always.copy()
-            mask[self._translations([source])] = True
-            rows[i] = mask[vocab_ids]
-        return rows
+        (the fused step's ``vocab_sources``: each source normalizes over its own list, as it does alone). One mask over
+        the vocabulary per source, every source's translations set in one indexing (their ranges of ``targets`` laid
+        end to end, as ``_translations``), read at ``vocab_ids``: ~0.2 ms for 32 Multi30k sources on de-en 3's table,
+        against ~0.5 ms for a mask per source in a loop and 1.26 ms for np.isin (speed-log items 55-56)."""
+        lengths = [len(s) for s in sources]
+        ids = np.fromiter((t for s in sources for t in s), dtype=np.int64, count=sum(lengths))
+        row = np.repeat(np.arange(len(sources)), lengths)
+        keep = (ids >= 0) & (ids < self.vocab_size)
+        ids, row = ids[keep], row[keep]
+        starts, counts = self.offsets[ids], self.offsets[ids + 1] - self.offsets[ids]
+        begins = np.cumsum(counts) - counts
+        where = np.arange(int(counts.sum())) + np.repeat(starts - begins, counts)
+        masks = np.repeat(self._always[None, :], len(sources), axis=0)  # (sources, vocab)
+        masks[np.repeat(row, counts), self.targets[where].astype(np.int64)] = True
+        return masks[:, vocab_ids]
 
     def save(self, path: Path) -> Path:
         dtype = np.uint16 if self.vocab_size <= np.iinfo(np.uint16).max + 1 else np.int32

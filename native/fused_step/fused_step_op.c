@@ -406,11 +406,13 @@ static void attend(const float *q, const float *k, const float *v, const int32_t
 /* one step's working memory, for at most `rows` rows, `width` output columns and `len` attended positions */
 typedef struct {
     float *x, *h, *t, *att, *logits, *scores, *own;
+    float *one, *mine, *extra; /* a row's whole-subset logits (split's rare rows), its own log-probs, extra logits */
     uint8_t *xq;
 } scratch;
 
 static void scratch_free(scratch *s) {
     free(s->x); free(s->h); free(s->t); free(s->att); free(s->logits); free(s->scores); free(s->own); free(s->xq);
+    free(s->one); free(s->mine); free(s->extra);
 }
 
 static int scratch_alloc(scratch *s, const kernel *K, int64_t rows, int64_t width, int64_t len) {
@@ -420,8 +422,11 @@ static int scratch_alloc(scratch *s, const kernel *K, int64_t rows, int64_t widt
     s->logits = malloc((rows < IP_CHUNK ? rows : IP_CHUNK) * width * sizeof(float));
     s->scores = malloc(len * sizeof(float));
     s->own = malloc(width * sizeof(float));
+    s->one = malloc(width * sizeof(float)); s->mine = malloc(width * sizeof(float));
+    s->extra = malloc(width * sizeof(float));
     s->xq = aligned_alloc(64, (ip_xq_bytes((int)rows, (int)W) + 63) / 64 * 64);
-    if (s->x && s->h && s->t && s->att && s->logits && s->scores && s->own && s->xq) return 1;
+    if (s->x && s->h && s->t && s->att && s->logits && s->scores && s->own && s->xq && s->one && s->mine && s->extra)
+        return 1;
     scratch_free(s);
     return 0;
 }
@@ -445,6 +450,7 @@ typedef struct {
     int64_t banned_stride;
     const uint8_t *self_allowed, *src_allowed;
     const uint8_t *own_vocab; /* (sources, width): the columns row r's source (slots[r] / group) owns; NULL: all */
+    const struct split *split; /* own_vocab's columns as products (the search, lp_stride 0); NULL: the subset's */
     float **cross_k, **cross_v, **cache_k, **cache_v;
     const qlinear *out_q;
     float *log_probs, *top_values; /* (rows, width) at row stride lp_stride (0: one row, reused), (rows, k) */
@@ -460,6 +466,103 @@ static int64_t find(const int64_t *ids, int64_t n, int64_t id) {
         if (ids[mid] < id) lo = mid + 1; else hi = mid;
     }
     return lo < n && ids[lo] == id ? lo : -1;
+}
+
+/* The search's own columns as products (issue 56 round 4): a batch's subset has the columns every source owns
+   (the frequent list: ~1,000 of the ~2,000-3,000 of a Multi30k batch of 32) and each source's other own columns
+   (~50-200). A row's logits are the common product's (16 rows at a time, as the subset's) and its source's extra
+   product's, read back in subset order (`at`: >= 0 a common column, else extra column -1 - at): the same integer
+   sums and scales as the subset's columns, so the same values, normalized and ranked over the same own columns in
+   the same order -- the same bits as vm_gather_owned over the whole subset's product, without the columns the
+   source does not own (55-65% of them at batch 32). */
+typedef struct split {
+    int64_t sources;
+    qlinear common;
+    qlinear *extra;     /* per source (n 0: none) */
+    int32_t **at;       /* per source, its own columns in subset order */
+    int64_t **own_ids;  /* per source, their vocabulary ids (ascending) */
+    int *m;             /* per source, how many */
+} split;
+
+/* MT_FUSED_STEP_SPLIT=0 ranks every row over the whole subset's product (A/B runs; the same answers) */
+static int split_wanted(void) {
+    const char *v = getenv("MT_FUSED_STEP_SPLIT");
+    return !v || strcmp(v, "0") != 0;
+}
+
+static void split_free(split *sp) {
+    if (!sp) return;
+    ip_free(&sp->common);
+    for (int64_t b = 0; b < sp->sources; b++) {
+        if (sp->extra) ip_free(&sp->extra[b]);
+        if (sp->at) free(sp->at[b]);
+        if (sp->own_ids) free(sp->own_ids[b]);
+    }
+    free(sp->extra); free(sp->at); free(sp->own_ids); free(sp->m); free(sp);
+}
+
+/* the split of the subset `ids` (width columns) for B sources owning `own` (B x width 0/1); NULL: out of memory */
+static split *split_build(const kernel *K, const int64_t *ids, int64_t width, const uint8_t *own, int64_t B) {
+    split *sp = calloc(1, sizeof(split));
+    int64_t *common_ids = malloc(width * sizeof(int64_t)), *extra_ids = malloc(width * sizeof(int64_t));
+    int32_t *common_at = malloc(width * sizeof(int32_t));
+    int ok = sp && common_ids && extra_ids && common_at;
+    if (ok) {
+        sp->sources = B;
+        sp->extra = calloc(B, sizeof(qlinear)); sp->at = calloc(B, sizeof(int32_t *));
+        sp->own_ids = calloc(B, sizeof(int64_t *)); sp->m = calloc(B, sizeof(int));
+        ok = sp->extra && sp->at && sp->own_ids && sp->m;
+    }
+    int nc = 0;
+    for (int64_t j = 0; ok && j < width; j++) {
+        int all = 1;
+        for (int64_t b = 0; b < B; b++) all &= own[b * width + j];
+        common_at[j] = all ? nc : -1;
+        if (all) common_ids[nc++] = ids[j];
+    }
+    ok = ok && (nc == 0 || ip_pack_columns(&sp->common, &K->out, common_ids, nc));
+    for (int64_t b = 0; ok && b < B; b++) {
+        sp->at[b] = malloc(width * sizeof(int32_t)); sp->own_ids[b] = malloc(width * sizeof(int64_t));
+        if (!sp->at[b] || !sp->own_ids[b]) { ok = 0; break; }
+        int ne = 0, m = 0;
+        for (int64_t j = 0; j < width; j++) {
+            if (!own[b * width + j]) continue;
+            if (common_at[j] >= 0) sp->at[b][m] = common_at[j];
+            else { extra_ids[ne] = ids[j]; sp->at[b][m] = -1 - ne; ne++; }
+            sp->own_ids[b][m++] = ids[j];
+        }
+        sp->m[b] = m;
+        if (ne) ok = ip_pack_columns(&sp->extra[b], &K->out, extra_ids, ne);
+    }
+    free(common_ids); free(extra_ids); free(common_at);
+    if (!ok) { split_free(sp); return NULL; }
+    return sp;
+}
+
+/* row r's log-softmax over its source's own columns, the n-gram block and its top k (ids), from the common product's
+   logits `zc` of the row and its extra product (computed here); 0 when fewer than k of its own columns are left
+   unbanned (the caller ranks it over the whole subset: the rows whose top k then hold -inf ones) */
+static int split_rank(const kernel *K, const step_args *a, scratch *s, int64_t r, const float *zc) {
+    const split *sp = a->split;
+    const int64_t b = a->slots[r] / a->group, k = a->k;
+    const int m = sp->m[b];
+    if (m - (a->banned_n ? a->banned_n[r] : 0) < k) return 0;
+    const qlinear *eq = &sp->extra[b];
+    if (eq->n) ip_product(eq, s->h + r * K->d, K->d, K->d, s->extra, eq->n, 1, s->xq);
+    const int32_t *at = sp->at[b];
+    const int64_t *own_ids = sp->own_ids[b];
+    for (int j = 0; j < m; j++) s->own[j] = at[j] >= 0 ? zc[at[j]] : s->extra[-1 - at[j]];
+    const float top = vm_max(s->own, m), norm = logf(vm_exp_sum(s->own, m, top));
+    vm_shift(s->own, m, top, norm, s->mine);
+    for (int32_t j = 0; a->banned_n && j < a->banned_n[r]; j++) {
+        const int64_t at_id = find(own_ids, m, a->banned[r * a->banned_stride + j]);
+        if (at_id >= 0) s->mine[at_id] = -INFINITY;
+    }
+    if (k > 0) {
+        vm_top_k(s->mine, m, (int)k, a->top_values + r * k, a->top_ids + r * k);
+        for (int64_t j = 0; j < k; j++) a->top_ids[r * k + j] = own_ids[a->top_ids[r * k + j]];
+    }
+    return 1;
 }
 
 static void step(const kernel *K, const step_args *a, scratch *s) {
@@ -515,11 +618,17 @@ static void step(const kernel *K, const step_args *a, scratch *s) {
     for (int64_t r = 0; r < rows; r++) layer_norm(x + r * d, K->nfg, K->nfb, h + r * d, d, K->eps);
     /* the output product IP_CHUNK rows at a time, each ranked before the next: the logits of 16 rows (1 MB for the
        whole vocabulary), not of every row (8 MB at beam 4 x 32 sentences, most of the step's peak memory) */
+    const qlinear *chunk_q = a->split ? &a->split->common : out_q; /* the split: the common columns in chunks */
     for (int64_t r = 0; r < rows; r++) { /* LogSoftmax: x - max - log(sum(exp(x - max))) */
-        if (r % IP_CHUNK == 0)
-            ip_product(out_q, h + r * d, d, d, s->logits, out_q->n, (int)(rows - r < IP_CHUNK ? rows - r : IP_CHUNK),
-                       s->xq);
-        const float *z = s->logits + (r % IP_CHUNK) * out_q->n;
+        if (r % IP_CHUNK == 0 && chunk_q->n)
+            ip_product(chunk_q, h + r * d, d, d, s->logits, chunk_q->n,
+                       (int)(rows - r < IP_CHUNK ? rows - r : IP_CHUNK), s->xq);
+        const float *z = s->logits + (r % IP_CHUNK) * chunk_q->n;
+        if (a->split) {
+            if (split_rank(K, a, s, r, z)) continue;
+            ip_product(out_q, h + r * d, d, d, s->one, out_q->n, 1, s->xq); /* a rare row: over the whole subset */
+            z = s->one;
+        }
         float *lp = a->log_probs + r * a->lp_stride;
         const uint8_t *own = a->own_vocab ? a->own_vocab + (a->slots[r] / a->group) * width : NULL;
         if (own) { /* over the row's own columns, gathered in order: the sums its source gets alone */
@@ -794,6 +903,7 @@ static OrtStatus *search(void *handle, OrtKernelContext *ctx) {
         banned = malloc(rows * cap * sizeof(int64_t)); banned_n = malloc(rows * sizeof(int32_t));
     }
     uint8_t *ones = malloc(cap), *src_allowed = malloc(B * src + 1), *going = malloc(B), *own = NULL;
+    split *sp = NULL;
     scratch s = {0};
     OrtStatus *status = NULL;
     const int ok = cache && tok && pos && slots && active && top_ids && best_at && steps_of &&
@@ -811,6 +921,11 @@ static OrtStatus *search(void *handle, OrtKernelContext *ctx) {
     TRY(cross_inputs(K, ctx, SEARCH_HEAD, B, src, cross_k, cross_v));
     TRY(own_columns(K, &vocab_sources, B, width, top, &own));
     a.own_vocab = own;
+    if (own && sub && split_wanted()) { /* each source's rows over its own columns only (`split`) */
+        sp = split_build(K, vocab_ids.data, width, own, B);
+        if (!sp) STOP(ORT_FAIL, "FusedSearch: out of memory");
+        a.split = sp;
+    }
     memcpy(tok, tokens.data, rows * sizeof(int64_t));
     memcpy(scores, start_scores.data, rows * sizeof(double));
     for (int64_t r = 0; r < rows; r++)
@@ -932,6 +1047,7 @@ done:
     free(o_ended); free(scores); free(best); free(log_probs); free(top_values); free(from[0]); free(from[1]); free(t_base);
     free(history[0]); free(history[1]); free(banned); free(banned_n);
     free(ones); free(src_allowed); free(going); free(own);
+    split_free(sp);
     return status;
 }
 #undef STOP

@@ -127,3 +127,57 @@ def test_a_bundle_without_the_graph_searches_step_by_step(tiny_bundle_dir, tmp_p
     assert engine.search_loop is None
     (got,) = engine.translate(SAMPLE_SENTENCES[:1], TranslateOptions(beam_size=4))
     assert got.text
+
+
+def test_greedy_hypotheses_are_the_step_loops():
+    """search_batch's greedy reading of a batch's back-pointers (search_loop.greedy_hypotheses) gives what the
+    per-source step loop (_hypotheses) gives: sources ended by EOS at any step (the first too), by their limit (0 and
+    1 too), by neither within their steps, and with no step at all."""
+    from engine.search_loop import _hypotheses, greedy_hypotheses
+
+    rng = np.random.default_rng(11)
+    sources, most = 40, 9
+    ended = rng.random((most, sources)) < 0.2
+    ids = rng.integers(4, 100, (most, sources))
+    arrays = [
+        ended,
+        np.zeros((most, sources), dtype=np.int64),  # ended_beams: the one beam
+        rng.normal(-5, 2, (most, sources)),
+        np.zeros((most, sources), dtype=np.int64),  # going_beams: the one beam
+        ids,
+        rng.normal(-5, 2, (most, sources)),
+    ]
+    limits = rng.integers(0, 12, sources).tolist()
+    steps = [min(int(rng.integers(0, most + 1)), max(limit, 1)) for limit in limits]
+    got = greedy_hypotheses(arrays, limits, steps)
+    kinds = set()
+    for i, (limit, n) in enumerate(zip(limits, steps, strict=True)):
+        pointers = [a[:n, i : i + 1].tolist() for a in arrays]
+        want = _hypotheses(pointers, limit, 1, 0.6, 1, 0)
+        assert got[i] == want, (i, limit, n)
+        t = len(want[0].tokens) if want else 0
+        kinds.add("none" if not want else "ended" if t < n and want[0].score == arrays[2][t, i] else "limit")
+    assert kinds == {"none", "ended", "limit"}
+
+
+@pytest.mark.parametrize("k", [1, 2, 4, 5])
+def test_traced_hypotheses_are_the_step_loops(k):
+    """search_batch's beam reading without the n-gram block (search_loop.traced_hypotheses: tokens traced back through
+    the back-pointers) gives what the step loop copying every beam's history (_hypotheses) gives, hypotheses in the
+    same order: random back-pointers, limits and steps, n-best lists, and several length penalties."""
+    from engine.search_loop import _hypotheses, traced_hypotheses
+
+    rng = np.random.default_rng(k)
+    for case in range(200):
+        steps = int(rng.integers(0, 10))
+        pointers = [
+            (rng.random((steps, k)) < 0.25).tolist(),
+            rng.integers(0, k, (steps, k)).tolist(),
+            rng.normal(-5, 2, (steps, k)).tolist(),
+            rng.integers(0, k, (steps, k)).tolist(),
+            rng.integers(4, 50, (steps, k)).tolist(),
+            rng.normal(-5, 2, (steps, k)).tolist(),
+        ]
+        limit, n_best, penalty = int(rng.integers(0, 12)), int(rng.integers(1, k + 1)), [0.0, 0.6, 1.0][case % 3]
+        want = _hypotheses(pointers, limit, k, penalty, n_best, 0)
+        assert traced_hypotheses(pointers, limit, k, penalty, n_best) == want, case

@@ -656,3 +656,28 @@ def test_every_path_gives_each_sentence_its_alone_answer(
             for want, have in zip(alone, got, strict=True):
                 assert have.token_ids == want.token_ids, (path, beam, block, want.text, have.text)
                 assert have.score == pytest.approx(want.score, abs=1e-6), (path, beam, block)
+
+
+def test_the_split_ranking_gives_the_whole_subsets_bits(pre_norm_bundle, library, monkeypatch):
+    """The fused search with vocab_sources ranks each source's rows over its own columns only (the columns every
+    source owns as one product, each source's others as another: fused_step_op.c ``split_rank``); its back-pointers
+    and float64 scores are those of the ranking over the whole subset's product (MT_FUSED_STEP_SPLIT=0), greedy and
+    beams, with and without the n-gram block (whose bans can leave a row too few own columns: the whole subset then)."""
+    bundle = load_bundle(pre_norm_bundle)
+    engine = Engine(bundle, "int8", "cpu", search_loop=False)
+    path = bundle.graph("int8", "decoder_loop")
+    search = SearchLoop(create_session(path, "cpu", model=fused_search_graph(path), custom_ops=library))
+    sentences = [*SENTENCES, "ein hund ein hund ein hund ein hund ein hund ."]
+    sources = engine.source_ids(sentences)
+    enc = engine.run_encoder(sources)
+    vocab_ids = engine.shortlist.vocab_ids(sources)
+    owners = engine.shortlist.owners(sources, vocab_ids)
+    assert not owners.all(axis=0).all()  # the sources own different columns
+    limits = [12, 3, 20, 20, 7, 9, 20]
+    for beam, block in ((1, 0), (4, 0), (2, 1), (3, 2)):
+        monkeypatch.setenv("MT_FUSED_STEP_SPLIT", "0")
+        want = search._run(enc, limits, beam, vocab_ids, block, owners)
+        monkeypatch.delenv("MT_FUSED_STEP_SPLIT")
+        got = search._run(enc, limits, beam, vocab_ids, block, owners)
+        for name, a, b in zip([*SEARCH_LOOP_OUTPUTS, "source_steps"], want, got, strict=True):
+            np.testing.assert_array_equal(a, b, err_msg=f"{name}, beam {beam}, block {block}")

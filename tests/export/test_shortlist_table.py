@@ -93,3 +93,20 @@ def test_file_round_trip_and_refusal(tmp_path):
     Shortlist(np.array([VOCAB]), shortlist.offsets, shortlist.targets).save(tmp_path / "bad.npz")
     with pytest.raises(ValueError, match="not a shortlist"):
         load_shortlist(tmp_path / "bad.npz", VOCAB)  # an id outside the vocabulary
+
+
+def test_owners_are_each_sources_own_list_within_the_union():
+    """Shortlist.owners (the fused step's vocab_sources): row i says which of the batch's union ids source i's own
+    list (vocab_ids of it alone) holds; sources with repeated, unknown and no subwords too."""
+    rng = np.random.default_rng(4)
+    vocab = 60
+    counts = rng.integers(0, 5, vocab)
+    offsets = np.concatenate([[0], np.cumsum(counts)]).astype(np.int64)
+    shortlist = Shortlist(np.array([7, 30], np.uint16), offsets, rng.integers(4, vocab, offsets[-1]).astype(np.uint16))
+    sources = [[5, 9, 9, 2], [vocab + 3, 11], [], [40, 41, 42, 43, 44, 45, 2]]
+    union_ids = shortlist.vocab_ids(sources)
+    got = shortlist.owners(sources, union_ids)
+    assert got.shape == (len(sources), len(union_ids)) and got.dtype == bool
+    for i, source in enumerate(sources):
+        np.testing.assert_array_equal(got[i], np.isin(union_ids, shortlist.vocab_ids([source])))
+    assert not got.all(axis=0).all()  # the sources own different ids
