@@ -6,7 +6,8 @@ with the same inputs, outputs and initializers (the same external weight regions
 the few that derive weights from stored ones (the Q|K|V Concats, which onnxruntime folds at load) and one
 ``mtserve.fused.FusedDecoderStep`` node computing the rest. Its input order is the operator's contract (the C file's
 header). The weights are found by the exporter's names (export/pack.py) and the structure is checked against the
-one the operator computes: pre-norm layers, ReLU FFN, vanilla attention, static u8 activations, symmetric int8
+one the operator computes (engine/fused_step_layout.py: pre-norm or post-norm layers, a ReLU, swish or GELU FFN, an
+output bias, banned ids; the node's attributes say which), vanilla attention, static u8 activations, symmetric int8
 weights. Anything else raises ``NotFused`` with the reason, and the engine keeps the graph as it is.
 """
 
@@ -41,17 +42,18 @@ from core.onnx_wire import (
     varint,
 )
 from core.tokenizer import EOS_ID
+from engine.fused_step_layout import BANNED, LAYOUT_ATTRIBUTES, NotFused, StepLayout, step_layout
 
 DOMAIN = "mtserve.fused"
 OP_TYPE = "FusedDecoderStep"
 SEARCH_OP_TYPE = "FusedSearch"
 HEAD_INPUTS = ["tokens", "src_mask", "top_k", "positions", "self_mask", "query_rows", "row_slots"]
 # the op types the rewritten graph may hold besides the fused computation's (anything else: a model the operator
-# does not compute, e.g. GELU, relative positions, linear attention)
+# does not compute, e.g. relative positions, linear attention)
 EXPECTED_OPS = {
     "QuantizeLinear", "MatMulIntegerToFloat", "Concat", "Add", "LayerNormalization", "Reshape", "Gather",
     "MultiHeadAttention", "Split", "Relu", "Cast", "Mul", "Transpose", "Size", "Equal", "If",
-    "LogSoftmax", "TopK", "ReduceMax", "Unsqueeze", "GatherND", "GatherElements", "Div", "Mod",
+    "LogSoftmax", "TopK", "ReduceMax", "Unsqueeze", "GatherND", "GatherElements", "Div", "Mod", "Sigmoid", "Gelu",
 }  # fmt: skip
 NO_VOCAB_IDS = "fused.no_vocab_ids"  # the empty vocab_ids of graphs that take none
 NO_VOCAB_SOURCES = "fused.no_vocab_sources"  # the empty vocab_sources of a search loop's body (one source)
@@ -60,10 +62,6 @@ NORMS = ["self.norm", "cross.norm", "ffn.norm"]
 
 # why a graph is not for the fused step at all (the fp32 and fp16 variants): engine/fused_step.py logs it at DEBUG
 NOT_COMPUTED = "ops the fused step does not compute"
-
-
-class NotFused(ValueError):
-    """The graph is not one the fused operator computes (the message says why)."""
 
 
 def _all_zero(tensor: Tensor, folder: Path) -> bool:
@@ -212,8 +210,10 @@ def _step_closure(
     return closure
 
 
-def _weights(products: dict, layers: int) -> list[str]:
-    """The fused node's weight inputs after the step inputs, in the operator's order (native/fused_step/)."""
+def _weights(products: dict, layers: int, layout: StepLayout) -> list[str]:
+    """The fused node's weight inputs after the step inputs, in the operator's order (native/fused_step/): post-norm
+    layers have no final norm; the output bias and the banned ids follow the output product where the graph has
+    them."""
     weights = ["tokens.embedding", "tokens.scale", "tokens.positions"]
     for i in range(layers):
         p = f"decoder.{i}."
@@ -226,9 +226,10 @@ def _weights(products: dict, layers: int) -> list[str]:
         weights += [p + NORMS[2] + ".gamma", p + NORMS[2] + ".beta"]
         weights += _product_inputs(products, p + "ffn.w1.weight_quantized", True)
         weights += _product_inputs(products, p + "ffn.w2.weight_quantized", True)
-    weights += ["decoder.final_norm.gamma", "decoder.final_norm.beta"]
-    weights += _product_inputs(products, "output.weight_quantized", False)
-    return weights
+    if not layout.post_norm:
+        weights += ["decoder.final_norm.gamma", "decoder.final_norm.beta"]
+    weights += _product_inputs(products, "output.weight_quantized", layout.output_bias)
+    return weights + ([BANNED] if layout.banned else [])
 
 
 def _fuse(
@@ -252,21 +253,15 @@ def _fuse(
     if unexpected:
         raise NotFused(f"{NOT_COMPUTED}: {sorted(unexpected)}")
     every = step_nodes + [n for node in step_nodes for sub in node.subgraph_nodes() for n in sub]
-    if (
-        sum(n.op_type == "MultiHeadAttention" for n in step_nodes) != 2 * layers
-        or sum(n.op_type == "Relu" for n in step_nodes) != layers
-    ):
-        raise NotFused("not two attentions and one ReLU FFN per layer")
+    if sum(n.op_type == "MultiHeadAttention" for n in step_nodes) != 2 * layers:
+        raise NotFused("not two attentions per layer")
     heads = {n.attributes.get("num_heads") for n in step_nodes if n.op_type == "MultiHeadAttention"}
     eps = {n.attributes.get("epsilon", 1e-5) for n in step_nodes if n.op_type == "LayerNormalization"}
     if len(heads) != 1 or len(eps) != 1 or None in heads:
         raise NotFused("attentions or norms differ between layers")
     products = {n.inputs[1]: n for n in every if n.op_type == "MatMulIntegerToFloat"}
-    first_norm = next(n for n in step_nodes if n.op_type == "LayerNormalization")
-    if first_norm.inputs[1] != "decoder.0.self.norm.gamma":
-        raise NotFused("the first norm is not layer 0's self-attention norm (post-norm layers?)")
-
-    weights = _weights(products, layers)
+    layout = step_layout(every, products, layers)
+    weights = _weights(products, layers, layout)
 
     # weights the kept nodes derive (Concat of the Q|K|V parts), and the check that every weight is there
     kept: set[int] = set()
@@ -297,6 +292,7 @@ def _fuse(
         layers=layers,
         heads=int(heads.pop()),
         epsilon=float(eps.pop()),
+        **layout.attributes(),
     )
     order = [
         (sorted(_needs(node)), node.outputs, raw)
@@ -437,6 +433,7 @@ def fused_search_graph(path: Path) -> bytes:
         heads=int(step.attributes["heads"]),
         epsilon=float(step.attributes["epsilon"]),
         eos=EOS_ID,
+        **{name: int(step.attributes[name]) for name in LAYOUT_ATTRIBUTES if name in step.attributes},
     )
     order = [(sorted(_needs(node)), node.outputs, raw) for node, raw in kept]
     order.append((search_inputs + weights, outputs, search))

@@ -19,7 +19,12 @@
      final norm gamma, beta; output product weight (d, vocab) i8, its scales (vocab), activation scale, zero point;
    and gives the graph's outputs: log_probs (rows, vocab or subset), top_log_probs, top_ids (rows, k),
    present_keys_i, present_values_i (rows, heads, past + 1, d_head): the past with the new key/value appended.
-   Attributes: layers, heads, epsilon.
+   Attributes: layers, heads, epsilon; and, absent (0) in the graphs of our own bundles, those of imported Marian
+   (OPUS-MT) decoders (engine/fused_step_layout.py): post_norm 1 (each sublayer's LayerNorm after its residual sum,
+   x = LN(x + f(x)); no final norm, whose two inputs are then left out), activation (0 ReLU, 1 swish x * sigmoid(x),
+   2 GELU 0.5 x (1 + erf(x / sqrt 2))), output_bias 1 (the output product's bias (vocab) after its activation zero
+   point), banned 1 (one more input after the output product's: (vocab) f32 added to the log-probabilities, 0 or
+   -inf, before the top-k).
 
    The arithmetic is the graph's (pre-norm layers: LayerNorm, Q|K|V product + bias, self-attention over the rows'
    past where self_mask allows, output product, residual; LayerNorm, cross query product, attention over the row's
@@ -59,6 +64,9 @@ typedef struct subset {
 typedef struct {
     const char *name; /* the operator's, for errors */
     int64_t layers, heads, head_inputs, eos;
+    int64_t post_norm, activation, output_bias, has_banned; /* the layout attributes (header), 0 when absent */
+    int64_t n_banned, *banned_ids; /* the ids with a nonzero `banned` entry, and those entries */
+    float *banned_values;
     float eps;
     pthread_mutex_t lock;
     int packed, d, ff, vocab, max_positions;
@@ -117,6 +125,9 @@ static OrtStatus *output(OrtKernelContext *ctx, size_t i, const int64_t *dims, s
 /* the inputs before the weights: the operator's own, each layer's cross and past keys/values, vocab_ids,
    vocab_sources */
 static size_t weights_start(const kernel *k) { return (size_t)k->head_inputs + 4 * (size_t)k->layers + 2; }
+
+/* the inputs after the layers': the final norm's 2 (pre-norm), the output product's 4 or 5, the banned ids' 1 */
+static size_t weights_tail(const kernel *k) { return (k->post_norm ? 0 : 2) + 4 + !!k->output_bias + !!k->has_banned; }
 
 /* vocab_sources (`t`): empty (NULL: every row over all `width` columns) or (sources, width), each source owning at
    least `least` columns; its bytes normalized to 0/1 in `own` (sources * width bytes) */
@@ -205,20 +216,75 @@ static OrtStatus *pack_weights(kernel *k, OrtKernelContext *ctx) {
             FAIL(ORT_INVALID_ARGUMENT, "mtserve.fused: layer %d's products do not fit d = %d", (int)l, k->d);
         k->ff = L->ff1.n_real;
     }
-    tensor nfg, nfb, ow, os, oxs, oxz;
-    CHECK(input(ctx, at, &nfg));
-    CHECK(input(ctx, at + 1, &nfb));
-    CHECK(input(ctx, at + 2, &ow));
-    CHECK(input(ctx, at + 3, &os));
-    CHECK(input(ctx, at + 4, &oxs));
-    CHECK(input(ctx, at + 5, &oxz));
-    if (ow.rank != 2 || ow.dims[0] != k->d || ow.dims[1] != k->vocab || os.count != k->vocab)
-        FAIL(ORT_INVALID_ARGUMENT, "mtserve.fused: the output product is not (d, vocab)");
-    k->nfg = nfg.data; k->nfb = nfb.data;
-    if (!ip_pack(&k->out, ow.data, k->d, k->vocab, os.data, NULL, *(float *)oxs.data, *(uint8_t *)oxz.data))
+    tensor nfg, nfb, ow, os, oxs, oxz, ob = {0}, banned = {0};
+    if (!k->post_norm) { /* post-norm layers end normalized: no final norm */
+        CHECK(input(ctx, at, &nfg));
+        CHECK(input(ctx, at + 1, &nfb));
+        k->nfg = nfg.data; k->nfb = nfb.data;
+        at += 2;
+    }
+    CHECK(input(ctx, at, &ow));
+    CHECK(input(ctx, at + 1, &os));
+    CHECK(input(ctx, at + 2, &oxs));
+    CHECK(input(ctx, at + 3, &oxz));
+    at += 4;
+    if (k->output_bias) CHECK(input(ctx, at++, &ob));
+    if (k->has_banned) CHECK(input(ctx, at, &banned));
+    if (ow.rank != 2 || ow.dims[0] != k->d || ow.dims[1] != k->vocab || os.count != k->vocab ||
+        (k->output_bias && ob.count != k->vocab) || (k->has_banned && banned.count != k->vocab))
+        FAIL(ORT_INVALID_ARGUMENT, "mtserve.fused: the output product (bias, banned ids) is not (d, vocab)");
+    if (!ip_pack(&k->out, ow.data, k->d, k->vocab, os.data, k->output_bias ? ob.data : NULL, *(float *)oxs.data,
+                 *(uint8_t *)oxz.data))
         FAIL(ORT_FAIL, "mtserve.fused: out of memory packing weights");
     release_pages(ow.data, (size_t)ow.count);
+    if (k->has_banned) { /* the ids whose entry is not 0: a row adds only these (x + 0 is x) */
+        const float *b = banned.data;
+        k->n_banned = 0;
+        for (int64_t j = 0; j < banned.count; j++) k->n_banned += b[j] != 0.0f;
+        k->banned_ids = malloc((k->n_banned + 1) * sizeof(int64_t));
+        k->banned_values = malloc((k->n_banned + 1) * sizeof(float));
+        if (!k->banned_ids || !k->banned_values) FAIL(ORT_FAIL, "mtserve.fused: out of memory");
+        for (int64_t j = 0, n = 0; j < banned.count; j++)
+            if (b[j] != 0.0f) { k->banned_ids[n] = j; k->banned_values[n++] = b[j]; }
+    }
     return NULL;
+}
+
+#if defined(__x86_64__)
+/* swish x * sigmoid(x) of the first n / 8 * 8 values, 8 lanes at a time: e = exp(-|x|) (vm_exp8's polynomial; its
+   clamp at exp(-87) is far below what the next product's u8 quantization resolves), sigmoid(x) = 1 / (1 + e) for
+   x >= 0, e / (1 + e) below; returns how many it did. A value's result depends on its column only, never on the
+   batch. */
+__attribute__((target("avx2,fma"))) static int swish8(float *v, int n) {
+    const __m256 zero = _mm256_setzero_ps(), one = _mm256_set1_ps(1.0f), sign = _mm256_set1_ps(-0.0f);
+    const __m256i all = _mm256_set1_epi32(-1);
+    int i = 0;
+    for (; i + 8 <= n; i += 8) {
+        const __m256 x = _mm256_loadu_ps(v + i);
+        const __m256 e = vm_exp8(_mm256_or_ps(x, sign), zero, all); /* exp(-|x|) */
+        const __m256 below = _mm256_cmp_ps(x, zero, _CMP_LT_OQ);
+        const __m256 sigmoid = _mm256_div_ps(_mm256_blendv_ps(one, e, below), _mm256_add_ps(one, e));
+        _mm256_storeu_ps(v + i, _mm256_mul_ps(x, sigmoid));
+    }
+    return i;
+}
+#endif
+
+/* the FFN's activation over n values in place (the `activation` attribute) */
+static void activate(float *v, int n, int64_t activation) {
+    if (activation == 1) {
+        int i = 0;
+#if defined(__x86_64__)
+        if (vm_level() > 0) i = swish8(v, n);
+#endif
+        for (; i < n; i++) {
+            const float e = expf(-fabsf(v[i]));
+            v[i] = v[i] * ((v[i] < 0.0f ? e : 1.0f) / (1.0f + e));
+        }
+    } else if (activation == 2)
+        for (int i = 0; i < n; i++) v[i] = 0.5f * v[i] * (1.0f + erff(v[i] * 0.70710678118654752f));
+    else
+        for (int i = 0; i < n; i++) v[i] = v[i] > 0.0f ? v[i] : 0.0f;
 }
 
 static void release_subset(kernel *k, subset *s) {
@@ -542,13 +608,14 @@ static split *split_build(const kernel *K, const int64_t *ids, int64_t width, co
 /* row r's log-softmax over its source's own columns, the n-gram block and its top k (ids), from the common product's
    logits `zc` of the row and its extra product (computed here); 0 when fewer than k of its own columns are left
    unbanned (the caller ranks it over the whole subset: the rows whose top k then hold -inf ones) */
-static int split_rank(const kernel *K, const step_args *a, scratch *s, int64_t r, const float *zc) {
+static int split_rank(const kernel *K, const step_args *a, scratch *s, int64_t r, const float *zc,
+                      const float *in_row) {
     const split *sp = a->split;
     const int64_t b = a->slots[r] / a->group, k = a->k;
     const int m = sp->m[b];
     if (m - (a->banned_n ? a->banned_n[r] : 0) < k) return 0;
     const qlinear *eq = &sp->extra[b];
-    if (eq->n) ip_product(eq, s->h + r * K->d, K->d, K->d, s->extra, eq->n, 1, s->xq);
+    if (eq->n) ip_product(eq, in_row, K->d, K->d, s->extra, eq->n, 1, s->xq);
     const int32_t *at = sp->at[b];
     const int64_t *own_ids = sp->own_ids[b];
     for (int j = 0; j < m; j++) s->own[j] = at[j] >= 0 ? zc[at[j]] : s->extra[-1 - at[j]];
@@ -573,10 +640,13 @@ static void step(const kernel *K, const step_args *a, scratch *s) {
         const float *e = K->embedding + a->tokens[r] * d, *pe = K->positions + a->positions[r] * d;
         for (int i = 0; i < d; i++) x[r * d + i] = e[i] * K->emb_scale + pe[i];
     }
+    /* pre-norm: a sublayer reads LN(x) (in h) and x += its output; post-norm: it reads x and x = LN(x + output) */
+    const int post = K->post_norm != 0;
+    const float *in = post ? x : h;
     for (int64_t l = 0; l < L; l++) {
         const layer *P = &K->layer[l];
-        for (int64_t r = 0; r < rows; r++) layer_norm(x + r * d, P->n1g, P->n1b, h + r * d, d, K->eps);
-        ip_product(&P->qkv, h, d, d, t, W, (int)rows, s->xq);
+        for (int64_t r = 0; !post && r < rows; r++) layer_norm(x + r * d, P->n1g, P->n1b, h + r * d, d, K->eps);
+        ip_product(&P->qkv, in, d, d, t, W, (int)rows, s->xq);
         for (int64_t r = 0; r < rows; r++) {
             float *qkv = t + r * W;
             for (int i = 0; i < 3 * d; i++) qkv[i] += P->qkv_bias[i];
@@ -594,8 +664,9 @@ static void step(const kernel *K, const step_args *a, scratch *s) {
         }
         ip_product(&P->self_out, att, d, d, h, d, (int)rows, s->xq);
         for (int64_t i = 0; i < rows * d; i++) x[i] += h[i];
-        for (int64_t r = 0; r < rows; r++) layer_norm(x + r * d, P->n2g, P->n2b, h + r * d, d, K->eps);
-        ip_product(&P->cross_q, h, d, d, t, W, (int)rows, s->xq);
+        for (int64_t r = 0; post && r < rows; r++) layer_norm(x + r * d, P->n1g, P->n1b, x + r * d, d, K->eps);
+        for (int64_t r = 0; !post && r < rows; r++) layer_norm(x + r * d, P->n2g, P->n2b, h + r * d, d, K->eps);
+        ip_product(&P->cross_q, in, d, d, t, W, (int)rows, s->xq);
         for (int64_t r = 0; r < rows; r++) {
             const int64_t src = a->src, source = a->slots[r] / a->group;
             for (int64_t hd = 0; hd < H; hd++) {
@@ -606,27 +677,28 @@ static void step(const kernel *K, const step_args *a, scratch *s) {
         }
         ip_product(&P->cross_out, att, d, d, h, d, (int)rows, s->xq);
         for (int64_t i = 0; i < rows * d; i++) x[i] += h[i];
-        for (int64_t r = 0; r < rows; r++) layer_norm(x + r * d, P->n3g, P->n3b, h + r * d, d, K->eps);
-        ip_product(&P->ff1, h, d, d, t, W, (int)rows, s->xq);
-        for (int64_t r = 0; r < rows; r++)
-            for (int i = 0; i < K->ff; i++) t[r * W + i] = t[r * W + i] > 0.0f ? t[r * W + i] : 0.0f;
+        for (int64_t r = 0; post && r < rows; r++) layer_norm(x + r * d, P->n2g, P->n2b, x + r * d, d, K->eps);
+        for (int64_t r = 0; !post && r < rows; r++) layer_norm(x + r * d, P->n3g, P->n3b, h + r * d, d, K->eps);
+        ip_product(&P->ff1, in, d, d, t, W, (int)rows, s->xq);
+        for (int64_t r = 0; r < rows; r++) activate(t + r * W, K->ff, K->activation);
         ip_product(&P->ff2, t, W, K->ff, h, d, (int)rows, s->xq);
         for (int64_t i = 0; i < rows * d; i++) x[i] += h[i];
+        for (int64_t r = 0; post && r < rows; r++) layer_norm(x + r * d, P->n3g, P->n3b, x + r * d, d, K->eps);
     }
     const qlinear *out_q = a->out_q;
     const int64_t width = a->width, k = a->k;
-    for (int64_t r = 0; r < rows; r++) layer_norm(x + r * d, K->nfg, K->nfb, h + r * d, d, K->eps);
+    for (int64_t r = 0; !post && r < rows; r++) layer_norm(x + r * d, K->nfg, K->nfb, h + r * d, d, K->eps);
     /* the output product IP_CHUNK rows at a time, each ranked before the next: the logits of 16 rows (1 MB for the
        whole vocabulary), not of every row (8 MB at beam 4 x 32 sentences, most of the step's peak memory) */
     const qlinear *chunk_q = a->split ? &a->split->common : out_q; /* the split: the common columns in chunks */
     for (int64_t r = 0; r < rows; r++) { /* LogSoftmax: x - max - log(sum(exp(x - max))) */
         if (r % IP_CHUNK == 0 && chunk_q->n)
-            ip_product(chunk_q, h + r * d, d, d, s->logits, chunk_q->n,
+            ip_product(chunk_q, in + r * d, d, d, s->logits, chunk_q->n,
                        (int)(rows - r < IP_CHUNK ? rows - r : IP_CHUNK), s->xq);
         const float *z = s->logits + (r % IP_CHUNK) * chunk_q->n;
         if (a->split) {
-            if (split_rank(K, a, s, r, z)) continue;
-            ip_product(out_q, h + r * d, d, d, s->one, out_q->n, 1, s->xq); /* a rare row: over the whole subset */
+            if (split_rank(K, a, s, r, z, in + r * d)) continue;
+            ip_product(out_q, in + r * d, d, d, s->one, out_q->n, 1, s->xq); /* a rare row: over the whole subset */
             z = s->one;
         }
         float *lp = a->log_probs + r * a->lp_stride;
@@ -638,6 +710,10 @@ static void step(const kernel *K, const step_args *a, scratch *s) {
         } else {
             const float top = vm_max(z, (int)width);
             vm_shift(z, (int)width, top, logf(vm_exp_sum(z, (int)width, top)), lp);
+        }
+        for (int64_t j = 0; j < K->n_banned; j++) { /* the graph's banned ids, added after the log-softmax */
+            const int64_t id = K->banned_ids[j], at = a->ids ? find(a->ids, width, id) : id;
+            if (at >= 0) lp[at] += K->banned_values[j];
         }
         for (int32_t j = 0; a->banned_n && j < a->banned_n[r]; j++) { /* the n-gram block: out of the ranking */
             const int64_t id = a->banned[r * a->banned_stride + j], at = a->ids ? find(a->ids, width, id) : id;
@@ -691,7 +767,7 @@ static OrtStatus *head_inputs(const kernel *K, OrtKernelContext *ctx, tensor *he
                               tensor *vocab_sources) {
     size_t count = 0;
     CHECK(g_api->KernelContext_GetInputCount(ctx, &count));
-    if (count != weights_start(K) + 3 + WEIGHTS_PER_LAYER * (size_t)K->layers + 6)
+    if (count != weights_start(K) + 3 + WEIGHTS_PER_LAYER * (size_t)K->layers + weights_tail(K))
         FAIL(ORT_INVALID_ARGUMENT, "%s: %zu inputs for %d layers", K->name, count, (int)K->layers);
     for (int64_t i = 0; i < K->head_inputs; i++) CHECK(input(ctx, i, &head[i]));
     CHECK(input(ctx, K->head_inputs + 4 * K->layers, vocab_ids));
@@ -1064,6 +1140,14 @@ static OrtStatus *create_kernel(const OrtApi *api, const OrtKernelInfo *info, co
     if (!status) status = api->KernelInfoGetAttribute_int64(info, "heads", &k->heads);
     if (!status) status = api->KernelInfoGetAttribute_float(info, "epsilon", &k->eps);
     if (!status && with_eos) status = api->KernelInfoGetAttribute_int64(info, "eos", &k->eos);
+    const char *optional[4] = {"post_norm", "activation", "output_bias", "banned"};
+    int64_t *into[4] = {&k->post_norm, &k->activation, &k->output_bias, &k->has_banned};
+    for (int i = 0; i < 4 && !status; i++) { /* the layout attributes: absent in our own bundles' nodes, 0 */
+        OrtStatus *absent = api->KernelInfoGetAttribute_int64(info, optional[i], into[i]);
+        if (absent) { api->ReleaseStatus(absent); *into[i] = 0; }
+    }
+    if (!status && (k->activation < 0 || k->activation > 2))
+        status = api->CreateStatus(ORT_INVALID_ARGUMENT, "activation must be 0 (ReLU), 1 (swish) or 2 (GELU)");
     if (!status && (k->layers < 1 || k->layers > 64 || k->heads < 1))
         status = api->CreateStatus(ORT_INVALID_ARGUMENT, "layers must be 1-64 and heads >= 1");
     if (status) { free(k); return status; }
@@ -1094,6 +1178,7 @@ static void destroy_kernel(void *handle) {
         free(k->layer);
     }
     ip_free(&k->out);
+    free(k->banned_ids); free(k->banned_values);
     if (k->cached) release_subset(k, k->cached);
     if (k->spare_cache) munmap(k->spare_cache, k->spare_bytes);
     pthread_mutex_destroy(&k->lock);

@@ -127,10 +127,12 @@ static int ip_pack_columns(qlinear *q, const qlinear *all, const int64_t *ids, i
     q->w = aligned_alloc(64, (size_t)np * kp);
     q->colsum = calloc(np, sizeof(int32_t));
     q->multiplier = calloc(np, sizeof(float));
-    if (!q->w || !q->colsum || !q->multiplier) return 0;
+    q->bias = all->bias ? calloc(np, sizeof(float)) : NULL; /* an output bias (imported Marian models) */
+    if (!q->w || !q->colsum || !q->multiplier || (all->bias && !q->bias)) return 0;
     memset(q->w, 0, (size_t)np * kp);
     for (int j = 0; j < n; j++) {
         const int64_t id = ids[j];
+        if (q->bias) q->bias[j] = all->bias[id];
         const int32_t *from = (const int32_t *)all->w + (size_t)(id / 16) * groups * 16 + id % 16;
         int32_t *to = (int32_t *)q->w + (size_t)(j / 16) * groups * 16 + j % 16;
         for (int g = 0; g < groups; g++) to[(size_t)g * 16] = from[(size_t)g * 16];

@@ -442,19 +442,29 @@ def test_engine_auto_uses_the_fused_step_only_where_auto_allows_it(
     assert Engine(bundle, "int8", "cpu", fused_step="true").fused_step == "fused"  # true: on any CPU
 
 
-def test_graphs_the_operator_does_not_compute_are_refused(pre_norm_bundle, tiny_bundle_dir, use_library):
+def test_graphs_the_operator_does_not_compute_are_refused(pre_norm_bundle, tiny_bundle_dir, use_library, tmp_path):
+    import onnx
+
     bundle = load_bundle(pre_norm_bundle)
     with pytest.raises(NotFused, match="MatMul"):  # fp32 products
         fused_step_graph(bundle.graph("fp32", "decoder_step_batch"))
     with pytest.raises(NotFused, match="interface"):  # the live decode's right-padded graph
         fused_step_graph(bundle.graph("int8", "decoder_step"))
+    # post-norm layers are the operator's (post_norm, engine/fused_step_layout.py): the tiny bundle, trained post-norm
     post_norm = load_bundle(tiny_bundle_dir)
-    with pytest.raises(NotFused, match="post-norm|norm"):
-        fused_step_graph(post_norm.graph("int8", "decoder_step_batch"))
-    session, why = fused_step_session(post_norm.graph("int8", "decoder_step_batch"), "cpu", {})
-    assert session is None and "norm" in why
     engine = Engine(post_norm, "int8", "cpu", fused_step=True)
-    assert engine.fused_step != "fused" and engine.translate(SENTENCES[:1])[0].text
+    assert engine.fused_step == "fused" and engine.translate(SENTENCES[:1])[0].text
+    # an FFN activation wired otherwise (a Sigmoid alone where ReLU was, not swish's x * sigmoid(x)): refused
+    path = post_norm.graph("int8", "decoder_step_batch")
+    for weights in path.parent.glob("*.weights"):
+        shutil.copy(weights, tmp_path / weights.name)
+    model = onnx.load(str(path), load_external_data=False)
+    next(n for n in model.graph.node if n.op_type == "Relu").op_type = "Sigmoid"
+    onnx.save(model, str(tmp_path / path.name))
+    with pytest.raises(NotFused, match="activation"):
+        fused_step_graph(tmp_path / path.name)
+    session, why = fused_step_session(tmp_path / path.name, "cpu", {})
+    assert session is None and "activation" in why
 
 
 def test_the_rewritten_graph_keeps_the_interface_and_reads_the_same_weight_file(pre_norm_bundle):
