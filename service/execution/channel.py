@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import contextlib
 import itertools
+import logging
 import os
 import pickle
 import signal
@@ -26,6 +27,8 @@ from typing import Any
 ROOT = Path(__file__).resolve().parents[2]  # the repository root: the worker process imports the same packages
 START_TIMEOUT_S = 300.0  # a worker process that is not warm within this is killed (the start failed)
 PAGE = os.sysconf("SC_PAGE_SIZE")
+
+log = logging.getLogger(__name__)
 
 
 class WorkerDied(Exception):
@@ -84,6 +87,11 @@ class Channel:
                 call_id, ok, value = pickle.loads(self.conn.recv_bytes())
             except (EOFError, OSError):
                 break
+            except Exception:  # a frame that does not unpickle: the channel cannot be trusted any more
+                if not self.closing:
+                    log.exception("engine worker process %d sent an unreadable answer; ending it", self.pid)
+                    self.process.kill()
+                break
             with self._lock:
                 future = self._pending.pop(call_id, None)
             if future is not None:
@@ -119,6 +127,8 @@ class Channel:
         except subprocess.TimeoutExpired:
             self.process.kill()
             self.process.wait()
+        if threading.current_thread() is not self._reader:
+            self._reader.join(timeout=wait_s)  # it sees the socket end; closing the socket under it would race
         self.conn.close()
 
     def _ask_exit(self) -> None:
