@@ -54,8 +54,10 @@ $(NATIVE_LIB): native/build.sh $(wildcard native/fused_step/*) $(wildcard native
 
 lint: $(DEV_VENV)/.installed
 	$(DEV_VENV)/bin/python -m ruff check .
+	$(DEV_VENV)/bin/python -m ruff format --check .
 
 test: $(DEV_VENV)/.installed
 	bash scripts/install-test-tools.sh
 	$(DEV_VENV)/bin/python -m ruff check .
+	$(DEV_VENV)/bin/python -m ruff format --check .
 	$(DEV_VENV)/bin/python -m pytest

@@ -59,6 +59,7 @@ def translate_constrained(
         engine.attach_attention([results[i] for i in bound])
     return results  # type: ignore[return-value]
 
+
 def constrained_beam(
     engine: Engine,
     enc: dict[str, np.ndarray],
@@ -88,6 +89,7 @@ def constrained_beam(
         engine.max_source_tokens - 1,
         engine.after_term(),
     )
+
 
 def constrained_greedy(
     engine: Engine,
@@ -134,6 +136,7 @@ def constrained_greedy(
     for j, nbest in zip(todo, beams, strict=True):
         found[j] = nbest
     return found
+
 
 def own_words(engine: Engine, cons: list[list[Constraint]]) -> dict[int, np.ndarray]:
     """Per constrained sentence, the model's own word for its glossary terms' source words (each translated alone,

@@ -111,9 +111,7 @@ def repeats_ngram(tokens: list[int], size: int) -> bool:
     """Whether some n-gram of ``size`` tokens occurs twice in ``tokens``: some token is one the rule bans after the
     tokens before it."""
     history = np.asarray([tokens], np.int64)
-    return any(
-        tokens[i] in banned_after(history[:, :i], np.array([i]), size)[0] for i in range(len(tokens))
-    )
+    return any(tokens[i] in banned_after(history[:, :i], np.array([i]), size)[0] for i in range(len(tokens)))
 
 
 def drop_banned(ids: np.ndarray, log_probs: np.ndarray, banned: np.ndarray, count: int):

@@ -1,6 +1,6 @@
 """Ten everyday German sentences translated by two de-en models side by side (beam 4), as a markdown table.
 
-    .venv/bin/python scripts/everyday_de_en.py checkpoints/de-en checkpoints/de-en-v2
+.venv/bin/python scripts/everyday_de_en.py checkpoints/de-en checkpoints/de-en-v2
 """
 
 from __future__ import annotations

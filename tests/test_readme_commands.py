@@ -83,9 +83,12 @@ def test_command_exists(command):
             assert result.returncode == 0, f"{command}: python -m {module} --help failed: {result.stderr[-500:]}"
             sub = next((w for w in words[3:] if not w.startswith("-")), None)
             if sub and re.match(r"^[a-z][a-z-]*$", sub) and sub in result.stdout:
-                assert subprocess.run(
-                    [sys.executable, "-m", module, sub, "--help"], cwd=ROOT, capture_output=True, timeout=120
-                ).returncode == 0, f"{command}: {sub} --help failed"
+                assert (
+                    subprocess.run(
+                        [sys.executable, "-m", module, sub, "--help"], cwd=ROOT, capture_output=True, timeout=120
+                    ).returncode
+                    == 0
+                ), f"{command}: {sub} --help failed"
         elif program == "bash":
             assert (ROOT / words[1]).is_file(), f"{command}: {words[1]} missing"
         elif program == "docker":

@@ -38,17 +38,73 @@ def test_train_export_evaluate_verify_serve_in_under_two_minutes(tmp_path):
     )
     (tmp_path / "smoke.json").write_text(json.dumps(config.to_dict()))
     out, bundle = tmp_path / "run", tmp_path / "repository" / "smoke" / "1"
-    summary = run("model.cli", "train", "--config", str(tmp_path / "smoke.json"), "--data", str(corpus),
-                  "--out", str(out), "--max-steps", "20", "--val-limit", "5", "--no-progress")
+    summary = run(
+        "model.cli",
+        "train",
+        "--config",
+        str(tmp_path / "smoke.json"),
+        "--data",
+        str(corpus),
+        "--out",
+        str(out),
+        "--max-steps",
+        "20",
+        "--val-limit",
+        "5",
+        "--no-progress",
+    )
     lines = summary.splitlines()
     start = max(i for i, line in enumerate(lines) if line == "{")  # the summary, printed last and indented
     assert json.loads("\n".join(lines[start:]))["train_seconds"] > 0
-    run("export.cli", "export", "--model", str(out / "release"), "--out", str(bundle), "--name", "smoke",
-        "--variants", "fp32", "int8", "--calibration-data", str(corpus / "train.de"), "--calibration-sentences", "16")
-    run("export.cli", "evaluate", "--bundle", str(bundle), "--data", str(corpus), "--split", "test", "--beam", "1",
-        "--limit", "5")
-    run("export.cli", "verify", "--bundle", str(bundle), "--model", str(out / "release"), "--data", str(corpus),
-        "--split", "test", "--beam", "1", "--limit", "5", "--output", str(tmp_path / "parity.json"))
+    run(
+        "export.cli",
+        "export",
+        "--model",
+        str(out / "release"),
+        "--out",
+        str(bundle),
+        "--name",
+        "smoke",
+        "--variants",
+        "fp32",
+        "int8",
+        "--calibration-data",
+        str(corpus / "train.de"),
+        "--calibration-sentences",
+        "16",
+    )
+    run(
+        "export.cli",
+        "evaluate",
+        "--bundle",
+        str(bundle),
+        "--data",
+        str(corpus),
+        "--split",
+        "test",
+        "--beam",
+        "1",
+        "--limit",
+        "5",
+    )
+    run(
+        "export.cli",
+        "verify",
+        "--bundle",
+        str(bundle),
+        "--model",
+        str(out / "release"),
+        "--data",
+        str(corpus),
+        "--split",
+        "test",
+        "--beam",
+        "1",
+        "--limit",
+        "5",
+        "--output",
+        str(tmp_path / "parity.json"),
+    )
     assert json.loads((tmp_path / "parity.json").read_text())["beam1"]["total"] == 5
     with LiveServer(bundle.parent.parent, env={"MT_DEFAULT_MODEL": "smoke"}, log_path=tmp_path / "log") as server:
         answer = httpx.post(server.url + "/v1/translate", json={"texts": ["der hund"]}, timeout=60)

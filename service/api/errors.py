@@ -197,9 +197,7 @@ async def _scheduler_error(request: Request, exc: SchedulerError) -> JSONRespons
         headers["Retry-After"] = "5"
     if isinstance(exc, BatchFailed):
         rid = request.scope["state"].get("request_id", "")
-        return JSONResponse(
-            {"detail": f"internal error; quote request id {rid} when reporting it"}, status_code=500
-        )
+        return JSONResponse({"detail": f"internal error; quote request id {rid} when reporting it"}, status_code=500)
     return JSONResponse({"detail": str(exc)}, status_code=status, headers=headers)
 
 

@@ -118,11 +118,21 @@ def _status_and_detail(exc: h11.RemoteProtocolError | None) -> tuple[int, str]:
 
 def error_response(status: int, detail: str, extra_headers: tuple[tuple[str, str], ...] = ()) -> bytes:
     """A complete HTTP/1.1 response with a JSON ``{"detail": ...}`` body and ``Connection: close``."""
-    reasons = {400: "Bad Request", 408: "Request Timeout", 414: "URI Too Long",
-               431: "Request Header Fields Too Large", 503: "Service Unavailable"}
+    reasons = {
+        400: "Bad Request",
+        408: "Request Timeout",
+        414: "URI Too Long",
+        431: "Request Header Fields Too Large",
+        503: "Service Unavailable",
+    }
     body = json.dumps({"detail": detail}).encode()
-    head = [f"HTTP/1.1 {status} {reasons.get(status, 'Error')}", "content-type: application/json",
-            f"content-length: {len(body)}", "connection: close", *(f"{k}: {v}" for k, v in extra_headers)]
+    head = [
+        f"HTTP/1.1 {status} {reasons.get(status, 'Error')}",
+        "content-type: application/json",
+        f"content-length: {len(body)}",
+        "connection: close",
+        *(f"{k}: {v}" for k, v in extra_headers),
+    ]
     return ("\r\n".join(head) + "\r\n\r\n").encode() + body
 
 
@@ -259,15 +269,21 @@ class GuardedH11Protocol(H11Protocol):
     def _header_timeout(self) -> None:
         self._header_timer = None
         if self._head_bytes:
-            self._close(408, f"request head not complete within {self.limits.header_timeout_s:g} s "
-                        "(MT_HEADER_TIMEOUT_S)", "header_timeout")
+            self._close(
+                408,
+                f"request head not complete within {self.limits.header_timeout_s:g} s (MT_HEADER_TIMEOUT_S)",
+                "header_timeout",
+            )
         else:
             self._close(None, "", "header_timeout")
 
     def _body_timeout(self) -> None:
         self._body_timer = None
-        self._close(408, f"request body not complete within {self.limits.body_timeout_s:g} s (MT_BODY_TIMEOUT_S)",
-                    "body_timeout")
+        self._close(
+            408,
+            f"request body not complete within {self.limits.body_timeout_s:g} s (MT_BODY_TIMEOUT_S)",
+            "body_timeout",
+        )
 
     def _close(self, status: int | None, detail: str, reason: str, headers: tuple[tuple[str, str], ...] = ()) -> None:
         """Answer ``status`` (unless None, or a response has begun) and close the connection."""

@@ -130,9 +130,7 @@ def select_batch(queue: Sequence[Queued], limits: BatchLimits, anchor: Queued | 
     return sorted(chosen, key=lambda q: q.length)
 
 
-def retry_after(
-    depth: int, n_items: int, limits: BatchLimits, seconds_per_sentence: float, workers: int
-) -> int | None:
+def retry_after(depth: int, n_items: int, limits: BatchLimits, seconds_per_sentence: float, workers: int) -> int | None:
     """None when ``n_items`` more sentences fit the queue; else the seconds a client should wait (the queue's
     depth at the measured seconds per sentence, shared by ``workers`` running at once; at least 1)."""
     if depth + n_items <= limits.max_queue:
@@ -161,9 +159,7 @@ def projected_cache_bytes(rows: int, positions: int, bytes_per_position: int) ->
     return rows * positions * bytes_per_position
 
 
-def admit(
-    waiting: Sequence[Queued], load: LiveLoad, limits: LiveLimits, bytes_per_position: int
-) -> list[Queued]:
+def admit(waiting: Sequence[Queued], load: LiveLoad, limits: LiveLimits, bytes_per_position: int) -> list[Queued]:
     """The waiting sentences, in the order given (oldest first; with several clients, ``fair_order``), that join
     the live decode before its next step.
 

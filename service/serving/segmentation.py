@@ -165,11 +165,16 @@ def merge(layout: Layout, parts: Sequence[Translation], target_language: str, nu
     if num_hypotheses > 1:
         ranks = max(len(p.hypotheses) for p in parts)
         for r in range(ranks):
-            chosen = [p.hypotheses[min(r, len(p.hypotheses) - 1)] if p.hypotheses else (p.text, p.score, p.token_ids)
-                      for p in parts]
+            chosen = [
+                p.hypotheses[min(r, len(p.hypotheses) - 1)] if p.hypotheses else (p.text, p.score, p.token_ids)
+                for p in parts
+            ]
             hypotheses.append(
-                (join(layout, [h[0] for h in chosen], target_language), sum(h[1] for h in chosen),
-                 [i for h in chosen for i in h[2]])
+                (
+                    join(layout, [h[0] for h in chosen], target_language),
+                    sum(h[1] for h in chosen),
+                    [i for h in chosen for i in h[2]],
+                )
             )
     return Translation(
         truncated=any(p.truncated for p in parts),

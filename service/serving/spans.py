@@ -30,12 +30,22 @@ PATTERNS: tuple[tuple[str, re.Pattern[str]], ...] = (
     ("handle", re.compile(r"(?<![A-Za-z0-9_@])@[A-Za-z0-9_]{2,}")),
     ("hashtag", re.compile(r"(?<![\w#&])#[^\W\d_][\w]*")),
     # (the neighbours that end a span are ASCII: a version or code beside Chinese characters is still found)
-    ("version", re.compile(r"(?<![A-Za-z0-9_.])v?\d+(?:\.\d+){2,}(?:-[\w.]+)?(?![A-Za-z0-9_.])"
-                           r"|(?<![A-Za-z0-9_.])v\d+(?:\.\d+)+(?![A-Za-z0-9_.])")),
+    (
+        "version",
+        re.compile(
+            r"(?<![A-Za-z0-9_.])v?\d+(?:\.\d+){2,}(?:-[\w.]+)?(?![A-Za-z0-9_.])"
+            r"|(?<![A-Za-z0-9_.])v\d+(?:\.\d+)+(?![A-Za-z0-9_.])"
+        ),
+    ),
     # capitals and digits joined by hyphens, with at least one of each: A-2024-88731, CVE-2024-1234 (German number
     # compounds such as 1970-er or 100-prozentig have small letters: words the model translates)
-    ("identifier", re.compile(r"(?<![A-Za-z0-9_-])(?=[A-Z0-9-]*\d)(?=[A-Z0-9-]*[A-Z])[A-Z0-9]+(?:-[A-Z0-9]+)+"
-                              r"(?![A-Za-z0-9_-])")),
+    (
+        "identifier",
+        re.compile(
+            r"(?<![A-Za-z0-9_-])(?=[A-Z0-9-]*\d)(?=[A-Z0-9-]*[A-Z])[A-Z0-9]+(?:-[A-Z0-9]+)+"
+            r"(?![A-Za-z0-9_-])"
+        ),
+    ),
     ("emoji", re.compile("[\U0001f000-\U0001faff\u2600-\u27bf\ufe0f\u200d]+")),
 )
 

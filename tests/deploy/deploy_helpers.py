@@ -98,7 +98,9 @@ def entrypoint_server(repository: Path, log_path: Path, env: dict[str, str] | No
 
 # settings whose container value is fixed by the image (not taken from the caller's environment)
 CONTAINER_FIXED = {
-    "MT_HOST": "0.0.0.0", "MT_PORT": "8000", "MT_MODEL_REPOSITORY": "/app/model_repository",
+    "MT_HOST": "0.0.0.0",
+    "MT_PORT": "8000",
+    "MT_MODEL_REPOSITORY": "/app/model_repository",
     "MT_STATE_DIR": "/var/lib/mtserve",
 }
 PER_SERVICE = {"MT_PROVIDERS"}  # set by each compose service (cuda / cpu)

@@ -158,7 +158,13 @@ def test_app_stage_copies_the_serving_files_only():
     copies = [line for line in stages()["app"][1] if line.upper().startswith("COPY")]
     sources = {token for line in copies for token in line.split()[1:-1] if not token.startswith("--")}
     assert sources == {
-        "pyproject.toml", "README.md", "core/", "engine/", "service/", "model_repository/", "deploy/entrypoint.sh"
+        "pyproject.toml",
+        "README.md",
+        "core/",
+        "engine/",
+        "service/",
+        "model_repository/",
+        "deploy/entrypoint.sh",
     }
     for line in copies:
         assert "--chown" not in line, "the service user must not own (and so not be able to edit) its code or models"

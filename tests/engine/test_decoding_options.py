@@ -17,8 +17,9 @@ ROOT = Path(__file__).resolve().parent.parent.parent
 def test_left_out_fields_take_the_bundles_defaults_once():
     asked = TranslateOptions.request(num_hypotheses=2)
     assert asked.beam_size is None and asked.length_penalty is None and not asked.is_resolved  # the bundle's
-    defaults = DecodingDefaults.of({"beam_size": 6, "max_length": 40, "no_repeat_ngram_size": 3,
-                                    "length_penalty_form": "hf"})
+    defaults = DecodingDefaults.of(
+        {"beam_size": 6, "max_length": 40, "no_repeat_ngram_size": 3, "length_penalty_form": "hf"}
+    )
     resolved = asked.resolve(defaults)
     assert (resolved.beam_size, resolved.max_length, resolved.no_repeat_ngram_size) == (6, 40, 3)
     assert resolved.penalty == LengthPenalty(DEFAULT_LENGTH_PENALTY, "hf")

@@ -25,9 +25,7 @@ SMALL_LIMITS = {
 }
 
 
-def start_server(
-    repository: Path, env: dict[str, str], log_path: Path, command: list[str] | None = None
-) -> LiveServer:
+def start_server(repository: Path, env: dict[str, str], log_path: Path, command: list[str] | None = None) -> LiveServer:
     """A ready LiveServer; stopped again (not left running) when it does not become ready."""
     server = LiveServer(repository, env=env, log_path=log_path, command=command)
     try:

@@ -36,13 +36,15 @@ CASES = {
         400,
     ),
     "two_different_content_lengths": (
-        request("POST", "/v1/translate", {**JSON, "Content-Length": "40", "content-length": "41"}, TRANSLATE), 400
+        request("POST", "/v1/translate", {**JSON, "Content-Length": "40", "content-length": "41"}, TRANSLATE),
+        400,
     ),
     "content_length_negative": (request("POST", "/v1/translate", {**JSON, "Content-Length": "-1"}), 400),
     "content_length_not_a_number": (request("POST", "/v1/translate", {**JSON, "Content-Length": "4O"}), 400),
     "transfer_encoding_gzip": (request("POST", "/v1/translate", {**JSON, "Transfer-Encoding": "gzip"}), 400),
     "transfer_encoding_gzip_then_chunked": (
-        request("POST", "/v1/translate", {**JSON, "Transfer-Encoding": "gzip, chunked"}, b"0\r\n\r\n"), 400
+        request("POST", "/v1/translate", {**JSON, "Transfer-Encoding": "gzip, chunked"}, b"0\r\n\r\n"),
+        400,
     ),
     # chunk sizes
     "chunk_size_not_hex": (chunked(b"zz\r\n" + TRANSLATE + b"\r\n0\r\n\r\n"), 400),

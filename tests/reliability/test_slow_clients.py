@@ -233,8 +233,9 @@ def test_more_slow_connections_than_descriptors_do_not_stop_the_server_accepting
     if hard != resource.RLIM_INFINITY and hard < 1000:
         pytest.skip("the hard descriptor limit is under 1000")
     log_path = tmp_path / "service.log"
-    server = start_server(tiny_repository, {"MT_HEADER_TIMEOUT_S": "120"}, log_path,
-                          command=[sys.executable, "-c", FD_LIMITED])
+    server = start_server(
+        tiny_repository, {"MT_HEADER_TIMEOUT_S": "120"}, log_path, command=[sys.executable, "-c", FD_LIMITED]
+    )
     socks: list[socket.socket] = []
     try:
         limits = Path(f"/proc/{server.process.pid}/limits").read_text()

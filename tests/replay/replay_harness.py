@@ -148,8 +148,9 @@ def fused_step_library(folder: Path) -> Path | None:
     if "avx512_vnni" not in flags or not (shutil.which("cc") or shutil.which("gcc")):
         return None
     out = folder / "libmtserve_fused_step.so"
-    subprocess.run(["bash", str(MODEL_REPOSITORY.parent / "native" / "build.sh"), str(out)], check=True,
-                   capture_output=True)
+    subprocess.run(
+        ["bash", str(MODEL_REPOSITORY.parent / "native" / "build.sh"), str(out)], check=True, capture_output=True
+    )
     return out
 
 

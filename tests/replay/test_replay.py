@@ -15,8 +15,10 @@ from replay_harness import MODEL_REPOSITORY, SETUPS, load_answers, machine, repl
 def test_recorded_requests_answer_as_recorded(setup, tmp_path):
     answers = load_answers()
     if answers["machine"] != machine():
-        pytest.skip(f"recorded on a CPU with {answers['machine']}, this one has {machine()}: its kernels round "
-                    "differently (record the tree before a change on this machine: tests/replay/record.py)")
+        pytest.skip(
+            f"recorded on a CPU with {answers['machine']}, this one has {machine()}: its kernels round "
+            "differently (record the tree before a change on this machine: tests/replay/record.py)"
+        )
     recorded = answers[setup]
     env = server_env(setup, tmp_path)
     if env is None:

@@ -56,11 +56,11 @@ def test_inline_tags_follow_their_words():
 
 
 def test_untranslatable_content_and_whitespace_are_verbatim():
-    fragment = '\n  <p>Rufe <code>ls -l &amp;&amp; echo</code> auf.</p>\n<pre>  x = 1\n</pre>  '
+    fragment = "\n  <p>Rufe <code>ls -l &amp;&amp; echo</code> auf.</p>\n<pre>  x = 1\n</pre>  "
     plan = HtmlPlan(fragment, "de")
     assert plan.sentences == ["Rufe auf."]
     out = plan.render([(["Call", "up."], [0, 1])], "en")
-    assert out == '\n  <p>Call <code>ls -l &amp;&amp; echo</code> up.</p>\n<pre>  x = 1\n</pre>  '
+    assert out == "\n  <p>Call <code>ls -l &amp;&amp; echo</code> up.</p>\n<pre>  x = 1\n</pre>  "
 
 
 def test_entities_in_text_and_attributes():

@@ -76,8 +76,14 @@ def _translation(text, score, tokens, sources, hypotheses=(), attention=None):
 
 def test_merge_joins_scores_tokens_hypotheses_and_attention():
     layout = split_text("Eins. Zwei.", "de")
-    a = _translation("One.", -1.0, [10, 11], [20, 2], [("One.", -1.0, [10, 11]), ("A one.", -2.0, [12])],
-                     np.ones((2, 1, 2, 2), dtype=np.float32))
+    a = _translation(
+        "One.",
+        -1.0,
+        [10, 11],
+        [20, 2],
+        [("One.", -1.0, [10, 11]), ("A one.", -2.0, [12])],
+        np.ones((2, 1, 2, 2), dtype=np.float32),
+    )
     b = _translation("Two.", -0.5, [13], [21, 22, 2], [("Two.", -0.5, [13])], np.full((2, 1, 1, 3), 2, np.float32))
     merged = merge(layout, [a, b], "en", num_hypotheses=2)
     assert merged.text == "One. Two."

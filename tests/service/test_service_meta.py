@@ -114,8 +114,18 @@ def test_openapi_keeps_the_v1_schema_names(api):
     """The /v1 contract only grows: its schemas keep their names (another API's model of the same class name,
     e.g. LibreTranslate's, would make FastAPI rename both to module-qualified names)."""
     schemas = api.get("/openapi.json").json()["components"]["schemas"]
-    v1 = {"TranslateRequest", "TranslateResponse", "TranslationOut", "Hypothesis", "EmbedRequest", "EmbedResponse",
-          "AttentionRequest", "AttentionResponse", "ModelInfo", "ModelsResponse"}
+    v1 = {
+        "TranslateRequest",
+        "TranslateResponse",
+        "TranslationOut",
+        "Hypothesis",
+        "EmbedRequest",
+        "EmbedResponse",
+        "AttentionRequest",
+        "AttentionResponse",
+        "ModelInfo",
+        "ModelsResponse",
+    }
     assert v1 <= set(schemas), sorted(v1 - set(schemas))
     translate = api.get("/openapi.json").json()["paths"]["/v1/translate"]["post"]["responses"]["200"]
     assert translate["content"]["application/json"]["schema"]["$ref"] == "#/components/schemas/TranslateResponse"

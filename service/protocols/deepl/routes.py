@@ -220,6 +220,7 @@ TYPE_PARAMETER = {
     ]
 }
 
+
 async def _languages(request: Request) -> JSONResponse:
     fields, _ = await read_fields(request)  # the deepl client sends type in a form body, even with GET
     kind = string(fields, "type")
@@ -230,6 +231,7 @@ async def _languages(request: Request) -> JSONResponse:
     if kind == "target":
         return JSONResponse(serving.target_languages(registry))
     raise DeepLError(400, "Value for 'type' not supported. Send source or target.")
+
 
 USAGE_RESPONSE = {
     200: {
@@ -245,6 +247,7 @@ USAGE_RESPONSE = {
         },
     }
 }
+
 
 async def _usage(request: Request) -> dict[str, Any]:
     found = await quota_of(request).usage(caller(request))

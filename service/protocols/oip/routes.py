@@ -362,10 +362,12 @@ async def _metadata(request: Request, model_name: str, model_version: str | None
     request.scope["state"]["model"] = view.model.name
     return view.metadata()
 
+
 async def _model_ready(request: Request, model_name: str, model_version: str | None) -> dict[str, Any]:
     view = inference_v2.view_of(registry_of(request), model_name, model_version)
     request.scope["state"]["model"] = view.model.name
     return {"name": view.name, "ready": True}
+
 
 async def _infer(
     request: Request, model_name: str, model_version: str | None, limits: LimitSettings, infer_request, parameters
@@ -404,6 +406,7 @@ def build_v2_router(app: FastAPI) -> APIRouter:
     limits = app.state.mt.settings.limits
     InferRequest, Parameters = request_models(limits)
     router = APIRouter(prefix="/v2", route_class=ProtocolRoute, tags=["Open Inference Protocol v2"])
+
     @router.get("", response_model=ServerMetadata, responses=ERRORS, summary="Server metadata")
     async def server_metadata() -> dict[str, Any]:
         return {"name": SERVER_NAME, "version": SERVER_VERSION, "extensions": EXTENSIONS}
