@@ -45,60 +45,15 @@ from service.serving.segmentation import NO_SPACE_LANGUAGES, segment
 from service.serving.words import is_glued
 
 SKIP_TAGS = frozenset({"code", "pre", "script", "style", "kbd", "samp", "textarea", "svg", "math", "template"})
-BLOCK_TAGS = frozenset(
-    {
-        "address",
-        "article",
-        "aside",
-        "blockquote",
-        "body",
-        "caption",
-        "center",
-        "colgroup",
-        "dd",
-        "details",
-        "dialog",
-        "div",
-        "dl",
-        "dt",
-        "fieldset",
-        "figcaption",
-        "figure",
-        "footer",
-        "form",
-        "h1",
-        "h2",
-        "h3",
-        "h4",
-        "h5",
-        "h6",
-        "head",
-        "header",
-        "hgroup",
-        "hr",
-        "html",
-        "legend",
-        "li",
-        "main",
-        "menu",
-        "nav",
-        "ol",
-        "optgroup",
-        "option",
-        "p",
-        "section",
-        "summary",
-        "table",
-        "tbody",
-        "td",
-        "tfoot",
-        "th",
-        "thead",
-        "title",
-        "tr",
-        "ul",
-    }
-)
+# fmt: off
+BLOCK_TAGS = frozenset({
+    "address", "article", "aside", "blockquote", "body", "caption", "center", "colgroup", "dd", "details",
+    "dialog", "div", "dl", "dt", "fieldset", "figcaption", "figure", "footer", "form", "h1", "h2", "h3", "h4",
+    "h5", "h6", "head", "header", "hgroup", "hr", "html", "legend", "li", "main", "menu", "nav", "ol",
+    "optgroup", "option", "p", "section", "summary", "table", "tbody", "td", "tfoot", "th", "thead", "title",
+    "tr", "ul",
+})
+# fmt: on
 SEPARATE_TAGS = frozenset({"pre", "script", "style", "template", "textarea", "svg", "math"})  # never inside a sentence
 VOID_TAGS = frozenset({"br", "img", "wbr", "input", "area", "embed", "source", "track", "col", "meta", "link", "base"})
 _DOCUMENT = re.compile(r"\s*(<!doctype|<html[\s>])", re.IGNORECASE)
