@@ -263,7 +263,8 @@ def _fuse(
     layout = step_layout(every, products, layers)
     weights = _weights(products, layers, layout)
 
-    # weights the kept nodes derive (Concat of the Q|K|V parts), and the check that every weight is there
+    # weights the kept nodes derive (Concat of the Q|K|V parts, Cast of float16-stored ones: export/pack.py), and
+    # the check that every weight is there
     kept: set[int] = set()
     needed = list(weights)
     while needed:
@@ -271,8 +272,8 @@ def _fuse(
         if name in tensors:
             continue
         at = producer.get(name)
-        if at is None or raw_nodes[at][0].op_type != "Concat":
-            raise NotFused(f"weight {name} is neither stored nor a Concat of stored ones")
+        if at is None or raw_nodes[at][0].op_type not in ("Concat", "Cast"):
+            raise NotFused(f"weight {name} is neither stored nor a Concat or Cast of stored ones")
         if at not in kept:
             kept.add(at)
             needed += raw_nodes[at][0].inputs

@@ -28,7 +28,7 @@ from export.pack import pack_bundle
 from export.quantize import convert_fp16, convert_fp16_step, quantize_int8_static
 from export.search_loop import add_search_loops
 from export.shortlist import DEFAULTS
-from model.checkpoint import TOKENIZER_FILE, load_release
+from model.checkpoint import TOKENIZER_FILE, load_release, round_to_float16
 
 VARIANTS = ("fp32", "int8", "fp16")
 MAX_BLEU_LOSS = 0.5  # a derived variant may be the default only within this much BLEU of fp32
@@ -45,6 +45,9 @@ def cmd_export(args: argparse.Namespace) -> int:
     commit = git_commit()  # before anything is written: the bundle may live inside the repository
     model, meta = load_release(args.model)
     run = meta.get("run", {})
+    storage = getattr(args, "float16_storage", False)
+    if storage:  # the release is the model with float16 weights: every graph computes with exactly these
+        round_to_float16(model)
     try:
         spec = getattr(args, "directions", None)  # callers that build the namespace (imports) may leave it out
         directions = directions_for(spec, Path(args.model) / TOKENIZER_FILE) if spec else None
@@ -73,6 +76,8 @@ def cmd_export(args: argparse.Namespace) -> int:
     paths = export_graphs(model, out / "fp32", decoder_step=True)
     shutil.copy(Path(args.model) / TOKENIZER_FILE, out / TOKENIZER_FILE)
     training = {"run": run, "summary": meta.get("training", {}), "source_checkpoint": str(args.model)}
+    if storage:
+        training["weights"] = "rounded to float16 at export (--float16-storage), stored as float16"
     evaluation = Path(args.model) / "evaluation.json"
     if evaluation.exists():
         training["pytorch_evaluation"] = json.loads(evaluation.read_text())
@@ -126,7 +131,7 @@ def cmd_export(args: argparse.Namespace) -> int:
             convert(path, out / "fp16" / f"{graph}.onnx")
             variants["fp16"][graph] = f"fp16/{graph}.onnx"
     if args.bundle_format == 2:
-        variants, report = pack_bundle(out, variants)
+        variants, report = pack_bundle(out, variants, float16_storage=storage)
         for graph, counts in report.items():
             print(f"packed {graph}: {', '.join(f'{n} {kind}' for kind, n in sorted(counts.items()))}", file=sys.stderr)
         variants = add_search_loops(out, variants)  # read the packed weights files' regions
@@ -378,6 +383,12 @@ def main(argv: list[str] | None = None) -> int:
         default=2,
         help="2: graphs/ with each tensor stored once in per-variant weights files (export/pack.py); "
         "1: self-contained graphs, one folder per variant (several times larger)",
+    )
+    p.add_argument(
+        "--float16-storage",
+        action="store_true",
+        help="round the weights to float16 and store them so (format 2): half the bytes of a float32 bundle; the "
+        "fp32 variant computes in float32 with those weights (export/pack.py)",
     )
     p.add_argument("--force", action="store_true")
     p.set_defaults(func=cmd_export)

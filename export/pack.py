@@ -66,6 +66,16 @@ def weights_file(variant: str) -> str:
     return f"{variant}.weights"
 
 
+HALF_FILE = "float16.weights"  # float16 storage: the float32 tensors that float16 holds exactly, stored as float16
+
+
+def exact_half(array: np.ndarray) -> np.ndarray | None:
+    """``array`` (float32) as float16 if that holds every element exactly (bit for bit once widened), else None."""
+    half = np.ascontiguousarray(array).astype(np.float16)
+    wide = half.astype(np.float32)
+    return half if np.array_equal(wide.view(np.uint32), np.ascontiguousarray(array).view(np.uint32)) else None
+
+
 @dataclass(frozen=True)
 class Region:
     file: str  # name inside graphs/
@@ -182,8 +192,8 @@ class WeightStore:
 class _GraphPacker:
     """Rewrites one graph's large initializers as references into the store (or exact functions of them)."""
 
-    def __init__(self, model: onnx.ModelProto, store: WeightStore, own_file: str) -> None:
-        self.model, self.store, self.own_file = model, store, own_file
+    def __init__(self, model: onnx.ModelProto, store: WeightStore, own_file: str, half: bool = False) -> None:
+        self.model, self.store, self.own_file, self.half = model, store, own_file, half
         self.inits: list[TensorProto] = []
         self.nodes: list[onnx.NodeProto] = []
         self.files: set[str] = set()  # the weights files this graph reads
@@ -206,9 +216,35 @@ class _GraphPacker:
         return name
 
     def store_own(self, init: TensorProto, array: np.ndarray) -> None:
+        if self.half and init.data_type == TensorProto.FLOAT and (half := exact_half(array)) is not None:
+            key = self.store.add(HALF_FILE, TensorProto.FLOAT16, half)
+            self.use(init.name, init.data_type, tuple(init.dims), (TensorProto.FLOAT16, key))
+            return
         self.reference(
             init.name, init.data_type, tuple(init.dims), self.store.add(self.own_file, init.data_type, array)
         )
+
+    def find(self, data_type: int, array: np.ndarray) -> tuple[int, Key] | None:
+        """Where a tensor equal to ``array`` is stored: (its stored element type, its key), or None. Under float16
+        storage a float32 tensor may be stored as float16 (it is then its exact Cast)."""
+        key = self.store.find(data_type, array)
+        if key is not None:
+            return data_type, key
+        if self.half and data_type == TensorProto.FLOAT and (half := exact_half(array)) is not None:
+            key = self.store.find(TensorProto.FLOAT16, half)
+            if key is not None:
+                return TensorProto.FLOAT16, key
+        return None
+
+    def use(self, name: str, data_type: int, dims: tuple[int, ...], found: tuple[int, Key]) -> str:
+        """``name`` as the stored tensor ``found`` (``find``): a reference, or the float32 Cast of a float16 one
+        (constant-folded at session start, like the other derivations)."""
+        stored_type, key = found
+        if stored_type == data_type:
+            return self.reference(name, data_type, dims, key)
+        half = self.reference(self.fresh(f"{name}.float16"), stored_type, dims, key)
+        self.nodes.append(helper.make_node("Cast", [half], [name], to=data_type, name=name + PACKED))
+        return name
 
     def pack(self) -> dict[str, int]:
         counts: dict[str, int] = defaultdict(int)
@@ -222,9 +258,9 @@ class _GraphPacker:
                 self.inits.append(init)
                 counts["inline"] += 1
                 continue
-            key = self.store.find(init.data_type, array)
-            if key is not None:
-                self.reference(init.name, init.data_type, tuple(init.dims), key)
+            found = self.find(init.data_type, array)
+            if found is not None:
+                self.use(init.name, init.data_type, tuple(init.dims), found)
                 counts["shared"] += 1
             elif self.transpose(init, array) or self.concat(init, array):
                 counts["derived"] += 1
@@ -254,21 +290,21 @@ class _GraphPacker:
     def transpose(self, init: TensorProto, array: np.ndarray) -> bool:
         if array.ndim != 2:
             return False
-        key = self.store.find(init.data_type, array.T)
-        if key is None:
+        found = self.find(init.data_type, array.T)
+        if found is None:
             return False
-        source = self.reference(self.fresh(f"{init.name}.transposed"), init.data_type, array.T.shape, key)
+        source = self.use(self.fresh(f"{init.name}.transposed"), init.data_type, array.T.shape, found)
         self.nodes.append(helper.make_node("Transpose", [source], [init.name], perm=[1, 0], name=init.name + PACKED))
         return True
 
     def concat(self, init: TensorProto, array: np.ndarray) -> bool:
-        split = _equal_split(array, lambda piece: self.store.find(init.data_type, piece))
+        split = _equal_split(array, lambda piece: self.find(init.data_type, piece))
         if split is None:
             return False
-        axis, pieces, keys = split
+        axis, pieces, found = split
         sources = [
-            self.reference(self.fresh(f"{init.name}.part{i}"), init.data_type, p.shape, k)
-            for i, (p, k) in enumerate(zip(pieces, keys, strict=True))
+            self.use(self.fresh(f"{init.name}.part{i}"), init.data_type, p.shape, f)
+            for i, (p, f) in enumerate(zip(pieces, found, strict=True))
         ]
         self.nodes.append(helper.make_node("Concat", sources, [init.name], axis=axis, name=init.name + PACKED))
         return True
@@ -348,8 +384,15 @@ def _copy(message):
     return out
 
 
-def pack_bundle(bundle_dir: Path, variants: dict[str, dict[str, Any]]) -> tuple[dict[str, dict[str, Any]], dict]:
+def pack_bundle(
+    bundle_dir: Path, variants: dict[str, dict[str, Any]], float16_storage: bool = False
+) -> tuple[dict[str, dict[str, Any]], dict]:
     """Rewrite the format-1 graphs of ``bundle_dir`` (``<variant>/<graph>.onnx``) into ``graphs/``; remove them.
+
+    ``float16_storage``: every float32 tensor that float16 holds exactly is stored once as float16 (``HALF_FILE``)
+    and read as its Cast to float32, which onnxruntime's constant folding computes at session start: the same
+    constants as before, in half the bytes on disk. Export rounds the weights to float16 first (export.cli
+    ``--float16-storage``), so that is nearly every tensor; the others are stored as float32, as without it.
 
     Returns the variants' manifest entries (graph paths under ``graphs/``, ``weights``: the weights files their
     graphs read) and a report: per graph what became of its large tensors (shared / derived / stored / inline).
@@ -372,7 +415,7 @@ def pack_bundle(bundle_dir: Path, variants: dict[str, dict[str, Any]]) -> tuple[
             if graph not in entry:
                 continue
             model = onnx.load(str(bundle_dir / entry[graph]))
-            packer = _GraphPacker(model, store, weights_file(variant))
+            packer = _GraphPacker(model, store, weights_file(variant), float16_storage)
             report[f"{variant}.{graph}"] = packer.pack()
             reads[variant] |= packer.files
             path = out / f"{variant}.{graph}.onnx"
@@ -428,7 +471,8 @@ def storage(bundle_dir: Path, manifest: dict[str, Any]) -> dict[str, Any]:
     inline: dict[str, dict[Key, list[str]]] = {}
     for variant, entry in manifest["variants"].items():
         graphs = [entry[g] for g in GRAPH_KEYS if g in entry]
-        own = [w for w in entry.get("weights", []) if Path(w).name == weights_file(variant)]
+        mine = {weights_file(variant)} | ({HALF_FILE} if variant == "fp32" else set())  # fp32's, stored as float16
+        own = [w for w in entry.get("weights", []) if Path(w).name in mine]
         variants[variant] = {
             "graphs": sum(files[g]["size"] for g in graphs),
             "weights": sum(files[w]["size"] for w in own),

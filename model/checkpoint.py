@@ -50,6 +50,13 @@ def load_release(directory: str | Path) -> tuple[Transformer, dict[str, Any]]:
     return model, meta
 
 
+def round_to_float16(model: torch.nn.Module) -> None:
+    """Round every parameter to the nearest float16 value, kept in its own dtype (a release stored as float16)."""
+    with torch.no_grad():
+        for parameter in model.parameters():
+            parameter.copy_(parameter.to(torch.float16).to(parameter.dtype))
+
+
 def average_state_dicts(paths: list[Path]) -> dict[str, torch.Tensor]:
     """Element-wise mean of the model weights in several training checkpoints."""
     total: dict[str, torch.Tensor] = {}

@@ -73,6 +73,8 @@ def test_release_multi_exports_and_scores_every_direction(request, tmp_path):
     assert list(manifest["directions"]) == DIRECTIONS
     assert ("pivot" in manifest["directions"]["de-zh"]) != direct, (bridge, manifest["directions"])
     assert manifest["decoding"]["no_repeat_ngram_size"] == 4
+    assert "graphs/float16.weights" in manifest["files"]  # stored as float16 (--float16-storage)
+    assert not (out / "model.safetensors").exists()  # and not a second time beside the card
     assert "shortlist left out" in result.stderr or "shortlist kept" in result.stderr
 
     # every direction scored through the engine: its own report, and sealed (the own pair as the headline)

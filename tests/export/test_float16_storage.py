@@ -1,0 +1,139 @@
+"""Float16 storage (export.cli ``--float16-storage``, export/pack.py): the weights rounded to float16 and stored so,
+each float32 tensor read as a Cast that onnxruntime folds at session start. Against the same rounded model exported
+with float32 storage, every variant computes the same bits (translations, scores, hypotheses, embeddings,
+attention) in about half the bytes; the Casts leave no node behind once a session has started; the fused step
+(where this CPU runs it) still takes the int8 step graph.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import tempfile
+from pathlib import Path
+
+import numpy as np
+import onnx
+import onnxruntime as ort
+import pytest
+from tiny_bundle import SAMPLE_SENTENCES, write_corpus
+
+from core.bundle import load_bundle
+from engine import Engine
+from engine.decoding import TranslateOptions
+from export.cli import main
+from export.pack import GRAPH_KEYS, HALF_FILE, PACKED, exact_half, storage, tensors
+from model.checkpoint import CONFIG_FILE, TOKENIZER_FILE, load_release, round_to_float16, save_release
+
+VARIANTS = ("fp32", "int8", "fp16")
+
+
+@pytest.fixture(scope="module")
+def bundles(tiny_model_dir, tmp_path_factory) -> dict[str, Path]:
+    """``half``: the tiny release exported with --float16-storage; ``full``: the same release rounded to float16
+    by hand and exported with float32 storage (what the half bundle must compute, bit for bit)."""
+    root = tmp_path_factory.mktemp("float16-storage")
+    corpus = write_corpus(root / "corpus", n_train=200, n_valid=1)
+    release = tiny_model_dir / "release"
+    model, meta = load_release(release)
+    round_to_float16(model)
+    rounded = root / "rounded"
+    save_release(rounded, model, {k: v for k, v in meta.items() if k != "model"})
+    shutil.copy(release / TOKENIZER_FILE, rounded / TOKENIZER_FILE)
+    assert json.loads((rounded / CONFIG_FILE).read_text())["model"] == meta["model"]
+    out = {}
+    for kind, source, extra in (("half", release, ["--float16-storage"]), ("full", rounded, [])):
+        out[kind] = root / kind / "de-en" / "1"
+        args = ["export", "--model", str(source), "--out", str(out[kind]), "--name", "de-en"]
+        args += ["--variants", *VARIANTS, "--calibration-data", str(corpus / "train.de")]
+        assert main([*args, "--calibration-sentences", "64", *extra]) == 0
+    return out
+
+
+def _manifest(bundle: Path) -> dict:
+    return json.loads((bundle / "manifest.json").read_text())
+
+
+def test_round_to_float16_leaves_values_float16_holds(tiny_model_dir):
+    model, _ = load_release(tiny_model_dir / "release")
+    before = [p.detach().clone() for p in model.parameters()]
+    round_to_float16(model)
+    changed = 0
+    for old, new in zip(before, model.parameters(), strict=True):
+        assert new.dtype == old.dtype
+        assert exact_half(new.detach().numpy()) is not None
+        changed += int((old != new).sum())
+        np.testing.assert_allclose(new.detach().numpy(), old.numpy(), rtol=2**-11, atol=2**-24)
+    assert changed > 0  # float32 training leaves values float16 does not hold
+
+
+@pytest.mark.parametrize("variant", VARIANTS)
+def test_float16_storage_computes_the_same_bits(bundles, variant):
+    half, full = (Engine(load_bundle(bundles[k]), variant=variant, providers="cpu") for k in ("half", "full"))
+    for texts in (SAMPLE_SENTENCES * 3, SAMPLE_SENTENCES[:1]):  # whole batches, and a lone sentence (search loop)
+        for beam in (1, 4):
+            options = TranslateOptions(beam_size=beam, num_hypotheses=beam)
+            for a, b in zip(half.translate(texts, options), full.translate(texts, options), strict=True):
+                assert a.token_ids == b.token_ids and a.score == b.score and a.hypotheses == b.hypotheses
+    np.testing.assert_array_equal(half.embed(SAMPLE_SENTENCES), full.embed(SAMPLE_SENTENCES))
+    a, b = half.attention(SAMPLE_SENTENCES[0]), full.attention(SAMPLE_SENTENCES[0])
+    assert a.keys() == b.keys()
+    for key in a:
+        if isinstance(a[key], np.ndarray):
+            np.testing.assert_array_equal(a[key], b[key])
+        else:
+            assert a[key] == b[key], key
+
+
+def test_float_tensors_are_stored_once_as_float16(bundles):
+    half, full = _manifest(bundles["half"]), _manifest(bundles["full"])
+    assert "graphs/" + HALF_FILE in half["files"]
+    assert "rounded to float16" in half["training"]["weights"]
+    report = storage(bundles["half"], half)
+    assert report["duplicates"] == []
+    stored_float32 = {}  # every float32 region outside the int8 weights file (its scales): float16 cannot hold it
+    for entry in half["variants"].values():
+        for graph in (g for g in GRAPH_KEYS if g in entry):
+            for init, _, region in tensors(bundles["half"] / entry[graph]):
+                if region is not None and init.data_type == onnx.TensorProto.FLOAT and region.file != "int8.weights":
+                    stored_float32[region] = init.name
+    for region, name in stored_float32.items():
+        with open(bundles["half"] / "graphs" / region.file, "rb") as f:
+            f.seek(region.offset)
+            assert exact_half(np.frombuffer(f.read(region.length), dtype=np.float32)) is None, name
+    full_float = full["files"]["graphs/fp32.weights"]["size"]
+    assert sum(r.length for r in stored_float32) < 0.1 * full_float  # the sinusoid table of the tiny model
+    assert half["files"]["graphs/" + HALF_FILE]["size"] < 0.51 * full_float
+    floats = half["files"]["graphs/" + HALF_FILE]["size"] + half["files"]["graphs/fp32.weights"]["size"]
+    assert floats < 0.55 * full_float, (floats, full_float)  # the tiny model's graph protos outweigh its weights
+    assert half["files"]["graphs/int8.weights"] == full["files"]["graphs/int8.weights"]  # same size and hash
+
+
+def test_the_casts_are_folded_when_a_session_starts(bundles):
+    manifest = _manifest(bundles["half"])
+    casts = 0
+    for entry in manifest["variants"].values():
+        for graph in (g for g in GRAPH_KEYS if g in entry):
+            path = bundles["half"] / entry[graph]
+            nodes = onnx.load(str(path), load_external_data=False).graph.node
+            added = {n.name for n in nodes if n.name.endswith(PACKED)}
+            casts += sum(n.op_type == "Cast" and n.attribute[0].i == onnx.TensorProto.FLOAT for n in nodes)
+            options = ort.SessionOptions()
+            options.graph_optimization_level = ort.GraphOptimizationLevel.ORT_ENABLE_BASIC
+            with tempfile.TemporaryDirectory() as tmp:
+                options.optimized_model_filepath = os.path.join(tmp, "optimized.onnx")
+                ort.InferenceSession(str(path), options, providers=["CPUExecutionProvider"])
+                optimized = onnx.load(options.optimized_model_filepath, load_external_data=False)
+            assert not {n.name for n in optimized.graph.node} & added, (graph, path.name)
+    assert casts > 0
+
+
+def test_the_fused_step_takes_a_float16_stored_bundle_where_it_takes_the_other(bundles):
+    full = Engine(load_bundle(bundles["full"]), variant="int8", providers="cpu", fused_step="auto")
+    half = Engine(load_bundle(bundles["half"]), variant="int8", providers="cpu", fused_step="auto")
+    assert half.fused_step == full.fused_step
+    options = TranslateOptions(beam_size=4, num_hypotheses=1)
+    texts = SAMPLE_SENTENCES * 2
+    for a, b in zip(half.translate(texts, options), full.translate(texts, options), strict=True):
+        assert a.token_ids == b.token_ids and a.score == b.score
