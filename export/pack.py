@@ -192,8 +192,11 @@ class WeightStore:
 class _GraphPacker:
     """Rewrites one graph's large initializers as references into the store (or exact functions of them)."""
 
-    def __init__(self, model: onnx.ModelProto, store: WeightStore, own_file: str, half: bool = False) -> None:
+    def __init__(
+        self, model: onnx.ModelProto, store: WeightStore, own_file: str, half: bool = False, rows: bool = False
+    ) -> None:
         self.model, self.store, self.own_file, self.half = model, store, own_file, half
+        self.rows = rows  # float16 storage: gather a table's rows before casting them (not in step graphs)
         self.inits: list[TensorProto] = []
         self.nodes: list[onnx.NodeProto] = []
         self.files: set[str] = set()  # the weights files this graph reads
@@ -281,11 +284,38 @@ class _GraphPacker:
             kept = [p for p in node.metadata_props if not p.key.startswith(DEBUG_METADATA)]
             del node.metadata_props[:]
             node.metadata_props.extend(kept)
+        if self.rows:
+            rest = self.gather_rows(rest)
         del graph.initializer[:]
         graph.initializer.extend(self.inits)
         del graph.node[:]
         graph.node.extend(self.nodes + rest)  # derivations read initializers only: first in topological order
         return dict(counts)
+
+    def gather_rows(self, rest: list[onnx.NodeProto]) -> list[onnx.NodeProto]:
+        """A float16-stored table that only Gather reads (an embedding) is gathered as float16 and the rows are cast:
+        the same values, without a float32 copy of the whole table in every session (the fused step, which takes
+        the table itself, runs on step graphs: they keep their Cast)."""
+        readers: dict[str, list[tuple[onnx.NodeProto, int]]] = defaultdict(list)
+        for node in rest:
+            for position, name in enumerate(node.input):
+                readers[name].append((node, position))
+        nested = {name for node in rest for a in node.attribute if a.g.node for n in a.g.node for name in n.input}
+        outputs = {o.name for o in self.model.graph.output}
+        widened: dict[str, onnx.NodeProto] = {}
+        for cast in [n for n in self.nodes if n.op_type == "Cast" and n.attribute[0].i == TensorProto.FLOAT]:
+            table, users = cast.output[0], readers.get(cast.output[0], [])
+            if not users or table in nested | outputs or any(n.op_type != "Gather" or i for n, i in users):
+                continue
+            self.nodes.remove(cast)
+            for gather, _ in users:
+                rows = gather.output[0]
+                gather.input[0], gather.output[0] = cast.input[0], self.fresh(f"{rows}.float16")
+                widened[gather.output[0]] = helper.make_node("Cast", [gather.output[0]], [rows], to=TensorProto.FLOAT)
+        out = []
+        for node in rest:
+            out += [node, widened[node.output[0]]] if node.output and node.output[0] in widened else [node]
+        return out
 
     def transpose(self, init: TensorProto, array: np.ndarray) -> bool:
         if array.ndim != 2:
@@ -415,7 +445,7 @@ def pack_bundle(
             if graph not in entry:
                 continue
             model = onnx.load(str(bundle_dir / entry[graph]))
-            packer = _GraphPacker(model, store, weights_file(variant), float16_storage)
+            packer = _GraphPacker(model, store, weights_file(variant), float16_storage, graph not in STEP_GRAPHS)
             report[f"{variant}.{graph}"] = packer.pack()
             reads[variant] |= packer.files
             path = out / f"{variant}.{graph}.onnx"

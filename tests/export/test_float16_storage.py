@@ -137,3 +137,13 @@ def test_the_fused_step_takes_a_float16_stored_bundle_where_it_takes_the_other(b
     texts = SAMPLE_SENTENCES * 2
     for a, b in zip(half.translate(texts, options), full.translate(texts, options), strict=True):
         assert a.token_ids == b.token_ids and a.score == b.score
+
+
+def test_an_embedding_is_gathered_as_float16_outside_the_step_graphs(bundles):
+    """The encoder's embedding stays float16 in its session (rows are cast after the Gather); the step graphs keep
+    their folded float32 table, which the fused step takes as a weight."""
+    manifest = _manifest(bundles["half"])
+    for variant in ("fp32", "int8"):
+        graph = onnx.load(str(bundles["half"] / manifest["variants"][variant]["encoder"]), load_external_data=False)
+        halves = {i.name for i in graph.graph.initializer if i.data_type == onnx.TensorProto.FLOAT16}
+        assert any(n.op_type == "Gather" and n.input[0] in halves for n in graph.graph.node), variant
