@@ -10,6 +10,7 @@ own copy of every weight) into one folder ``graphs/``::
     graphs/fp32.weights       every float32 tensor of the model, once; read by all three variants
     graphs/int8.weights       the int8 weights (and whatever else int8 has that fp32.weights lacks)
     graphs/fp16.weights       only the fp16 tensors that cannot be derived from fp32.weights (none for de-en)
+    graphs/float16.weights    float16 storage only (export --float16-storage): the float32 tensors, as float16
 
 Variants are packed in order (fp32 first). A tensor of 1 KiB or more is, in this order of preference:
 - a reference to a region already stored with the same bytes and element type (any shape, any weights file):
