@@ -31,6 +31,7 @@ from export.shortlist import DEFAULTS
 from model.checkpoint import TOKENIZER_FILE, load_release, round_to_float16
 
 VARIANTS = ("fp32", "int8", "fp16")
+FLOAT16_WEIGHTS = "rounded to float16 at export (--float16-storage), stored as float16"  # manifest training.weights
 MAX_BLEU_LOSS = 0.5  # a derived variant may be the default only within this much BLEU of fp32
 
 
@@ -77,7 +78,7 @@ def cmd_export(args: argparse.Namespace) -> int:
     shutil.copy(Path(args.model) / TOKENIZER_FILE, out / TOKENIZER_FILE)
     training = {"run": run, "summary": meta.get("training", {}), "source_checkpoint": str(args.model)}
     if storage:
-        training["weights"] = "rounded to float16 at export (--float16-storage), stored as float16"
+        training["weights"] = FLOAT16_WEIGHTS
     evaluation = Path(args.model) / "evaluation.json"
     if evaluation.exists():
         training["pytorch_evaluation"] = json.loads(evaluation.read_text())
@@ -246,6 +247,8 @@ def cmd_verify(args: argparse.Namespace) -> int:
 
     bundle = load_bundle(args.bundle)
     model, _ = load_release(args.model)
+    if bundle.manifest.get("training", {}).get("weights") == FLOAT16_WEIGHTS:
+        round_to_float16(model)  # the model the bundle holds (export --float16-storage)
     # parity of the graphs: the whole vocabulary, as PyTorch has it (a shortlist's effect on BLEU is measured by
     # evaluate with and without it, export.cli compare)
     engine = Engine(bundle, variant="fp32", providers=args.providers, shortlist=False)

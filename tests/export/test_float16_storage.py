@@ -147,3 +147,18 @@ def test_an_embedding_is_gathered_as_float16_outside_the_step_graphs(bundles):
         graph = onnx.load(str(bundles["half"] / manifest["variants"][variant]["encoder"]), load_external_data=False)
         halves = {i.name for i in graph.graph.initializer if i.data_type == onnx.TensorProto.FLOAT16}
         assert any(n.op_type == "Gather" and n.input[0] in halves for n in graph.graph.node), variant
+
+
+def test_verify_compares_the_bundle_with_the_release_rounded_as_it_was(bundles, tiny_model_dir, tmp_path, capsys):
+    """export.cli verify reads the manifest: a float16-stored bundle is compared with the release rounded to float16,
+    so its graphs match PyTorch as closely as a float32 bundle's do."""
+    release = tiny_model_dir / "release"
+    codes = {}
+    for kind in ("half", "full"):
+        report = tmp_path / f"{kind}.json"
+        args = ["verify", "--model", str(release), "--bundle", str(bundles[kind]), "--output", str(report)]
+        codes[kind] = main(args)
+        capsys.readouterr()
+        codes[kind] = (codes[kind], max(json.loads(report.read_text())["max_abs_diff"].values()))
+    assert codes["half"][0] == 0 and codes["half"][1] <= 1e-4, codes
+    assert codes["full"][1] > codes["half"][1]  # the hand-rounded bundle against the unrounded release: it differs
