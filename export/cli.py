@@ -21,6 +21,7 @@ from engine.decoding import TranslateOptions, decoding_defaults
 from export.calibration import calibrate, read_sentences
 from export.direction_scoring import direction_named, translate_split
 from export.directions import directions_for
+from export.float16_storage import FLOAT16_WEIGHTS, parameters
 from export.import_commands import cmd_import_argos, cmd_import_hf
 from export.manifest import build_manifest, git_commit, seal
 from export.onnx_export import export_graphs
@@ -31,7 +32,6 @@ from export.shortlist import DEFAULTS
 from model.checkpoint import TOKENIZER_FILE, load_release, round_to_float16
 
 VARIANTS = ("fp32", "int8", "fp16")
-FLOAT16_WEIGHTS = "rounded to float16 at export (--float16-storage), stored as float16"  # manifest training.weights
 MAX_BLEU_LOSS = 0.5  # a derived variant may be the default only within this much BLEU of fp32
 
 
@@ -132,7 +132,7 @@ def cmd_export(args: argparse.Namespace) -> int:
             convert(path, out / "fp16" / f"{graph}.onnx")
             variants["fp16"][graph] = f"fp16/{graph}.onnx"
     if args.bundle_format == 2:
-        variants, report = pack_bundle(out, variants, float16_storage=storage)
+        variants, report = pack_bundle(out, variants, float16_storage=parameters(model) if storage else None)
         for graph, counts in report.items():
             print(f"packed {graph}: {', '.join(f'{n} {kind}' for kind, n in sorted(counts.items()))}", file=sys.stderr)
         variants = add_search_loops(out, variants)  # read the packed weights files' regions
@@ -334,6 +334,18 @@ def cmd_compare(args: argparse.Namespace) -> int:
     ok = within(rows, args.max_loss)
     print(f"largest loss {-worst:+.2f} BLEU: {'within' if ok else 'over'} the {args.max_loss} allowed", file=sys.stderr)
     return 0 if ok else 1
+
+
+def cmd_release_from_bundle(args: argparse.Namespace) -> int:
+    from export.float16_storage import release_from_bundle
+
+    try:
+        meta = release_from_bundle(Path(args.bundle), Path(args.out))
+    except ValueError as exc:
+        print(exc, file=sys.stderr)
+        return 2
+    print(f"wrote {args.out}: the weights of {meta['from_bundle']} (load_release, model.cli train init_from)")
+    return 0
 
 
 def cmd_tables(args: argparse.Namespace) -> int:
@@ -551,6 +563,15 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--baseline", help="the replaced model's report on the same splits, shown beside")
     p.add_argument("--variant", default="int8", help="the variant of the scores table (the served one)")
     p.set_defaults(func=cmd_tables)
+
+    p = sub.add_parser(
+        "release-from-bundle",
+        help="the PyTorch release folder (model.safetensors, config.json, tokenizer.model) of a bundle exported with "
+        "--float16-storage, whose float16 weights file is a safetensors file of the parameters",
+    )
+    p.add_argument("--bundle", required=True)
+    p.add_argument("--out", required=True)
+    p.set_defaults(func=cmd_release_from_bundle)
 
     args = parser.parse_args(argv)
     return args.func(args)

@@ -52,6 +52,7 @@ import onnx
 from onnx import TensorProto, helper, numpy_helper
 
 from core.graphs import STEP_GRAPHS
+from export.float16_storage import HALF_FILE, OTHER, exact_half, layout
 
 GRAPHS_DIR = "graphs"
 GRAPH_KEYS = ("encoder", "decoder", *STEP_GRAPHS)
@@ -65,16 +66,6 @@ PACKED = ".pack"  # name suffix of the nodes that derive a tensor from stored on
 
 def weights_file(variant: str) -> str:
     return f"{variant}.weights"
-
-
-HALF_FILE = "float16.weights"  # float16 storage: the float32 tensors that float16 holds exactly, stored as float16
-
-
-def exact_half(array: np.ndarray) -> np.ndarray | None:
-    """``array`` (float32) as float16 if that holds every element exactly (bit for bit once widened), else None."""
-    half = np.ascontiguousarray(array).astype(np.float16)
-    wide = half.astype(np.float32)
-    return half if np.array_equal(wide.view(np.uint32), np.ascontiguousarray(array).view(np.uint32)) else None
 
 
 @dataclass(frozen=True)
@@ -134,14 +125,24 @@ class WeightStore:
         self._floats: list[tuple[np.ndarray, Key]] = []  # float32 tensors stored: Cast sources
         self._cast_index: dict[bytes, list[tuple[np.ndarray, Key]]] | None = None
         self._where: dict[Key, str] = {}
+        self._named: list[tuple[str, tuple[int, ...], Key]] = []  # HALF_FILE's tensors (a safetensors file), in order
 
     def find(self, data_type: int, array: np.ndarray) -> Key | None:
         key = _key(data_type, _bytes(array))
         return key if key in self._where else None
 
-    def add(self, file: str, data_type: int, array: np.ndarray) -> Key:
+    def add(self, file: str, data_type: int, array: np.ndarray, name: str | None = None) -> Key:
+        """Store ``array`` in ``file`` unless equal bytes are stored; ``name``: a parameter of the model, which
+        HALF_FILE lists under its own name even when another one has the same values."""
         data = _bytes(array)
         key = _key(data_type, data)
+        if file == HALF_FILE and (name is not None or key not in self._where):
+            taken = {n for n, _, _ in self._named}
+            label, n = name or OTHER + "tensor", 0
+            while label in taken:
+                n += 1
+                label = f"{name or OTHER + 'tensor'}.{n}"
+            self._named.append((label, tuple(array.shape), key))
         if key not in self._where:
             self._blobs.setdefault(file, {})[key] = data
             self._where[key] = file
@@ -173,6 +174,9 @@ class WeightStore:
         """Write every weights file: tensors of 64 KiB or more first, each on a page boundary, then the smaller
         ones on 64-byte boundaries."""
         for file, blobs in self._blobs.items():
+            if file == HALF_FILE:
+                self._write_named(directory, blobs)
+                continue
             order = sorted(blobs, key=lambda k: len(blobs[k]) < PAGE_ALIGNED_FROM)  # stable: arrival order kept
             buffer = bytearray()
             for key in order:
@@ -181,6 +185,15 @@ class WeightStore:
                 self._regions[key] = Region(file, len(buffer), len(data))
                 buffer.extend(data)
             (directory / file).write_bytes(bytes(buffer))
+
+    def _write_named(self, directory: Path, blobs: dict[Key, bytes]) -> None:
+        """HALF_FILE as a safetensors file (export/float16_storage.py): every named tensor end to end."""
+        header, offsets = layout([(name, shape, blobs[key]) for name, shape, key in self._named])
+        with open(directory / HALF_FILE, "wb") as f:
+            f.write(header)
+            for (_, _, key), offset in zip(self._named, offsets, strict=True):
+                self._regions.setdefault(key, Region(HALF_FILE, offset, len(blobs[key])))
+                f.write(blobs[key])
 
     def locate(self, tensor: TensorProto, key: Key) -> None:
         region = self._regions[key]
@@ -221,7 +234,7 @@ class _GraphPacker:
 
     def store_own(self, init: TensorProto, array: np.ndarray) -> None:
         if self.half and init.data_type == TensorProto.FLOAT and (half := exact_half(array)) is not None:
-            key = self.store.add(HALF_FILE, TensorProto.FLOAT16, half)
+            key = self.store.add(HALF_FILE, TensorProto.FLOAT16, half, OTHER + init.name)
             self.use(init.name, init.data_type, tuple(init.dims), (TensorProto.FLOAT16, key))
             return
         self.reference(
@@ -329,16 +342,32 @@ class _GraphPacker:
         return True
 
     def concat(self, init: TensorProto, array: np.ndarray) -> bool:
-        split = _equal_split(array, lambda piece: self.find(init.data_type, piece))
+        """``init`` as a Concat of stored pieces; under float16 storage a piece may be the Transpose of a stored one
+        (the parameters are stored as PyTorch holds them: a fused Q|K|V projection joins three transposed ones)."""
+        split = _equal_split(array, lambda piece: self.find_piece(init.data_type, piece))
         if split is None:
             return False
         axis, pieces, found = split
-        sources = [
-            self.use(self.fresh(f"{init.name}.part{i}"), init.data_type, p.shape, f)
-            for i, (p, f) in enumerate(zip(pieces, found, strict=True))
-        ]
+        sources = []
+        for i, (piece, (transposed, where)) in enumerate(zip(pieces, found, strict=True)):
+            name = self.fresh(f"{init.name}.part{i}")
+            if transposed:
+                source = self.use(self.fresh(f"{name}.transposed"), init.data_type, piece.T.shape, where)
+                self.nodes.append(helper.make_node("Transpose", [source], [name], perm=[1, 0], name=name + PACKED))
+            else:
+                self.use(name, init.data_type, piece.shape, where)
+            sources.append(name)
         self.nodes.append(helper.make_node("Concat", sources, [init.name], axis=axis, name=init.name + PACKED))
         return True
+
+    def find_piece(self, data_type: int, piece: np.ndarray) -> tuple[bool, tuple[int, Key]] | None:
+        """(transposed?, where) of a stored tensor equal to ``piece`` or, under float16 storage, to its transpose."""
+        found = self.find(data_type, piece)
+        if found is not None:
+            return False, found
+        if self.half and piece.ndim == 2 and (found := self.find(data_type, np.ascontiguousarray(piece.T))):
+            return True, found
+        return None
 
     def cast(self, init: TensorProto, target: np.ndarray) -> bool:
         """``init`` (float16) as Cast of a stored float32 tensor, patched where the converter clamped a value."""
@@ -416,14 +445,16 @@ def _copy(message):
 
 
 def pack_bundle(
-    bundle_dir: Path, variants: dict[str, dict[str, Any]], float16_storage: bool = False
+    bundle_dir: Path, variants: dict[str, dict[str, Any]], float16_storage: dict[str, np.ndarray] | None = None
 ) -> tuple[dict[str, dict[str, Any]], dict]:
     """Rewrite the format-1 graphs of ``bundle_dir`` (``<variant>/<graph>.onnx``) into ``graphs/``; remove them.
 
-    ``float16_storage``: every float32 tensor that float16 holds exactly is stored once as float16 (``HALF_FILE``)
-    and read as its Cast to float32, which onnxruntime's constant folding computes at session start: the same
-    constants as before, in half the bytes on disk. Export rounds the weights to float16 first (export.cli
-    ``--float16-storage``), so that is nearly every tensor; the others are stored as float32, as without it.
+    ``float16_storage``: the model's parameters by name (export/float16_storage.py ``parameters``), rounded to
+    float16 by the export (export.cli ``--float16-storage``). They are stored first, as float16 under their names,
+    in ``HALF_FILE`` (a safetensors file), and so is every other float32 tensor that float16 holds exactly; a graph
+    reads each as its Cast to float32 (or a Transpose or Concat of such Casts), which onnxruntime's constant
+    folding computes at session start: the same constants as before, in half the bytes on disk. The tensors
+    float16 does not hold are stored as float32, as without it.
 
     Returns the variants' manifest entries (graph paths under ``graphs/``, ``weights``: the weights files their
     graphs read) and a report: per graph what became of its large tensors (shared / derived / stored / inline).
@@ -435,6 +466,10 @@ def pack_bundle(
         shutil.rmtree(out)
     out.mkdir()
     store = WeightStore()
+    for name, array in (float16_storage or {}).items():
+        if (half := exact_half(array)) is not None:
+            store.add(HALF_FILE, TensorProto.FLOAT16, half, name)
+    half_storage = float16_storage is not None
     packed: dict[str, dict[str, Any]] = {}
     models: dict[Path, tuple[onnx.ModelProto, dict[str, Key]]] = {}
     report: dict[str, dict[str, int]] = {}
@@ -446,7 +481,7 @@ def pack_bundle(
             if graph not in entry:
                 continue
             model = onnx.load(str(bundle_dir / entry[graph]))
-            packer = _GraphPacker(model, store, weights_file(variant), float16_storage, graph not in STEP_GRAPHS)
+            packer = _GraphPacker(model, store, weights_file(variant), half_storage, graph not in STEP_GRAPHS)
             report[f"{variant}.{graph}"] = packer.pack()
             reads[variant] |= packer.files
             path = out / f"{variant}.{graph}.onnx"

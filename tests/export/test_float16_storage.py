@@ -17,13 +17,15 @@ import numpy as np
 import onnx
 import onnxruntime as ort
 import pytest
+import torch
 from tiny_bundle import SAMPLE_SENTENCES, write_corpus
 
 from core.bundle import load_bundle
 from engine import Engine
 from engine.decoding import TranslateOptions
 from export.cli import main
-from export.pack import GRAPH_KEYS, HALF_FILE, PACKED, exact_half, storage, tensors
+from export.float16_storage import HALF_FILE, exact_half, release_from_bundle
+from export.pack import GRAPH_KEYS, PACKED, storage, tensors
 from model.checkpoint import CONFIG_FILE, TOKENIZER_FILE, load_release, round_to_float16, save_release
 
 VARIANTS = ("fp32", "int8", "fp16")
@@ -104,9 +106,9 @@ def test_float_tensors_are_stored_once_as_float16(bundles):
             assert exact_half(np.frombuffer(f.read(region.length), dtype=np.float32)) is None, name
     full_float = full["files"]["graphs/fp32.weights"]["size"]
     assert sum(r.length for r in stored_float32) < 0.1 * full_float  # the sinusoid table of the tiny model
-    assert half["files"]["graphs/" + HALF_FILE]["size"] < 0.51 * full_float
-    floats = half["files"]["graphs/" + HALF_FILE]["size"] + half["files"]["graphs/fp32.weights"]["size"]
-    assert floats < 0.55 * full_float, (floats, full_float)  # the tiny model's graph protos outweigh its weights
+    header = int.from_bytes((bundles["half"] / "graphs" / HALF_FILE).read_bytes()[:8], "little")  # safetensors
+    floats = half["files"]["graphs/" + HALF_FILE]["size"] - 8 - header + half["files"]["graphs/fp32.weights"]["size"]
+    assert floats < 0.55 * full_float, (floats, full_float)
     assert half["files"]["graphs/int8.weights"] == full["files"]["graphs/int8.weights"]  # same size and hash
 
 
@@ -162,3 +164,24 @@ def test_verify_compares_the_bundle_with_the_release_rounded_as_it_was(bundles, 
         codes[kind] = (codes[kind], max(json.loads(report.read_text())["max_abs_diff"].values()))
     assert codes["half"][0] == 0 and codes["half"][1] <= 1e-4, codes
     assert codes["full"][1] > codes["half"][1]  # the hand-rounded bundle against the unrounded release: it differs
+
+
+def test_the_bundle_is_also_the_pytorch_release(bundles, tiny_model_dir, tmp_path):
+    """graphs/float16.weights is a safetensors file with the parameters under their names: release_from_bundle writes
+    the release folder back (the weights the bundle computes with), and load_release reads it."""
+    model, _ = load_release(tiny_model_dir / "release")
+    round_to_float16(model)
+    meta = release_from_bundle(bundles["half"], tmp_path / "release")
+    back, config = load_release(tmp_path / "release")
+    assert config["model"] == meta["model"] == _manifest(bundles["half"])["model"]
+    expected, got = model.state_dict(), back.state_dict()
+    assert expected.keys() == got.keys()
+    for name in expected:
+        assert torch.equal(expected[name], got[name]), name
+    assert (tmp_path / "release" / TOKENIZER_FILE).read_bytes() == (bundles["half"] / TOKENIZER_FILE).read_bytes()
+    with pytest.raises(ValueError, match="float16-storage"):
+        release_from_bundle(bundles["full"], tmp_path / "refused")
+    assert main(["release-from-bundle", "--bundle", str(bundles["full"]), "--out", str(tmp_path / "no")]) == 2
+    assert main(["release-from-bundle", "--bundle", str(bundles["half"]), "--out", str(tmp_path / "cli")]) == 0
+    written = [(tmp_path / folder / "model.safetensors").read_bytes() for folder in ("cli", "release")]
+    assert written[0] == written[1]
