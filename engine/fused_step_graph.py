@@ -46,6 +46,8 @@ from engine.fused_step_layout import BANNED, LAYOUT_ATTRIBUTES, NotFused, StepLa
 
 DOMAIN = "mtserve.fused"
 OP_TYPE = "FusedDecoderStep"
+EMBEDDING = "tokens.embedding"
+FLOAT = 1  # TensorProto.FLOAT, a Cast's `to`
 SEARCH_OP_TYPE = "FusedSearch"
 HEAD_INPUTS = ["tokens", "src_mask", "top_k", "positions", "self_mask", "query_rows", "row_slots"]
 # the op types the rewritten graph may hold besides the fused computation's (anything else: a model the operator
@@ -214,7 +216,7 @@ def _weights(products: dict, layers: int, layout: StepLayout) -> list[str]:
     """The fused node's weight inputs after the step inputs, in the operator's order (native/fused_step/): post-norm
     layers have no final norm; the output bias and the banned ids follow the output product where the graph has
     them."""
-    weights = ["tokens.embedding", "tokens.scale", "tokens.positions"]
+    weights = [EMBEDDING, "tokens.scale", "tokens.positions"]
     for i in range(layers):
         p = f"decoder.{i}."
         norm = [p + NORMS[0] + ".gamma", p + NORMS[0] + ".beta"]
@@ -230,6 +232,26 @@ def _weights(products: dict, layers: int, layout: StepLayout) -> list[str]:
         weights += ["decoder.final_norm.gamma", "decoder.final_norm.beta"]
     weights += _product_inputs(products, "output.weight_quantized", layout.output_bias)
     return weights + ([BANNED] if layout.banned else [])
+
+
+def _stored_half(name: str, tensors: dict, producer: dict, raw_nodes: list, closure: set[int]) -> str:
+    """The embedding table as the bundle stores it, where the graph reads it as a Cast of a float16 initializer
+    (float16 storage, export/pack.py) that only the step reads: the operator converts the rows it gathers
+    (native/fused_step/), and the session then holds no float32 copy of the table (a folded Cast is memory the session
+    owns; a stored table is mapped from its weights file, and only the pages of the rows used are read)."""
+    at = producer.get(name)
+    if name != EMBEDDING or name in tensors or at is None:
+        return name
+    node = raw_nodes[at][0]
+    source = node.inputs[0] if node.inputs else ""
+    if (
+        node.op_type != "Cast"
+        or node.attributes.get("to") != FLOAT
+        or getattr(tensors.get(source), "data_type", 0) != 10
+    ):
+        return name
+    read_outside = any(name in _needs(n) for i, (n, _) in enumerate(raw_nodes) if i not in closure)
+    return name if read_outside else source
 
 
 def _fuse(
@@ -261,7 +283,7 @@ def _fuse(
         raise NotFused("attentions or norms differ between layers")
     products = {n.inputs[1]: n for n in every if n.op_type == "MatMulIntegerToFloat"}
     layout = step_layout(every, products, layers)
-    weights = _weights(products, layers, layout)
+    weights = [_stored_half(w, tensors, producer, raw_nodes, closure) for w in _weights(products, layers, layout)]
 
     # weights the kept nodes derive (Concat of the Q|K|V parts, Cast of float16-stored ones: export/pack.py), and
     # the check that every weight is there

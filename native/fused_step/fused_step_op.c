@@ -14,7 +14,9 @@
      vocab_sources (sources, subset) bool (empty: every row over the whole subset): the subset's ids each source's
        rows normalize over (its own shortlist within the batch's union), so that a row's log-probabilities are the
        ones it gets alone whatever companions widen the union,
-     embedding (vocab, d) f32, embedding scale (1) f32, position table (max_positions, d) f32,
+     embedding (vocab, d) f32 or f16 (a float16-stored bundle's own table, export/pack.py: rows are converted as
+       they are gathered, exactly as the graph's Cast would), embedding scale (1) f32, position table
+       (max_positions, d) f32,
      per layer: 6 norms' and products' groups (WEIGHTS_PER_LAYER tensors, the order of `layer_inputs` below),
      final norm gamma, beta; output product weight (d, vocab) i8, its scales (vocab), activation scale, zero point;
    and gives the graph's outputs: log_probs (rows, vocab or subset), top_log_probs, top_ids (rows, k),
@@ -71,6 +73,7 @@ typedef struct {
     pthread_mutex_t lock;
     int packed, d, ff, vocab, max_positions;
     const float *embedding, *positions, *nfg, *nfb;
+    const uint16_t *embedding_half; /* the table as float16 (then `embedding` is NULL) */
     float emb_scale;
     layer *layer;
     qlinear out; /* the whole vocabulary; a subset's columns are packed from it */
@@ -98,6 +101,7 @@ typedef struct {
     int64_t dims[4];
     size_t rank;
     int64_t count;
+    ONNXTensorElementDataType type;
 } tensor;
 
 static OrtStatus *input(OrtKernelContext *ctx, size_t i, tensor *t) {
@@ -109,6 +113,7 @@ static OrtStatus *input(OrtKernelContext *ctx, size_t i, tensor *t) {
     OrtStatus *status = g_api->GetDimensionsCount(info, &t->rank);
     if (!status && t->rank > 4) status = g_api->CreateStatus(ORT_INVALID_ARGUMENT, "mtserve.fused: rank > 4");
     if (!status) status = g_api->GetDimensions(info, t->dims, t->rank);
+    if (!status) status = g_api->GetTensorElementType(info, &t->type);
     g_api->ReleaseTensorTypeAndShapeInfo(info);
     if (status) return status;
     t->count = 1;
@@ -191,7 +196,11 @@ static OrtStatus *pack_weights(kernel *k, OrtKernelContext *ctx) {
     CHECK(input(ctx, at + 2, &pos));
     if (emb.rank != 2 || pos.rank != 2 || pos.dims[1] != emb.dims[1])
         FAIL(ORT_INVALID_ARGUMENT, "mtserve.fused: embedding and position tables disagree");
-    k->embedding = emb.data; k->emb_scale = *(float *)scale.data; k->positions = pos.data;
+    if (emb.type != ONNX_TENSOR_ELEMENT_DATA_TYPE_FLOAT && emb.type != ONNX_TENSOR_ELEMENT_DATA_TYPE_FLOAT16)
+        FAIL(ORT_INVALID_ARGUMENT, "mtserve.fused: the embedding is neither float32 nor float16");
+    if (emb.type == ONNX_TENSOR_ELEMENT_DATA_TYPE_FLOAT16) k->embedding_half = emb.data;
+    else k->embedding = emb.data;
+    k->emb_scale = *(float *)scale.data; k->positions = pos.data;
     k->vocab = (int)emb.dims[0]; k->d = (int)emb.dims[1]; k->max_positions = (int)pos.dims[0];
     at += 3;
     k->layer = calloc(k->layers, sizeof(layer));
@@ -632,13 +641,35 @@ static int split_rank(const kernel *K, const step_args *a, scratch *s, int64_t r
     return 1;
 }
 
+/* an IEEE half as float: exact (every half is a float), as onnxruntime's Cast */
+static inline float half_to_float(uint16_t h) {
+    const uint32_t sign = (uint32_t)(h & 0x8000) << 16, exponent = (h >> 10) & 0x1f, mantissa = h & 0x3ff;
+    uint32_t bits;
+    float f;
+    if (exponent == 0x1f) bits = sign | 0x7f800000u | (mantissa << 13); /* inf, NaN */
+    else if (exponent) bits = sign | ((exponent + 112) << 23) | (mantissa << 13);
+    else { /* zero or subnormal: mantissa * 2^-24, exact in float */
+        f = (float)mantissa * 0x1p-24f;
+        memcpy(&bits, &f, sizeof bits);
+        bits |= sign;
+    }
+    memcpy(&f, &bits, sizeof f);
+    return f;
+}
+
 static void step(const kernel *K, const step_args *a, scratch *s) {
     const int64_t L = K->layers, H = K->heads, rows = a->rows, past = a->past;
     const int d = K->d, dh = d / (int)H, W = (3 * d > K->ff ? 3 * d : K->ff);
     float *x = s->x, *h = s->h, *t = s->t, *att = s->att;
     for (int64_t r = 0; r < rows; r++) {
-        const float *e = K->embedding + a->tokens[r] * d, *pe = K->positions + a->positions[r] * d;
-        for (int i = 0; i < d; i++) x[r * d + i] = e[i] * K->emb_scale + pe[i];
+        const float *pe = K->positions + a->positions[r] * d;
+        if (K->embedding_half) {
+            const uint16_t *e = K->embedding_half + a->tokens[r] * d;
+            for (int i = 0; i < d; i++) x[r * d + i] = half_to_float(e[i]) * K->emb_scale + pe[i];
+        } else {
+            const float *e = K->embedding + a->tokens[r] * d;
+            for (int i = 0; i < d; i++) x[r * d + i] = e[i] * K->emb_scale + pe[i];
+        }
     }
     /* pre-norm: a sublayer reads LN(x) (in h) and x += its output; post-norm: it reads x and x = LN(x + output) */
     const int post = K->post_norm != 0;

@@ -141,9 +141,28 @@ def test_the_fused_step_takes_a_float16_stored_bundle_where_it_takes_the_other(b
         assert a.token_ids == b.token_ids and a.score == b.score
 
 
+def test_the_fused_step_reads_the_float16_table_itself(bundles):
+    """The fused operator takes the stored float16 embedding (it converts the rows it gathers), not the Cast's float32
+    table: its session then holds no float32 copy (bit-identical answers: the test above)."""
+    from engine.fused_step_graph import EMBEDDING, OP_TYPE, SEARCH_OP_TYPE, fused_search_graph, fused_step_graph
+
+    manifest = _manifest(bundles["half"])["variants"]["int8"]
+    checked = 0
+    for key, rewrite in (("decoder_step_batch", fused_step_graph), ("decoder_loop", fused_search_graph)):
+        if key not in manifest:
+            continue
+        graph = onnx.load_from_string(rewrite(bundles["half"] / manifest[key])).graph
+        halves = {i.name for i in graph.initializer if i.data_type == onnx.TensorProto.FLOAT16}
+        fused = [n for n in graph.node if n.op_type in (OP_TYPE, SEARCH_OP_TYPE)]
+        assert len(fused) == 1, key
+        assert EMBEDDING not in fused[0].input and halves & set(fused[0].input), key
+        assert not any(EMBEDDING in n.output for n in graph.node), key  # the Cast is gone
+        checked += 1
+    assert checked >= 1
+
+
 def test_an_embedding_is_gathered_as_float16_outside_the_step_graphs(bundles):
-    """The encoder's embedding stays float16 in its session (rows are cast after the Gather); the step graphs keep
-    their folded float32 table, which the fused step takes as a weight."""
+    """The encoder's embedding stays float16 in its session (rows are cast after the Gather)."""
     manifest = _manifest(bundles["half"])
     for variant in ("fp32", "int8"):
         graph = onnx.load(str(bundles["half"] / manifest["variants"][variant]["encoder"]), load_external_data=False)
