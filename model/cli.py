@@ -97,13 +97,14 @@ def cmd_translate(args: argparse.Namespace) -> int:
 
 
 def cmd_backtranslate(args: argparse.Namespace) -> int:
-    from model.backtranslate import backtranslate
+    from model.backtranslate import backtranslate, model_translator
 
     torch.set_num_threads(args.threads) if args.threads else None
     model, _ = load_release(args.model)
     texts = read_lines(args.input)
     texts = texts[: args.limit] if args.limit else texts
-    counts = backtranslate(model, Tokenizer(_tokenizer_of(args.model)), texts, args.direction, args.out, args.beam)
+    translator = model_translator(model, Tokenizer(_tokenizer_of(args.model)), args.direction, args.beam)
+    counts = backtranslate(translator, texts, args.direction, args.out)
     print(json.dumps(counts))
     return 0
 

@@ -7,7 +7,7 @@ import json
 from pathlib import Path
 
 import model.backtranslate as bt_module
-from model.backtranslate import backtranslate
+from model.backtranslate import backtranslate, model_translator
 from model.cli import main as cli_main
 from model.data import read_lines
 
@@ -25,10 +25,11 @@ def test_chunks_are_appended_and_a_rerun_continues(tmp_path: Path, monkeypatch) 
     monkeypatch.setattr(bt_module, "translate", _fake(calls))
     monkeypatch.setattr(bt_module, "CHUNK", 2)
     texts = ["One  sentence.", "Two.", "an empty one", "Four."]
-    first = backtranslate(None, None, texts[:3], "en-de", tmp_path, progress=False)
+    translator = model_translator(None, None, "en-de")
+    first = backtranslate(translator, texts[:3], "en-de", tmp_path, progress=False)
     assert calls == [["<2de> One sentence.", "<2de> Two."], ["<2de> an empty one"]]
     assert first == {"read": 3, "kept": 2, "dropped_this_call": 1}
-    second = backtranslate(None, None, texts, "en-de", tmp_path, progress=False)
+    second = backtranslate(translator, texts, "en-de", tmp_path, progress=False)
     assert calls[-1] == ["<2de> Four."] and second["kept"] == 3
     assert read_lines(tmp_path / "bt.de") == ["DE One sentence.", "DE Two.", "DE Four."]
     assert read_lines(tmp_path / "bt.en") == ["One sentence.", "Two.", "Four."]
