@@ -32,7 +32,7 @@ def cmd_train(args: argparse.Namespace) -> int:
         run.train.accumulate = args.accumulate
     if args.shards is not None:
         run.train.shards = args.shards
-    trainer = Trainer.from_run(run, args.data, args.out, progress=not args.no_progress)
+    trainer = Trainer.from_run(run, args.data, args.out, progress=not args.no_progress, new_data=args.new_data)
     if trainer.rank == 0:
         precision = str(trainer.autocast_dtype).removeprefix("torch.") if trainer.autocast_dtype else "float32"
         print(
@@ -172,6 +172,12 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--val-limit", type=int, help="validation BLEU on the first N sentences only (a smoke run: 1-10)")
     p.add_argument("--accumulate", type=int, help="override the config's accumulate (batches per update)")
     p.add_argument("--shards", help="stream the training pairs from this `shard` folder, not --data's train split")
+    p.add_argument(
+        "--new-data",
+        action="store_true",
+        help="--data's training pairs changed since the run's last checkpoint (e.g. back-translations added): "
+        "resuming mid-epoch, the next epoch starts on them (same tokenizer, validation split and schedule)",
+    )
     p.add_argument("--no-progress", action="store_true")
     p.set_defaults(func=cmd_train)
 

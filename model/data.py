@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import hashlib
 import random
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
@@ -157,15 +158,21 @@ class BatchSource(Protocol):
     def batch(self, key: Any) -> Batch: ...
 
 
+IN_MEMORY = "in-memory"  # the identity checkpoints wrote before it named the pairs: any in-memory data
+IDENTITY_STRIDE = 997  # every 997th pair goes into an in-memory identity's digest (any new corpus moves them all)
+
+
 class ExampleBatches:
     """The training pairs held in memory (the default): epoch e's order is ``make_batches`` of all of them with
     seed ``seed + e``, as it always was, so runs and checkpoints from before streamed shards resume alike."""
 
-    identity = "in-memory"
-
     def __init__(self, examples: list[Example], max_tokens: int, seed: int) -> None:
         self.examples, self.max_tokens, self.seed = examples, max_tokens, seed
         self.pairs = len(examples)
+        digest = hashlib.sha256()
+        for e in examples[::IDENTITY_STRIDE]:
+            digest.update(repr((e.src, e.tgt)).encode())
+        self.identity = f"{IN_MEMORY} {self.pairs} pairs {digest.hexdigest()[:16]}"
         self._cached: tuple[int, list[list[int]]] | None = None  # the last epoch's order
 
     def _order(self, epoch: int) -> list[list[int]]:

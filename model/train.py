@@ -13,6 +13,7 @@ import json
 import math
 import os
 import random
+import sys
 import time
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
@@ -34,7 +35,16 @@ from model.checkpoint import (
     save_training_state,
 )
 from model.config import RunConfig, TrainConfig
-from model.data import Batch, BatchSource, Example, ExampleBatches, encode_pairs, make_batches, read_parallel
+from model.data import (
+    IN_MEMORY,
+    Batch,
+    BatchSource,
+    Example,
+    ExampleBatches,
+    encode_pairs,
+    make_batches,
+    read_parallel,
+)
 from model.directions import bleu_tokenizer, direction_of_line, split_tag
 from model.evaluate import bleu, evaluate
 from model.losses import label_smoothed_nll
@@ -199,6 +209,7 @@ class Trainer:
         self.ckpt_dir = self.out / "checkpoints"
         self.rank, self.world = rank, world
         self.progress = progress and rank == 0
+        self.new_data = False  # resume mid-epoch on other training data by starting the next epoch (from_run)
         self.device = device or torch.device("cpu")
         self.autocast_dtype = autocast_dtype(run.train.autocast, self.device.type)
         self.scaler = torch.amp.GradScaler(self.device.type, enabled=needs_grad_scaler(self.autocast_dtype))
@@ -225,8 +236,11 @@ class Trainer:
         self.data_dir: Path | None = None  # the corpus folder (from_run): its prepare.json goes with the release
 
     @classmethod
-    def from_run(cls, run: RunConfig, data_dir: str | Path, out_dir: str | Path, progress: bool = True) -> Trainer:
-        """Set up a run (device, process group, seeds, tokenizer, data, model, optimizer) and resume from last.pt."""
+    def from_run(
+        cls, run: RunConfig, data_dir: str | Path, out_dir: str | Path, progress: bool = True, new_data: bool = False
+    ) -> Trainer:
+        """Set up a run (device, process group, seeds, tokenizer, data, model, optimizer) and resume from last.pt;
+        ``new_data``: the training pairs changed since (a corpus added): the next epoch starts on them."""
         device = resolve_device(run.train)
         rank, world = init_distributed("nccl" if device.type == "cuda" else "gloo")
         seed_process(run.train)
@@ -239,7 +253,7 @@ class Trainer:
         optimizer, scheduler = build_optimizer(run, model)
         parts = (run, tokenizer, data, model, optimizer, scheduler, out_dir)
         trainer = cls(*parts, ddp=ddp, rank=rank, world=world, progress=progress, device=device)
-        trainer.data_dir = Path(data_dir)
+        trainer.data_dir, trainer.new_data = Path(data_dir), new_data
         if not trainer.resume_if_present() and run.train.init_from:
             trainer.init_weights(run.train.init_from)
         return trainer
@@ -292,12 +306,20 @@ class Trainer:
         self.scheduler.load_state_dict(state["scheduler"])
         self.step, self.epoch = state["step"], state["epoch"]
         self.batch_in_epoch = state["batch_in_epoch"] * (1 if "world" in state else self.world)
-        data = state.get("train_data", ExampleBatches.identity)
-        if self.batch_in_epoch and data != self.source.identity:
+        data = state.get("train_data", IN_MEMORY)
+        same = data == self.source.identity or (data == IN_MEMORY and self.source.identity.startswith(IN_MEMORY))
+        if self.batch_in_epoch and not same and not self.new_data:
             raise ValueError(
                 f"{path} stopped mid-epoch on other training data ({data}; now {self.source.identity}): "
-                "its position means nothing here"
+                "its position means nothing here (--new-data starts the next epoch on this data)"
             )
+        if self.batch_in_epoch and self.new_data:  # the old epoch's position means nothing in the new data's order
+            print(
+                f"training data changed at step {self.step}, in epoch {self.epoch} (was {data}; now "
+                f"{self.source.identity}): epoch {self.epoch + 1} starts on it",
+                file=sys.stderr,
+            )
+            self.epoch, self.batch_in_epoch = self.epoch + 1, 0
         if "grad_scaler" in state and self.scaler.is_enabled():
             self.scaler.load_state_dict(state["grad_scaler"])
         self.history = json.loads(state["history"])
