@@ -65,7 +65,7 @@ class CorpusSpec:
     name: str
     source: str
     reader: str  # one of READERS
-    path: str
+    path: str  # under --data; "./..." under the working directory (a corpus we made: runs/bt/...); or absolute
     target: str = TARGET  # the other side of its pairs: English, or Chinese for a German-Chinese bridge
     other: str = ""  # bridge-tatoeba: the second Tatoeba file (the first is ``path``)
     weight: float = 1.0
@@ -142,9 +142,15 @@ Pairs = list[tuple[str, str]]
 # --- 1-2: reading and splitting ------------------------------------------------------------------------
 
 
+def corpus_path(spec: CorpusSpec, root: Path) -> Path:
+    """Where the corpus is: ``root`` (--data) / its path, but a path that starts with ``./`` is the working
+    directory's (a corpus made here, e.g. back-translations in runs/bt/)."""
+    return Path(spec.path) if spec.path.startswith("./") else root / spec.path
+
+
 def read_corpus(spec: CorpusSpec, root: Path) -> dict[str, Pairs]:
     """The corpus's pairs by split, as read (not yet normalised)."""
-    path = root / spec.path
+    path = corpus_path(spec, root)
     if spec.reader == "tatoeba":
         return _hash_split([(p.other, p.english) for p in read_tatoeba(path)], spec.held_out)
     if spec.reader == "bridge-tatoeba":  # split by the English sentence the two translations share
@@ -398,7 +404,7 @@ def prepare(recipe: Recipe, root: str | Path, out: str | Path) -> dict[str, Any]
 
 
 def _train_stems(spec: CorpusSpec, root: Path) -> list[str]:
-    path = root / spec.path
+    path = corpus_path(spec, root)
     stems = sorted(p.name[: -len(spec.source) - 1] for p in path.glob(f"*.{spec.source}"))
     return [s for s in stems if s not in spec.val + spec.test] if spec.files == "*" else list(spec.files)
 

@@ -48,3 +48,25 @@ def test_recipe_source_tag_marks_synthetic_sources_only(tmp_path: Path) -> None:
     assert cli_main(["prepare", "--recipe", str(tmp_path / "r.json"), "--data", str(data), "--out", str(out)]) == 0
     assert read_lines(out / "train.src") == ["<2en> <bt> Ein künstlicher deutscher Satz."]
     assert read_lines(out / "train.tgt") == ["A real English sentence."]
+
+
+def test_a_corpus_path_starting_with_dot_slash_is_the_working_directorys(tmp_path: Path, monkeypatch) -> None:
+    """Back-translations are made in runs/bt/, not in the shared data folder the other corpora are under."""
+    made = tmp_path / "work" / "runs" / "bt" / "news-de"
+    made.mkdir(parents=True)
+    (made / "bt.de").write_text("Ein künstlicher deutscher Satz.\n")
+    (made / "bt.en").write_text("A real English sentence.\n")
+    (tmp_path / "shared").mkdir()
+    recipe = {"name": "bt", "directions": ["de-en", "en-de"], "corpora": [
+        {"name": "news-bt", "source": "de", "reader": "parallel", "path": "./runs/bt/news-de", "directions": ["de-en"],
+         "source_tag": "<bt>"}]}  # fmt: skip
+    (tmp_path / "r.json").write_text(json.dumps(recipe))
+    monkeypatch.chdir(tmp_path / "work")
+    out = tmp_path / "out"
+    assert (
+        cli_main(
+            ["prepare", "--recipe", str(tmp_path / "r.json"), "--data", str(tmp_path / "shared"), "--out", str(out)]
+        )
+        == 0
+    )
+    assert read_lines(out / "train.src") == ["<2en> <bt> Ein künstlicher deutscher Satz."]
