@@ -1,4 +1,5 @@
-"""Label-smoothed cross-entropy by hand, and the Noam learning rate at known steps."""
+"""Label-smoothed cross-entropy by hand, its analytic gradient against autograd's (in blocks of rows, every dtype
+training uses), and the Noam learning rate at known steps."""
 
 from __future__ import annotations
 
@@ -7,6 +8,7 @@ import math
 import pytest
 import torch
 
+import model.losses
 from model.losses import label_smoothed_nll
 from model.schedule import noam_lr
 
@@ -54,6 +56,48 @@ def test_no_smoothing_is_plain_cross_entropy_and_smoothing_costs_on_a_confident_
     assert loss.item() == pytest.approx(nll.item())
     smoothed, _ = label_smoothed_nll(logits, target, 0.2, ignore_index=-100)
     assert smoothed.item() > loss.item() + 1.0
+
+
+def _reference(logits, target, eps, ignore_index):
+    """The textbook chain, differentiated by autograd (what model/losses.py computed before its own gradient)."""
+    log_probs = torch.log_softmax(logits.to(torch.promote_types(logits.dtype, torch.float32)), dim=-1)
+    k = log_probs.size(-1)
+    keep = target != ignore_index
+    true_lp = log_probs.gather(-1, target.masked_fill(~keep, 0).unsqueeze(-1)).squeeze(-1)
+    loss = -(1 - eps) * true_lp - eps / (k - 1) * (log_probs.sum(-1) - true_lp)
+    return torch.where(keep, loss, 0.0).sum(), torch.where(keep, -true_lp, 0.0).sum()
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16, torch.float64])
+@pytest.mark.parametrize("block_bytes", [4 * 7 * 3, model.losses.BLOCK_BYTES])  # 3 rows a block, or all in one
+def test_the_analytic_gradient_is_autograds(dtype, block_bytes, monkeypatch):
+    monkeypatch.setattr(model.losses, "BLOCK_BYTES", block_bytes)
+    g = torch.Generator().manual_seed(1)
+    logits = (torch.randn(3, 5, 7, generator=g) * 4).to(dtype)
+    target = torch.randint(1, 7, (3, 5), generator=g)
+    target[0, 3:] = 0
+    target[2, 1:] = 0
+    results = []
+    for f in (label_smoothed_nll, _reference):
+        x = logits.clone().requires_grad_()
+        loss, nll = f(x, target, 0.1, 0)
+        (0.7 * loss + 0.3 * nll).backward()
+        assert x.grad.dtype == dtype and loss.dtype == torch.promote_types(dtype, torch.float32)
+        results.append((loss.detach(), nll.detach(), x.grad.float()))
+    (loss, nll, grad), (ref_loss, ref_nll, ref_grad) = results
+    tolerance = {"rtol": 1e-2, "atol": 1e-2} if dtype == torch.bfloat16 else {"rtol": 1e-5, "atol": 1e-6}
+    torch.testing.assert_close(loss, ref_loss, **tolerance)
+    torch.testing.assert_close(nll, ref_nll, **tolerance)
+    torch.testing.assert_close(grad, ref_grad, **tolerance)
+    assert grad[target == 0].abs().max() == 0  # ignored tokens get no gradient
+
+
+def test_gradcheck_in_float64_through_both_outputs(monkeypatch):
+    monkeypatch.setattr(model.losses, "BLOCK_BYTES", 4 * 9 * 2)  # 2 rows a block
+    g = torch.Generator().manual_seed(2)
+    logits = torch.randn(2, 4, 9, dtype=torch.float64, generator=g).requires_grad_()
+    target = torch.tensor([[1, 8, 3, 0], [2, 0, 0, 0]])
+    assert torch.autograd.gradcheck(lambda x: label_smoothed_nll(x, target, 0.2, 0), (logits,))
 
 
 def test_noam_lr_at_known_steps():
