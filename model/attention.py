@@ -7,6 +7,7 @@ import math
 import torch
 from torch import Tensor, nn
 
+from model.dropout import Dropout
 from model.positional import RelativePositions, XLRelativePositions
 
 KVPair = tuple[Tensor, Tensor]
@@ -67,7 +68,7 @@ class MultiHeadAttention(nn.Module):
         self.k_proj = nn.Linear(d_model, d_model)
         self.v_proj = nn.Linear(d_model, d_model)
         self.out_proj = nn.Linear(d_model, d_model)
-        self.dropout = nn.Dropout(attention_dropout) if attention_dropout > 0 else None
+        self.dropout = Dropout(attention_dropout) if attention_dropout > 0 else None
         self.relative = relative
         self.xl_positions = xl_positions
 

@@ -9,6 +9,7 @@ from torch import Tensor, nn
 
 from model.attention import KVPair, MultiHeadAttention
 from model.config import ModelConfig
+from model.dropout import Dropout
 from model.linear_attention import LinearAttention
 from model.positional import RelativePositions, XLRelativePositions
 
@@ -24,7 +25,7 @@ class FeedForward(nn.Module):
         self.w1 = nn.Linear(d_model, d_ff)
         self.w3 = nn.Linear(d_model, d_ff) if self.gated else None
         self.w2 = nn.Linear(d_ff, d_model)
-        self.dropout = nn.Dropout(dropout)
+        self.dropout = Dropout(dropout)
 
     def forward(self, x: Tensor) -> Tensor:
         hidden = self.act(self.w1(x))
@@ -39,7 +40,7 @@ class Residual(nn.Module):
     def __init__(self, d_model: int, dropout: float, pre_norm: bool, eps: float = 1e-5) -> None:
         super().__init__()
         self.norm = nn.LayerNorm(d_model, eps=eps)
-        self.dropout = nn.Dropout(dropout)
+        self.dropout = Dropout(dropout)
         self.pre_norm = pre_norm
 
     def forward(self, x: Tensor, sublayer: Callable[[Tensor], tuple[Tensor, ...]]) -> tuple[Tensor, tuple]:

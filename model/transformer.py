@@ -10,6 +10,7 @@ from torch import Tensor, nn
 from core.tokenizer import source_mask
 from model.attention import KVPair
 from model.config import ModelConfig
+from model.dropout import Dropout
 from model.layers import DecoderLayer, EncoderLayer
 from model.positional import LearnedPositions, SinusoidalPositions, embedding_scale
 from model.sparse_attention import SparsePattern
@@ -57,7 +58,7 @@ class Transformer(nn.Module):
         )
         if cfg.attention == "sparse":
             self.sparse = SparsePattern(cfg.sparse_window, cfg.sparse_stride, cfg.sparse_global)
-        self.embed_dropout = nn.Dropout(cfg.dropout)
+        self.embed_dropout = Dropout(cfg.dropout)
         self.encoder_layers = nn.ModuleList(EncoderLayer(cfg) for _ in range(cfg.n_encoder_layers))
         self.decoder_layers = nn.ModuleList(DecoderLayer(cfg) for _ in range(cfg.n_decoder_layers))
         pre = cfg.norm_placement == "pre"
