@@ -54,11 +54,25 @@ def test_n_best_hypotheses_best_first(api):
         assert all(isinstance(h["score"], float) for h in hyps)
 
 
-def test_beam_search_finds_at_least_the_greedy_score_here(api):
-    greedy = translate(api, texts=SAMPLES, beam_size=1, length_penalty=0.0)["translations"]
-    beam = translate(api, texts=SAMPLES, beam_size=4, length_penalty=0.0)["translations"]
-    for g, b in zip(greedy, beam, strict=True):
-        assert b["score"] >= g["score"] - 1e-6
+def test_the_search_options_reach_the_engines_search(api, tiny_bundle_dir):
+    """Greedy and beam 4 answers (text and score) are the engine's own for the same options. (Beam search is not
+    bound to beat greedy: like fairseq and CTranslate2 it ends once k hypotheses have finished, and with the tiny model
+    of 2026-12-06 beams 4-6 miss the greedy answer of "die katze sitzt auf dem ball" that beams 2, 3 and 8 find.)"""
+    from core.bundle import load_bundle
+    from engine import Engine
+    from engine.decoding import TranslateOptions
+
+    engine = Engine(
+        load_bundle(tiny_bundle_dir), providers="cpu", fused_step="auto"
+    )  # the variant MT_VARIANT=auto serves
+    for beam in (1, 4):
+        served = translate(api, texts=SAMPLES, beam_size=beam, length_penalty=0.0)["translations"]
+        own = engine.translate(SAMPLES, TranslateOptions(beam_size=beam, length_penalty=0.0))
+        assert [t["text"] for t in served] == [t.text for t in own], beam
+        assert [t["score"] for t in served] == pytest.approx([t.score for t in own], abs=1e-4), beam
+    greedy = translate(api, texts=SAMPLES, beam_size=1)["translations"]
+    beam = translate(api, texts=SAMPLES, beam_size=4)["translations"]
+    assert [t["text"] for t in greedy] != [t["text"] for t in beam]  # the beam search did search
 
 
 def test_max_length_caps_generated_tokens(api):
