@@ -47,7 +47,7 @@ from engine.fused_step_layout import BANNED, LAYOUT_ATTRIBUTES, NotFused, StepLa
 DOMAIN = "mtserve.fused"
 OP_TYPE = "FusedDecoderStep"
 EMBEDDING = "tokens.embedding"
-FLOAT = 1  # TensorProto.FLOAT, a Cast's `to`
+FLOAT, FLOAT16 = 1, 10  # TensorProto.DataType: a Cast's `to`, a stored table's type
 SEARCH_OP_TYPE = "FusedSearch"
 HEAD_INPUTS = ["tokens", "src_mask", "top_k", "positions", "self_mask", "query_rows", "row_slots"]
 # the op types the rewritten graph may hold besides the fused computation's (anything else: a model the operator
@@ -244,11 +244,8 @@ def _stored_half(name: str, tensors: dict, producer: dict, raw_nodes: list, clos
         return name
     node = raw_nodes[at][0]
     source = node.inputs[0] if node.inputs else ""
-    if (
-        node.op_type != "Cast"
-        or node.attributes.get("to") != FLOAT
-        or getattr(tensors.get(source), "data_type", 0) != 10
-    ):
+    stored = tensors.get(source)
+    if node.op_type != "Cast" or node.attributes.get("to") != FLOAT or stored is None or stored.data_type != FLOAT16:
         return name
     read_outside = any(name in _needs(n) for i, (n, _) in enumerate(raw_nodes) if i not in closure)
     return name if read_outside else source
