@@ -18,8 +18,8 @@ def _wide(logits: Tensor) -> torch.dtype:
     return torch.promote_types(logits.dtype, torch.float32)  # bf16 / fp16 -> fp32; fp32 and fp64 stay
 
 
-def _blocks(rows: int, k: int) -> range:
-    return range(0, rows, max(1, BLOCK_BYTES // (4 * k)))
+def _block_rows(k: int) -> int:
+    return max(1, BLOCK_BYTES // (4 * k))
 
 
 class _LabelSmoothedNLL(torch.autograd.Function):
@@ -34,8 +34,8 @@ class _LabelSmoothedNLL(torch.autograd.Function):
         wide = _wide(logits)
         lse = torch.empty(flat.size(0), dtype=wide, device=logits.device)
         total = torch.empty_like(lse)
-        step = _blocks(flat.size(0), k).step
-        for i in _blocks(flat.size(0), k):
+        step = _block_rows(k)
+        for i in range(0, flat.size(0), step):
             z = flat[i : i + step].to(wide)
             torch.logsumexp(z, dim=-1, out=lse[i : i + step])
             torch.sum(z, dim=-1, out=total[i : i + step])
@@ -59,8 +59,8 @@ class _LabelSmoothedNLL(torch.autograd.Function):
         scale, shift = (grad_loss + grad_nll).to(wide), (grad_loss * other).to(wide)
         at_target = (-(grad_loss * (1.0 - eps - other) + grad_nll)).to(wide)
         grad = torch.empty_like(flat)
-        step = _blocks(flat.size(0), k).step
-        for i in _blocks(flat.size(0), k):
+        step = _block_rows(k)
+        for i in range(0, flat.size(0), step):
             g = flat[i : i + step].to(wide, copy=True)
             g.sub_(lse[i : i + step].unsqueeze(-1)).exp_().mul_(scale).sub_(shift)
             g[torch.arange(g.size(0), device=g.device), safe[i : i + step]] += at_target
