@@ -29,8 +29,11 @@ class ModelConfig:
     n_encoder_layers: int = 3
     n_decoder_layers: int = 3
     d_ff: int = 1024
-    dropout: float = 0.1
+    dropout: float = 0.1  # on each sublayer's output and on the embedding sums (Vaswani et al. 2017, 5.4)
     attention_dropout: float = 0.0
+    # inside the feed-forward sublayer, after the activation (fairseq's activation_dropout; the paper has none there);
+    # None: the same as dropout, which is what every model trained before this option had
+    activation_dropout: float | None = None
     max_positions: int = 256
     positional_encoding: str = "sinusoidal"  # sinusoidal | learned | relative (Shaw) | xl_relative (Transformer-XL)
     relative_max_distance: int = 16  # k of Shaw et al. 2018 (clip distance)
@@ -82,12 +85,19 @@ class ModelConfig:
             raise ValueError("attention_dropout drops attention weights; linear attention computes none: set it to 0")
         if any(not 0 <= i < self.vocab_size for i in self.banned_ids):
             raise ValueError(f"banned_ids {self.banned_ids} must be ids of the {self.vocab_size}-token vocabulary")
+        if self.activation_dropout is not None and not 0.0 <= self.activation_dropout < 1.0:
+            raise ValueError(f"activation_dropout has to be in [0, 1) or null, got {self.activation_dropout}")
         if self.sparse_window < 0 or self.sparse_stride < 0 or self.sparse_global < 0:
             raise ValueError("sparse_window, sparse_stride and sparse_global must be >= 0")
 
     @property
     def d_head(self) -> int:
         return self.d_model // self.n_heads
+
+    @property
+    def ffn_dropout(self) -> float:
+        """The dropout inside the feed-forward sublayer: activation_dropout, or dropout where it is None."""
+        return self.dropout if self.activation_dropout is None else self.activation_dropout
 
     def to_dict(self) -> dict[str, Any]:
         return dataclasses.asdict(self)

@@ -71,7 +71,7 @@ class EncoderLayer(nn.Module):
         super().__init__()
         pre = cfg.norm_placement == "pre"
         self.self_attn = self_attention(cfg, causal=False)
-        self.ffn = FeedForward(cfg.d_model, cfg.d_ff, cfg.activation, cfg.dropout)
+        self.ffn = FeedForward(cfg.d_model, cfg.d_ff, cfg.activation, cfg.ffn_dropout)
         self.attn_residual = Residual(cfg.d_model, cfg.dropout, pre, cfg.layer_norm_eps)
         self.ffn_residual = Residual(cfg.d_model, cfg.dropout, pre, cfg.layer_norm_eps)
 
@@ -88,7 +88,7 @@ class DecoderLayer(nn.Module):
         pre = cfg.norm_placement == "pre"
         self.self_attn = self_attention(cfg, causal=True)
         self.cross_attn = MultiHeadAttention(cfg.d_model, cfg.n_heads, cfg.attention_dropout)
-        self.ffn = FeedForward(cfg.d_model, cfg.d_ff, cfg.activation, cfg.dropout)
+        self.ffn = FeedForward(cfg.d_model, cfg.d_ff, cfg.activation, cfg.ffn_dropout)
         self.self_residual = Residual(cfg.d_model, cfg.dropout, pre, cfg.layer_norm_eps)
         self.cross_residual = Residual(cfg.d_model, cfg.dropout, pre, cfg.layer_norm_eps)
         self.ffn_residual = Residual(cfg.d_model, cfg.dropout, pre, cfg.layer_norm_eps)

@@ -47,3 +47,20 @@ def test_the_seed_makes_it_repeatable():
     a = Dropout(0.5).train()(x)
     torch.manual_seed(5)
     assert torch.equal(a, Dropout(0.5).train()(x))
+
+
+def test_the_feed_forward_dropout_is_activation_dropout_else_dropout():
+    from model_toys import tiny_config
+
+    from model.transformer import Transformer
+
+    def ffn_rates(**overrides):
+        model = Transformer(tiny_config(**overrides))
+        layers = [*model.encoder_layers, *model.decoder_layers]
+        return {layer.ffn.dropout.p for layer in layers}, {layer.ffn_residual.dropout.p for layer in layers}
+
+    assert ffn_rates(dropout=0.1) == ({0.1}, {0.1})  # None: what every model before the option had
+    assert ffn_rates(dropout=0.1, activation_dropout=0.0) == ({0.0}, {0.1})
+    assert ffn_rates(dropout=0.0, activation_dropout=0.3) == ({0.3}, {0.0})
+    with pytest.raises(ValueError, match="activation_dropout"):
+        tiny_config(activation_dropout=1.0)
