@@ -1,12 +1,15 @@
 """Training speed of one run config: target tokens per second by thread count and autocast, side by side.
 
     python -m bench.train_speed --config configs/general_de_zh_en.json --data runs/data/general \
-        --tokenizer runs/tok/general16000.model [--threads 1 2] [--autocast none bf16] [--steps 8] [--repeats 2]
+        --tokenizer runs/tok/general16000.model [--threads 1 2] [--autocast none bf16] [--steps 8] [--repeats 2] \
+        [--variant activation_dropout=0.0 ...]
 
 Every variant runs the Trainer's own ``train_step`` (forward, label-smoothed loss, backward, clipping, Adam)
 on the same real batches: the first ``--pairs`` training pairs, batched by the config's ``max_tokens`` and
 drawn with a fixed seed. Each variant starts from the same initial weights, takes ``--warmup`` steps that are
 not timed, then ``--steps`` timed ones; repeats are interleaved across variants and the median is reported.
+Each ``--variant KEY=VALUE[,KEY=VALUE]`` adds the config with those model settings changed (values in JSON) as
+more rows: settings that keep every parameter's shape (dropout rates), since all rows start from the same weights.
 Nothing else may run on the machine meanwhile (a training run sharing the cores makes every figure wrong).
 """
 
@@ -14,6 +17,7 @@ from __future__ import annotations
 
 import argparse
 import copy
+import json
 import random
 import statistics
 import time
@@ -33,6 +37,19 @@ def _batches(run: RunConfig, data: str, tokenizer: Tokenizer, pairs: int, count:
     index = make_batches(examples, run.train.max_tokens, seed=run.train.seed)
     chosen = random.Random(0).sample(index, min(count, len(index)))
     return [Batch.from_examples([examples[i] for i in batch]) for batch in chosen]
+
+
+def _variant(run: RunConfig, settings: str) -> RunConfig:
+    """The run with the model settings ``KEY=VALUE[,KEY=VALUE]`` (JSON values) changed."""
+    model = run.model.to_dict()
+    for item in filter(None, settings.split(",")):
+        key, sep, value = item.partition("=")
+        if not sep or key not in model:
+            raise SystemExit(f"--variant {settings!r}: {item!r} is not KEY=VALUE of a model setting")
+        model[key] = json.loads(value)
+    changed = copy.deepcopy(run)
+    changed.model = type(run.model).from_dict(model)
+    return changed
 
 
 def _trainer(run: RunConfig, tokenizer: Tokenizer, threads: int, autocast: str, initial: dict) -> Trainer:
@@ -72,6 +89,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--warmup", type=int, default=2)
     parser.add_argument("--steps", type=int, default=8)
     parser.add_argument("--repeats", type=int, default=2)
+    parser.add_argument("--variant", action="append", default=[], help="KEY=VALUE[,KEY=VALUE] model settings")
     args = parser.parse_args(argv)
 
     run = RunConfig.load(args.config)
@@ -81,24 +99,25 @@ def main(argv: list[str] | None = None) -> int:
     from model.transformer import Transformer
 
     initial = Transformer(run.model).state_dict()
-    variants = [(t, "" if a == "none" else a) for a in args.autocast for t in args.threads]
-    results: dict[tuple[int, str], list[tuple[float, float]]] = {v: [] for v in variants}
+    runs = {"config": run} | {v: _variant(run, v) for v in args.variant}
+    variants = [(m, t, "" if a == "none" else a) for m in runs for a in args.autocast for t in args.threads]
+    results: dict[tuple[str, int, str], list[tuple[float, float]]] = {v: [] for v in variants}
     for _ in range(args.repeats):
-        for threads, autocast in variants:
-            trainer = _trainer(run, tokenizer, threads, autocast, initial)
-            results[(threads, autocast)].append(measure(trainer, batches, args.warmup, args.steps))
+        for model, threads, autocast in variants:
+            trainer = _trainer(runs[model], tokenizer, threads, autocast, initial)
+            results[(model, threads, autocast)].append(measure(trainer, batches, args.warmup, args.steps))
     capability = torch.backends.cpu.get_cpu_capability()
     parameters = Transformer(run.model).num_parameters()
     print(f"# {run.name}: {parameters:,} parameters; {cpu_model()}, torch {torch.__version__} ({capability})")
     print(f"# {args.steps} timed steps of {run.train.max_tokens} padded tokens, median of {args.repeats} repeats\n")
-    print("| threads | autocast | target tok/s | tok per CPU-s | vs first |")
-    print("|---:|---|---:|---:|---:|")
+    print("| model | threads | autocast | target tok/s | tok per CPU-s | vs first |")
+    print("|---|---:|---|---:|---:|---:|")
     first = None
-    for (threads, autocast), values in results.items():
+    for (model, threads, autocast), values in results.items():
         wall = statistics.median(v[0] for v in values)
         cpu = statistics.median(v[1] for v in values)
         first = first or wall
-        print(f"| {threads} | {autocast or 'fp32'} | {wall:.0f} | {cpu:.0f} | {wall / first:.2f}x |")
+        print(f"| {model} | {threads} | {autocast or 'fp32'} | {wall:.0f} | {cpu:.0f} | {wall / first:.2f}x |")
     return 0
 
 

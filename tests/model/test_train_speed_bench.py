@@ -19,12 +19,28 @@ def test_train_speed_prints_a_row_per_variant(corpus_dir, tmp_path, capsys):
     config.write_text(json.dumps(trainer.run.to_dict()))
     code = train_speed(
         ["--config", str(config), "--data", str(corpus_dir), "--tokenizer", str(tmp_path / "run" / "tokenizer.model"),
-         "--threads", "1", "--autocast", "none", "bf16", "--warmup", "1", "--steps", "2", "--repeats", "1"]
+         "--threads", "1", "--autocast", "none", "bf16", "--warmup", "1", "--steps", "2", "--repeats", "1",
+         "--variant", "activation_dropout=0.0,dropout=0.2"]
     )  # fmt: skip
     out = capsys.readouterr().out
-    rows = [line for line in out.splitlines() if line.startswith("| 1 |")]
-    assert code == 0 and len(rows) == 2 and "| fp32 |" in rows[0] and "| bf16 |" in rows[1]
+    rows = [line for line in out.splitlines() if " | 1 | " in line]
+    assert code == 0 and len(rows) == 4
+    assert rows[0].startswith("| config | 1 | fp32 |") and rows[1].startswith("| config | 1 | bf16 |")
+    assert rows[2].startswith("| activation_dropout=0.0,dropout=0.2 | 1 | fp32 |")
     assert rows[0].endswith("| 1.00x |")
+
+
+def test_a_variant_changes_only_the_named_model_settings():
+    import pytest
+
+    from bench.train_speed import _variant
+
+    run = tiny_run()
+    changed = _variant(run, "activation_dropout=0.0,dropout=0.2")
+    assert (changed.model.activation_dropout, changed.model.dropout) == (0.0, 0.2)
+    assert changed.model.d_model == run.model.d_model and run.model.activation_dropout is None  # a copy
+    with pytest.raises(SystemExit, match="not KEY=VALUE"):
+        _variant(run, "no_such_setting=1")
 
 
 def test_bf16_autocast_steps_change_float32_weights(corpus_dir, tmp_path):
