@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import sys
 from pathlib import Path
 
@@ -15,6 +16,7 @@ from model.config import RunConfig
 from model.data import read_lines, read_parallel, split_language
 from model.directions import tagged
 from model.evaluate import evaluate, score_line, translate, write_hypotheses
+from model.malloc_tuning import tuned_environment
 from model.tokenizer import Tokenizer
 
 
@@ -253,4 +255,6 @@ def main(argv: list[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
+    if sys.argv[1:2] == ["train"] and (env := tuned_environment(os.environ)) is not None:
+        os.execve(sys.executable, [sys.executable, "-m", "model.cli", *sys.argv[1:]], env)  # model/malloc_tuning.py
     raise SystemExit(main())
