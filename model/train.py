@@ -48,6 +48,7 @@ from model.data import (
 from model.directions import bleu_tokenizer, direction_of_line, split_tag
 from model.evaluate import bleu, evaluate
 from model.losses import label_smoothed_nll
+from model.malloc_tuning import release_free_memory
 from model.plots import plot_training_curve
 from model.precision import autocast_dtype, needs_grad_scaler
 from model.schedule import noam_lr
@@ -330,12 +331,16 @@ class Trainer:
         _set_rng_state(state["rng"], self.device.type == "cuda")
 
     def save(self, last_only: bool = False) -> None:
-        """``last.pt`` (what resume reads) and, unless ``last_only``, ``step<N>.pt`` for the averaging.
+        """``last.pt`` (what resume reads) and, unless ``last_only``, ``step<N>.pt`` for the averaging; then
+        every rank gives malloc's free pages back (model/malloc_tuning.py: the heap's holes, every few minutes).
 
         Rank 0 writes (each file whole: a temporary file renamed over it), the others do not: a run restarted
         at any moment resumes from the last complete checkpoint, on every rank."""
-        if self.rank != 0:
-            return
+        if self.rank == 0:
+            self._write_checkpoints(last_only)
+        release_free_memory()
+
+    def _write_checkpoints(self, last_only: bool) -> None:
         self.ckpt_dir.mkdir(parents=True, exist_ok=True)
         state = self.state()
         save_training_state(self.ckpt_dir / "last.pt", state)

@@ -3,10 +3,13 @@
 from __future__ import annotations
 
 import os
+import platform
 import subprocess
 import sys
 
-from model.malloc_tuning import ENV, TUNABLES, tuned_environment
+import pytest
+
+from model.malloc_tuning import ENV, TUNABLES, release_free_memory, tuned_environment
 
 
 def test_glibc_gets_the_thresholds_and_keeps_the_rest_of_the_environment():
@@ -34,3 +37,44 @@ def test_the_train_command_runs_after_re_executing_itself():
     )
     assert done.returncode == 0, done.stderr
     assert "--config" in done.stdout
+
+
+# Under the tunables, freed chunks stay resident (the trim threshold is never reached); holes are made by keeping
+# every other block alive, so nothing is at the heap's top either. malloc_trim(0) must give their pages back.
+_HOLES = """
+import ctypes, sys
+from model.malloc_tuning import release_free_memory
+libc = ctypes.CDLL(None)
+libc.malloc.restype, libc.malloc.argtypes = ctypes.c_void_p, [ctypes.c_size_t]
+libc.free.argtypes = [ctypes.c_void_p]
+def rss():
+    return int(next(l for l in open("/proc/self/status") if l.startswith("VmRSS")).split()[1]) // 1024
+blocks = [libc.malloc(8 << 20) for _ in range(64)]
+for b in blocks:
+    ctypes.memset(b, 1, 8 << 20)
+for b in blocks[::2]:
+    libc.free(b)
+before = rss()
+assert release_free_memory()
+print(before, rss())
+"""
+
+
+@pytest.mark.skipif(platform.libc_ver()[0] != "glibc", reason="malloc_trim is glibc's")
+def test_free_holes_kept_under_the_tunables_go_back_to_the_kernel():
+    env = dict(os.environ) | {ENV: TUNABLES}
+    done = subprocess.run([sys.executable, "-c", _HOLES], env=env, capture_output=True, text=True, timeout=60)
+    assert done.returncode == 0, done.stderr
+    before, after = map(int, done.stdout.split())
+    assert before - after >= 200, (before, after)  # 32 freed blocks of 8 MB: 256 MB
+
+
+def test_release_free_memory_is_a_no_op_off_glibc(monkeypatch):
+    from model import malloc_tuning
+
+    malloc_tuning._libc_trim.cache_clear()
+    monkeypatch.setattr(malloc_tuning.platform, "libc_ver", lambda: ("", ""))
+    try:
+        assert release_free_memory() is False
+    finally:
+        malloc_tuning._libc_trim.cache_clear()
