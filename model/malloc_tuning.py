@@ -8,9 +8,10 @@ zero some 80,000 new pages. Raising the mmap and trim thresholds makes malloc ke
 the process starts, so ``python -m model.cli train`` re-executes itself once with them set.
 
 Kept memory is not only reused: batches of other shapes leave free holes that a larger request cannot fill, and
-the heap grows around them. The d384-6-2 run grew from 8.7 to 14.2 GB of resident memory in 50 minutes, of
-which ``malloc_trim(0)`` gave 8.5 GB back at once. The trainer therefore calls ``release_free_memory`` after
-each checkpoint (every few minutes), which costs the next step one fresh mapping of its buffers.
+the heap grows around them (the d384-6-2 run: 8.7 to 14.2 GB resident in 50 minutes; later 1.8 GB in use in a
+10.7 GB heap). The trainer calls ``release_free_memory`` after each checkpoint, which lowers resident memory by
+2-3 GB until the steps touch the free chunks again; it does not stop the heap's growth (docs/models-round3.md,
+"Training speed"), so a run of many hours without a restart should opt out.
 """
 
 from __future__ import annotations

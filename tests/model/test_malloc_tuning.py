@@ -42,7 +42,7 @@ def test_the_train_command_runs_after_re_executing_itself():
 # Under the tunables, freed chunks stay resident (the trim threshold is never reached); holes are made by keeping
 # every other block alive, so nothing is at the heap's top either. malloc_trim(0) must give their pages back.
 _HOLES = """
-import ctypes, sys
+import ctypes
 from model.malloc_tuning import release_free_memory
 libc = ctypes.CDLL(None)
 libc.malloc.restype, libc.malloc.argtypes = ctypes.c_void_p, [ctypes.c_size_t]
