@@ -2,7 +2,7 @@
 
     python -m bench.train_speed --config configs/general_de_zh_en.json --data runs/data/general \
         --tokenizer runs/tok/general16000.model [--threads 1 2] [--autocast none bf16] [--steps 8] [--repeats 2] \
-        [--variant activation_dropout=0.0 ...]
+        [--variant activation_dropout=0.0 ...] [--loss projected logits]
 
 Every variant runs the Trainer's own ``train_step`` (forward, label-smoothed loss, backward, clipping, Adam)
 on the same real batches: the first ``--pairs`` training pairs, batched by the config's ``max_tokens`` and
@@ -10,6 +10,8 @@ drawn with a fixed seed. Each variant starts from the same initial weights, take
 not timed, then ``--steps`` timed ones; repeats are interleaved across variants and the median is reported.
 Each ``--variant KEY=VALUE[,KEY=VALUE]`` adds the config with those model settings changed (values in JSON) as
 more rows: settings that keep every parameter's shape (dropout rates), since all rows start from the same weights.
+``--loss``: the output projection inside the loss (``projected``, what training does) or logits, then the loss
+(``logits``, what it did before model/losses.py's projected_label_smoothed_nll); several make more rows.
 Nothing else may run on the machine meanwhile (a training run sharing the cores makes every figure wrong).
 """
 
@@ -52,7 +54,7 @@ def _variant(run: RunConfig, settings: str) -> RunConfig:
     return changed
 
 
-def _trainer(run: RunConfig, tokenizer: Tokenizer, threads: int, autocast: str, initial: dict) -> Trainer:
+def _trainer(run: RunConfig, tokenizer: Tokenizer, threads: int, autocast: str, loss: str, initial: dict) -> Trainer:
     from model.transformer import Transformer
 
     run = copy.deepcopy(run)
@@ -61,7 +63,9 @@ def _trainer(run: RunConfig, tokenizer: Tokenizer, threads: int, autocast: str, 
     model.load_state_dict(initial)
     optimizer, scheduler = build_optimizer(run, model)
     data = TrainingData([], [], [], [])
-    return Trainer(run, tokenizer, data, model, optimizer, scheduler, "/nonexistent", progress=False)
+    trainer = Trainer(run, tokenizer, data, model, optimizer, scheduler, "/nonexistent", progress=False)
+    trainer.projected_loss = loss == "projected"
+    return trainer
 
 
 def measure(trainer: Trainer, batches: list[Batch], warmup: int, steps: int) -> tuple[float, float]:
@@ -90,6 +94,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--steps", type=int, default=8)
     parser.add_argument("--repeats", type=int, default=2)
     parser.add_argument("--variant", action="append", default=[], help="KEY=VALUE[,KEY=VALUE] model settings")
+    parser.add_argument("--loss", nargs="+", default=["projected"], choices=["projected", "logits"])
     args = parser.parse_args(argv)
 
     run = RunConfig.load(args.config)
@@ -100,24 +105,30 @@ def main(argv: list[str] | None = None) -> int:
 
     initial = Transformer(run.model).state_dict()
     runs = {"config": run} | {v: _variant(run, v) for v in args.variant}
-    variants = [(m, t, "" if a == "none" else a) for m in runs for a in args.autocast for t in args.threads]
-    results: dict[tuple[str, int, str], list[tuple[float, float]]] = {v: [] for v in variants}
+    variants = [
+        (m, t, "" if a == "none" else a, loss)
+        for m in runs
+        for loss in args.loss
+        for a in args.autocast
+        for t in args.threads
+    ]
+    results: dict[tuple[str, int, str, str], list[tuple[float, float]]] = {v: [] for v in variants}
     for _ in range(args.repeats):
-        for model, threads, autocast in variants:
-            trainer = _trainer(runs[model], tokenizer, threads, autocast, initial)
-            results[(model, threads, autocast)].append(measure(trainer, batches, args.warmup, args.steps))
+        for model, threads, autocast, loss in variants:
+            trainer = _trainer(runs[model], tokenizer, threads, autocast, loss, initial)
+            results[(model, threads, autocast, loss)].append(measure(trainer, batches, args.warmup, args.steps))
     capability = torch.backends.cpu.get_cpu_capability()
     parameters = Transformer(run.model).num_parameters()
     print(f"# {run.name}: {parameters:,} parameters; {cpu_model()}, torch {torch.__version__} ({capability})")
     print(f"# {args.steps} timed steps of {run.train.max_tokens} padded tokens, median of {args.repeats} repeats\n")
-    print("| model | threads | autocast | target tok/s | tok per CPU-s | vs first |")
-    print("|---|---:|---|---:|---:|---:|")
+    print("| model | loss | threads | autocast | target tok/s | tok per CPU-s | vs first |")
+    print("|---|---|---:|---|---:|---:|---:|")
     first = None
-    for (model, threads, autocast), values in results.items():
+    for (model, threads, autocast, loss), values in results.items():
         wall = statistics.median(v[0] for v in values)
         cpu = statistics.median(v[1] for v in values)
         first = first or wall
-        print(f"| {model} | {threads} | {autocast or 'fp32'} | {wall:.0f} | {cpu:.0f} | {wall / first:.2f}x |")
+        print(f"| {model} | {loss} | {threads} | {autocast or 'fp32'} | {wall:.0f} | {cpu:.0f} | {wall / first:.2f}x |")
     return 0
 
 

@@ -8,6 +8,8 @@ log_softmax / gather / sum chain made about ten passes over 4,000 x 24,000 float
 
 from __future__ import annotations
 
+import threading
+
 import torch
 from torch import Tensor
 
@@ -77,3 +79,114 @@ def label_smoothed_nll(logits: Tensor, target: Tensor, epsilon: float, ignore_in
     Returns (smoothed loss sum, plain NLL sum), both differentiable with respect to the logits.
     """
     return _LabelSmoothedNLL.apply(logits, target, epsilon, ignore_index)
+
+
+_workspaces = threading.local()
+
+
+def _workspace(rows: int, k: int, dtype: torch.dtype, device: torch.device) -> Tensor:
+    """A (rows, k) buffer that lives as long as the thread: it grows to the largest batch and is then reused, so a
+    training step does not allocate and free a (tokens, vocabulary) tensor of a new size every time (on glibc with
+    raised thresholds, model/malloc_tuning.py, such buffers of varying sizes fragmented the heap)."""
+    key = (dtype, device)
+    cache = getattr(_workspaces, "buffers", None)
+    if cache is None:
+        cache = _workspaces.buffers = {}
+    buffer = cache.get(key)
+    if buffer is None or buffer.numel() < rows * k:
+        cache.pop(key, None)
+        buffer = cache[key] = torch.empty(rows * k, dtype=dtype, device=device)
+    return buffer[: rows * k].view(rows, k)
+
+
+class _ProjectedLabelSmoothedNLL(torch.autograd.Function):
+    """label_smoothed_nll of ``hidden @ weight.T + bias``, non-ignored rows only; see projected_label_smoothed_nll."""
+
+    @staticmethod
+    def forward(
+        ctx,
+        hidden: Tensor,
+        weight: Tensor,
+        bias: Tensor | None,
+        target: Tensor,
+        epsilon: float,
+        ignore_index: int,
+        dtype: torch.dtype,
+        need_grad: bool,
+    ) -> tuple[Tensor, Tensor]:
+        d, k = hidden.size(-1), weight.size(0)
+        rows = (target.reshape(-1) != ignore_index).nonzero().squeeze(1)
+        h = hidden.reshape(-1, d).index_select(0, rows).to(dtype)
+        t = target.reshape(-1).index_select(0, rows)
+        w = weight.to(dtype)
+        b = None if bias is None else bias.to(dtype)
+        z = _workspace(h.size(0), k, dtype, h.device)  # the logits, then (when need_grad) their gradient
+        if b is None:
+            torch.mm(h, w.t(), out=z)
+        else:
+            torch.addmm(b, h, w.t(), out=z)
+        wide = _wide(z)
+        other = epsilon / (k - 1)
+        loss = torch.zeros((), dtype=wide, device=h.device)
+        nll = torch.zeros_like(loss)
+        grad_b = torch.zeros(k, dtype=wide, device=h.device) if need_grad and b is not None else None
+        step = _block_rows(k)
+        for i in range(0, z.size(0), step):
+            block, tb = z[i : i + step], t[i : i + step]
+            zb = block.to(wide)  # a float32 copy of a bfloat16 block (stays in cache); float32 logits: the block
+            lse = torch.logsumexp(zb, dim=-1)
+            true_lp = zb.gather(-1, tb.unsqueeze(-1)).squeeze(-1) - lse
+            other_lp = zb.sum(-1) - k * lse - true_lp
+            loss += (-(1.0 - epsilon) * true_lp - other * other_lp).sum()
+            nll -= true_lp.sum()
+            if need_grad:  # d loss / d z = softmax(z) - q, q = 1 - eps at the target and eps / (K - 1) elsewhere
+                zb.sub_(lse.unsqueeze(-1)).exp_().sub_(other)
+                zb[torch.arange(zb.size(0), device=zb.device), tb] -= 1.0 - epsilon - other
+                if grad_b is not None:
+                    grad_b += zb.sum(0)
+                if zb.data_ptr() != block.data_ptr():
+                    block.copy_(zb)
+        grad_h = grad_w = None
+        if need_grad:
+            grad_h = z @ w  # (rows, d)
+            grad_w = z.t() @ h  # (k, d)
+        ctx.mark_non_differentiable(nll)
+        ctx.save_for_backward(rows, grad_h, grad_w, grad_b)
+        ctx.shapes = hidden.shape, hidden.dtype, weight.dtype, None if bias is None else bias.dtype
+        return loss, nll
+
+    @staticmethod
+    def backward(ctx, grad_loss: Tensor, grad_nll: Tensor) -> tuple[Tensor | None, ...]:
+        rows, grad_h, grad_w, grad_b = ctx.saved_tensors
+        if grad_h is None:
+            raise RuntimeError("projected_label_smoothed_nll was computed without its gradient (need_grad False)")
+        shape, hidden_dtype, weight_dtype, bias_dtype = ctx.shapes
+        grad_hidden = torch.zeros(shape.numel() // shape[-1], shape[-1], dtype=hidden_dtype, device=grad_h.device)
+        grad_hidden.index_copy_(0, rows, grad_h.to(hidden_dtype, copy=True).mul_(grad_loss))
+        grad_weight = grad_w.to(weight_dtype, copy=True).mul_(grad_loss)
+        grad_bias = None if grad_b is None else grad_b.to(bias_dtype, copy=True).mul_(grad_loss)
+        return grad_hidden.view(shape), grad_weight, grad_bias, None, None, None, None, None
+
+
+def projected_label_smoothed_nll(
+    hidden: Tensor,
+    weight: Tensor,
+    bias: Tensor | None,
+    target: Tensor,
+    epsilon: float,
+    ignore_index: int,
+    dtype: torch.dtype | None = None,
+) -> tuple[Tensor, Tensor]:
+    """label_smoothed_nll(hidden @ weight.T + bias, ...), computed with the output projection.
+
+    Only the rows whose target is not ``ignore_index`` are projected. The logits are written into a per-thread
+    buffer that is reused from step to step, and the loss, computed a block of rows at a time as in
+    label_smoothed_nll, overwrites them with their gradient; the loss being the end of the graph, the gradients
+    with respect to ``hidden``, ``weight`` and ``bias`` are computed in the same call and only scaled in backward.
+    hidden: (..., d); weight: (K, d); bias: (K,) or None; target: (...). ``dtype``: the precision of the products
+    (an autocast dtype; default hidden's); the loss is computed in at least float32.
+    Returns (smoothed loss sum, plain NLL sum); only the first is differentiable.
+    """
+    need_grad = torch.is_grad_enabled() and any(x is not None and x.requires_grad for x in (hidden, weight, bias))
+    dtype = hidden.dtype if dtype is None else dtype
+    return _ProjectedLabelSmoothedNLL.apply(hidden, weight, bias, target, epsilon, ignore_index, dtype, need_grad)

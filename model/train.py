@@ -24,6 +24,7 @@ from typing import Any
 import numpy as np
 import torch
 import torch.distributed as dist
+from torch import Tensor
 from torch.nn.parallel import DistributedDataParallel
 from tqdm import tqdm
 
@@ -47,7 +48,7 @@ from model.data import (
 )
 from model.directions import bleu_tokenizer, direction_of_line, split_tag
 from model.evaluate import bleu, evaluate
-from model.losses import label_smoothed_nll
+from model.losses import label_smoothed_nll, projected_label_smoothed_nll
 from model.malloc_tuning import release_free_memory
 from model.plots import plot_training_curve
 from model.precision import autocast_dtype, needs_grad_scaler
@@ -210,6 +211,8 @@ class Trainer:
         self.ckpt_dir = self.out / "checkpoints"
         self.rank, self.world = rank, world
         self.progress = progress and rank == 0
+        # the output projection inside the loss (model/losses.py); False: logits, then the loss (bench.train_speed)
+        self.projected_loss = True
         self.new_data = False  # resume mid-epoch on other training data by starting the next epoch (from_run)
         self.device = device or torch.device("cpu")
         self.autocast_dtype = autocast_dtype(run.train.autocast, self.device.type)
@@ -387,6 +390,20 @@ class Trainer:
             tokens = int(total.item())
         return tokens
 
+    def batch_loss(
+        self, net: torch.nn.Module, batch: Batch, epsilon: float, dtype: torch.dtype | None
+    ) -> tuple[Tensor, Tensor]:
+        """(label-smoothed loss sum, NLL sum) of one batch on the device, the model under autocast to ``dtype``
+        (None: none). With ``projected_loss`` the output projection is computed inside the loss
+        (model/losses.py's projected_label_smoothed_nll), else the model's logits go to label_smoothed_nll."""
+        pad = self.run.model.pad_id
+        with torch.autocast(self.device.type, dtype=dtype or torch.bfloat16, enabled=dtype is not None):
+            out = net(batch.src, batch.tgt_in, project=not self.projected_loss)
+        if not self.projected_loss:
+            return label_smoothed_nll(out, batch.tgt_out, epsilon, pad)
+        output = self.model.output
+        return projected_label_smoothed_nll(out, output.weight, output.bias, batch.tgt_out, epsilon, pad, dtype)
+
     def train_step(self, batches: Batch | Sequence[Batch]) -> float:
         """One update from one batch or several (accumulated): returns the loss per target token.
 
@@ -404,10 +421,7 @@ class Trainer:
             sync = self.ddp.no_sync() if self.ddp is not None and not last else contextlib.nullcontext()
             batch = batch.to(self.device)
             with sync, self._on_device():
-                dtype = self.autocast_dtype or torch.bfloat16
-                with torch.autocast(self.device.type, dtype=dtype, enabled=self.autocast_dtype is not None):
-                    logits = net(batch.src, batch.tgt_in)
-                loss_sum, _ = label_smoothed_nll(logits, batch.tgt_out, self.cfg.label_smoothing, self.run.model.pad_id)
+                loss_sum, _ = self.batch_loss(net, batch, self.cfg.label_smoothing, self.autocast_dtype)
                 loss = loss_sum / max(tokens, 1) * self.world
                 self.scaler.scale(loss).backward()
             reported += loss.detach()
@@ -427,8 +441,7 @@ class Trainer:
         for idx in make_batches(examples, self.cfg.max_tokens):
             batch = Batch.from_examples([examples[i] for i in idx]).to(self.device)
             with self._on_device():
-                logits = self.model(batch.src, batch.tgt_in)
-                _, nll = label_smoothed_nll(logits, batch.tgt_out, 0.0, self.run.model.pad_id)
+                _, nll = self.batch_loss(self.model, batch, 0.0, None)
             total, tokens = total + float(nll), tokens + batch.n_tokens
         return total / tokens
 

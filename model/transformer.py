@@ -25,7 +25,7 @@ class EncoderOutput:
 
 @dataclass
 class DecoderOutput:
-    logits: Tensor  # (batch, tgt, vocab)
+    logits: Tensor  # (batch, tgt, vocab); decode(project=False): the unprojected states (batch, tgt, d_model)
     cache: list[KVPair]  # per layer (batch, heads, past+tgt, d_head) keys and values; linear: the running state
     self_attention: list[Tensor]  # per layer (batch, heads, tgt, past+tgt); linear attention (batch, heads, tgt, tgt)
     cross_attention: list[Tensor]  # per layer (batch, heads, tgt, src)
@@ -114,11 +114,14 @@ class Transformer(nn.Module):
         src_mask: Tensor,
         cache: list[KVPair] | None = None,
         n_past: int | Tensor | None = None,
+        *,
+        project: bool = True,
     ) -> DecoderOutput:
         """tgt: (batch, tgt) new target tokens following the ``cache`` of earlier ones (None = start).
 
         ``n_past``: how many tokens the cache holds; read from a key/value cache when not given, needed with a
-        linear-attention running state (which has no length).
+        linear-attention running state (which has no length). ``project=False``: ``logits`` holds the decoder's last
+        states, before the output projection.
         """
         if n_past is None:
             if cache is not None and self.cfg.attention == "linear":
@@ -138,8 +141,8 @@ class Transformer(nn.Module):
             new_cache.append(present)
             self_attention.append(self_probs)
             cross_attention.append(cross_probs)
-        logits = self.output(self.decoder_norm(x))
-        return DecoderOutput(logits, new_cache, self_attention, cross_attention)
+        x = self.decoder_norm(x)
+        return DecoderOutput(self.output(x) if project else x, new_cache, self_attention, cross_attention)
 
     def log_probs(self, logits: Tensor) -> Tensor:
         """Float32 log-softmax over the vocabulary, -inf at the config's ``banned_ids`` (after the softmax: the other
@@ -149,10 +152,12 @@ class Transformer(nn.Module):
             out = out.masked_fill(self.banned, float("-inf"))
         return out
 
-    def forward(self, src: Tensor, tgt_in: Tensor) -> Tensor:
-        """Teacher forcing: logits (batch, tgt, vocab) for every target prefix in one pass."""
+    def forward(self, src: Tensor, tgt_in: Tensor, *, project: bool = True) -> Tensor:
+        """Teacher forcing: logits (batch, tgt, vocab) for every target prefix in one pass; ``project=False``: the
+        decoder's last states (batch, tgt, d_model) that ``self.output`` would project (the trainer projects them
+        inside its loss, model/losses.py)."""
         enc = self.encode(src)
-        return self.decode(tgt_in, self.cross_kv(enc.memory), enc.src_mask).logits
+        return self.decode(tgt_in, self.cross_kv(enc.memory), enc.src_mask, project=project).logits
 
     def num_parameters(self) -> int:
         return sum(p.numel() for p in self.parameters())

@@ -20,13 +20,15 @@ def test_train_speed_prints_a_row_per_variant(corpus_dir, tmp_path, capsys):
     code = train_speed(
         ["--config", str(config), "--data", str(corpus_dir), "--tokenizer", str(tmp_path / "run" / "tokenizer.model"),
          "--threads", "1", "--autocast", "none", "bf16", "--warmup", "1", "--steps", "2", "--repeats", "1",
-         "--variant", "activation_dropout=0.0,dropout=0.2"]
+         "--variant", "activation_dropout=0.0,dropout=0.2", "--loss", "projected", "logits"]
     )  # fmt: skip
     out = capsys.readouterr().out
     rows = [line for line in out.splitlines() if " | 1 | " in line]
-    assert code == 0 and len(rows) == 4
-    assert rows[0].startswith("| config | 1 | fp32 |") and rows[1].startswith("| config | 1 | bf16 |")
-    assert rows[2].startswith("| activation_dropout=0.0,dropout=0.2 | 1 | fp32 |")
+    assert code == 0 and len(rows) == 8
+    assert rows[0].startswith("| config | projected | 1 | fp32 |")
+    assert rows[1].startswith("| config | projected | 1 | bf16 |")
+    assert rows[2].startswith("| config | logits | 1 | fp32 |")
+    assert rows[4].startswith("| activation_dropout=0.0,dropout=0.2 | projected | 1 | fp32 |")
     assert rows[0].endswith("| 1.00x |")
 
 
