@@ -21,6 +21,7 @@ from model.tokenizer import Tokenizer
 
 
 def cmd_train(args: argparse.Namespace) -> int:
+    from model.stop_signals import TrainingStopped
     from model.train import Trainer
 
     run = RunConfig.load(args.config)
@@ -44,7 +45,11 @@ def cmd_train(args: argparse.Namespace) -> int:
             f"{trainer.cfg.accumulate} batch(es) per update",
             file=sys.stderr,
         )
-    trainer.train()
+    try:
+        trainer.train()
+    except TrainingStopped as stopped:
+        print(f"{stopped}; the same command resumes from it", file=sys.stderr)
+        return stopped.exit_code
     summary = trainer.finalize()
     if trainer.rank == 0:
         print(json.dumps(summary, indent=2))

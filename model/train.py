@@ -54,6 +54,7 @@ from model.plots import plot_training_curve
 from model.precision import autocast_dtype, needs_grad_scaler
 from model.schedule import noam_lr
 from model.shards import ShardReader
+from model.stop_signals import StopRequest, TrainingStopped, stop_on_signals
 from model.tokenizer import Tokenizer, train_tokenizer
 from model.transformer import Transformer
 
@@ -494,13 +495,16 @@ class Trainer:
         return self.train_seconds + running
 
     def train(self) -> None:
+        """Train to the end of the run. On Ctrl-C or SIGTERM (one process only) the step in progress finishes,
+        ``last.pt`` is written and TrainingStopped is raised: the same command resumes (model/stop_signals.py)."""
         self._train_started = time.time()
         try:
-            self._train()
+            with stop_on_signals(enabled=self.world == 1) as stop:
+                self._train(stop)
         finally:
             self.train_seconds, self._train_started = self.elapsed_train_seconds(), None
 
-    def _train(self) -> None:
+    def _train(self, stop: StopRequest | None = None) -> None:
         total = self.total_steps()
         bar = tqdm(total=total, initial=self.step, disable=not self.progress, unit="step", mininterval=5)
         running, tokens, started = 0.0, 0, time.time()
@@ -532,6 +536,10 @@ class Trainer:
                 ):
                     self.save(last_only=True)
                     last_save = time.time()
+                if stop is not None and stop.signum is not None:
+                    self.save(last_only=True)
+                    bar.close()
+                    raise TrainingStopped(stop.signum, self.step)
             else:
                 self.epoch, self.batch_in_epoch = self.epoch + 1, 0
         if self.validated_step != self.step:  # the same answer on every rank: all of them reach the barrier
