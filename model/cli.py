@@ -21,6 +21,7 @@ from model.tokenizer import Tokenizer
 
 
 def cmd_train(args: argparse.Namespace) -> int:
+    from model.malloc_tuning import RestartForMemory
     from model.stop_signals import TrainingStopped
     from model.train import Trainer
 
@@ -50,6 +51,9 @@ def cmd_train(args: argparse.Namespace) -> int:
     except TrainingStopped as stopped:
         print(f"{stopped}; the same command resumes from it", file=sys.stderr)
         return stopped.exit_code
+    except RestartForMemory as restart:  # a one-process run under the malloc tunables: the same command again
+        print(restart, file=sys.stderr, flush=True)
+        os.execv(sys.executable, [sys.executable, "-m", "model.cli", *args.argv])
     summary = trainer.finalize()
     if trainer.rank == 0:
         print(json.dumps(summary, indent=2))
@@ -256,6 +260,7 @@ def main(argv: list[str] | None = None) -> int:
     p.set_defaults(func=cmd_shard)
 
     args = parser.parse_args(argv)
+    args.argv = list(sys.argv[1:] if argv is None else argv)  # what a restart runs again (cmd_train)
     return args.func(args)
 
 

@@ -11,7 +11,9 @@ Kept memory is not only reused: batches of other shapes leave free holes that a 
 the heap grows around them (the d384-6-2 run: 8.7 to 14.2 GB resident in 50 minutes; later 1.8 GB in use in a
 10.7 GB heap). The trainer calls ``release_free_memory`` after each checkpoint, which lowers resident memory by
 2-3 GB until the steps touch the free chunks again; it does not stop the heap's growth (docs/models-round3.md,
-"Training speed"), so a run of many hours without a restart should opt out.
+"Training speed"). So a one-process run under these tunables also asks, at each checkpoint, whether
+``restart_for_memory``: resident memory above ``RESTART_FRACTION`` of the machine's, a third of it or more in free
+heap chunks. The command then starts itself again from ``last.pt`` with an unfragmented heap (about a minute).
 """
 
 from __future__ import annotations
@@ -19,12 +21,14 @@ from __future__ import annotations
 import ctypes
 import ctypes.util
 import functools
+import os
 import platform
 from collections.abc import Mapping
 
 ENV = "GLIBC_TUNABLES"
 TUNABLES = "glibc.malloc.mmap_threshold=4294967295:glibc.malloc.trim_threshold=4294967295"
 OPT_OUT = "MTSERVE_MALLOC"  # "default": leave malloc as it is
+RESTART_FRACTION = 0.6  # of the machine's memory: above it, a fragmented heap restarts the run (restart_for_memory)
 
 
 def tuned_environment(env: Mapping[str, str], libc: str | None = None) -> dict[str, str] | None:
@@ -57,3 +61,69 @@ def release_free_memory() -> bool:
         return False
     trim(0)
     return True
+
+
+class _MallInfo2(ctypes.Structure):
+    _fields_ = [
+        (name, ctypes.c_size_t)
+        for name in ("arena", "ordblks", "smblks", "hblks", "hblkhd", "usmblks", "fsmblks", "uordblks", "fordblks")
+    ] + [("keepcost", ctypes.c_size_t)]
+
+
+def heap_free_bytes() -> int | None:
+    """Bytes held in free malloc chunks, every arena together (glibc's ``mallinfo2().fordblks``, glibc 2.33 and
+    later); None elsewhere."""
+    if platform.libc_ver()[0] != "glibc":
+        return None
+    info = getattr(ctypes.CDLL(ctypes.util.find_library("c")), "mallinfo2", None)
+    if info is None:
+        return None
+    info.restype = _MallInfo2
+    return int(info().fordblks)
+
+
+def resident_bytes() -> int | None:
+    """This process's resident memory (``/proc/self/statm``); None where there is no /proc."""
+    try:
+        with open("/proc/self/statm") as f:
+            return int(f.read().split()[1]) * os.sysconf("SC_PAGE_SIZE")
+    except (OSError, ValueError, IndexError):
+        return None
+
+
+def machine_bytes() -> int | None:
+    try:
+        return os.sysconf("SC_PHYS_PAGES") * os.sysconf("SC_PAGE_SIZE")
+    except (OSError, ValueError):
+        return None
+
+
+class RestartForMemory(Exception):
+    """The run's heap is fragmented past the bound: ``last.pt`` is written, the command should start again."""
+
+    def __init__(self, step: int, resident: int, free: int) -> None:
+        self.step, self.resident, self.free = step, resident, free
+        super().__init__(
+            f"resident memory {resident / 1e9:.1f} GB, {free / 1e9:.1f} GB of it in free heap chunks (the malloc "
+            f"tunables' holes, model/malloc_tuning.py): restarting from last.pt at step {step}"
+        )
+
+
+def restart_for_memory(
+    env: Mapping[str, str] | None = None,
+    resident: int | None = None,
+    free: int | None = None,
+    total: int | None = None,
+) -> tuple[int, int] | None:
+    """(resident, free) where a restart would give memory back, else None: this process runs under ``TUNABLES``,
+    its resident memory is above ``RESTART_FRACTION`` of the machine's and at least a third of it is free heap.
+    Call it before ``release_free_memory`` (which gives the free chunks' pages back only until they are reused)."""
+    env = os.environ if env is None else env
+    if TUNABLES not in env.get(ENV, ""):
+        return None
+    resident = resident_bytes() if resident is None else resident
+    free = heap_free_bytes() if free is None else free
+    total = machine_bytes() if total is None else total
+    if resident is None or free is None or not total:
+        return None
+    return (resident, free) if resident > RESTART_FRACTION * total and free * 3 >= resident else None

@@ -49,7 +49,7 @@ from model.data import (
 from model.directions import bleu_tokenizer, direction_of_line, split_tag
 from model.evaluate import bleu, evaluate
 from model.losses import label_smoothed_nll, projected_label_smoothed_nll
-from model.malloc_tuning import release_free_memory
+from model.malloc_tuning import RestartForMemory, release_free_memory, restart_for_memory
 from model.plots import plot_training_curve
 from model.precision import autocast_dtype, needs_grad_scaler
 from model.schedule import noam_lr
@@ -214,6 +214,7 @@ class Trainer:
         self.progress = progress and rank == 0
         # the output projection inside the loss (model/losses.py); False: logits, then the loss (bench.train_speed)
         self.projected_loss = True
+        self.memory_restart: tuple[int, int] | None = None  # (resident, free heap) bytes: restart the run
         self.new_data = False  # resume mid-epoch on other training data by starting the next epoch (from_run)
         self.device = device or torch.device("cpu")
         self.autocast_dtype = autocast_dtype(run.train.autocast, self.device.type)
@@ -318,7 +319,9 @@ class Trainer:
                 f"{path} stopped mid-epoch on other training data ({data}; now {self.source.identity}): "
                 "its position means nothing here (--new-data starts the next epoch on this data)"
             )
-        if self.batch_in_epoch and self.new_data:  # the old epoch's position means nothing in the new data's order
+        # the old epoch's position means nothing in the new data's order; on the same data (the command given again,
+        # a restart for memory) --new-data changes nothing
+        if self.batch_in_epoch and self.new_data and not same:
             print(
                 f"training data changed at step {self.step}, in epoch {self.epoch} (was {data}; now "
                 f"{self.source.identity}): epoch {self.epoch + 1} starts on it",
@@ -336,12 +339,15 @@ class Trainer:
 
     def save(self, last_only: bool = False) -> None:
         """``last.pt`` (what resume reads) and, unless ``last_only``, ``step<N>.pt`` for the averaging; then
-        every rank gives malloc's free pages back (model/malloc_tuning.py: the heap's holes, every few minutes).
+        every rank gives malloc's free pages back (model/malloc_tuning.py: the heap's holes, every few minutes). A
+        one-process run also notes whether its heap is fragmented enough to restart (``memory_restart``).
 
         Rank 0 writes (each file whole: a temporary file renamed over it), the others do not: a run restarted
         at any moment resumes from the last complete checkpoint, on every rank."""
         if self.rank == 0:
             self._write_checkpoints(last_only)
+        if self.world == 1:  # measured before the trim, which gives the holes' pages back only until reused
+            self.memory_restart = restart_for_memory()
         release_free_memory()
 
     def _write_checkpoints(self, last_only: bool) -> None:
@@ -540,6 +546,9 @@ class Trainer:
                     self.save(last_only=True)
                     bar.close()
                     raise TrainingStopped(stop.signum, self.step)
+                if self.memory_restart is not None and self.step < total:  # last.pt was just written
+                    bar.close()
+                    raise RestartForMemory(self.step, *self.memory_restart)
             else:
                 self.epoch, self.batch_in_epoch = self.epoch + 1, 0
         if self.validated_step != self.step:  # the same answer on every rank: all of them reach the barrier

@@ -78,3 +78,36 @@ def test_release_free_memory_is_a_no_op_off_glibc(monkeypatch):
         assert release_free_memory() is False
     finally:
         malloc_tuning._libc_trim.cache_clear()
+
+
+def test_a_restart_is_asked_for_only_under_the_tunables_with_much_resident_and_much_of_it_free():
+    from model.malloc_tuning import RESTART_FRACTION, restart_for_memory
+
+    tuned, gb = {ENV: TUNABLES}, 1 << 30
+    total = 24 * gb
+    above = int(RESTART_FRACTION * total) + gb
+    assert restart_for_memory(tuned, resident=above, free=above // 2, total=total) == (above, above // 2)
+    assert restart_for_memory(tuned, resident=above, free=above // 4, total=total) is None  # mostly in use
+    assert restart_for_memory(tuned, resident=above - 2 * gb, free=above, total=total) is None  # below the bound
+    assert restart_for_memory({}, resident=above, free=above, total=total) is None  # glibc's defaults: no holes
+    assert restart_for_memory({ENV: "glibc.malloc.arena_max=2"}, resident=above, free=above, total=total) is None
+
+
+def test_no_restart_where_the_free_heap_cannot_be_read(monkeypatch):
+    from model import malloc_tuning
+
+    monkeypatch.setattr(malloc_tuning, "heap_free_bytes", lambda: None)  # not glibc, or glibc before 2.33
+    assert malloc_tuning.restart_for_memory({ENV: TUNABLES}, resident=1 << 40, total=1 << 30) is None
+
+
+@pytest.mark.skipif(platform.libc_ver()[0] != "glibc", reason="mallinfo2 is glibc's")
+def test_free_heap_bytes_count_the_holes_of_freed_blocks():
+    from model.malloc_tuning import heap_free_bytes, resident_bytes
+
+    free = "from model.malloc_tuning import heap_free_bytes\nprint(heap_free_bytes())"
+    script = _HOLES.replace("before = rss()", "before = rss()\n" + free)
+    env = dict(os.environ) | {ENV: TUNABLES}
+    done = subprocess.run([sys.executable, "-c", script], env=env, capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr
+    assert int(done.stdout.split()[0]) >= 32 * (8 << 20)  # the 32 freed 8 MB blocks
+    assert heap_free_bytes() >= 0 and resident_bytes() > 0

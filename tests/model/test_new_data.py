@@ -57,6 +57,13 @@ def test_a_mid_epoch_resume_on_other_pairs_needs_new_data_and_starts_the_next_ep
     assert load_training_state(tmp_path / "run" / "checkpoints" / "last.pt")["train_data"] == resumed.source.identity
 
 
+def test_new_data_on_the_same_pairs_resumes_where_the_run_stopped(tmp_path, capsys):
+    corpus, _ = _first_run(tmp_path)  # stopped mid-epoch at step 3
+    again = Trainer.from_run(tiny_run(max_steps=6), corpus, tmp_path / "run", progress=False, new_data=True)
+    assert (again.step, again.epoch, again.batch_in_epoch) == (3, 0, 3)  # the command kept --new-data: no new epoch
+    assert "starts on it" not in capsys.readouterr().err
+
+
 def test_a_checkpoint_of_the_old_in_memory_identity_resumes_on_in_memory_data(tmp_path):
     corpus, _ = _first_run(tmp_path)
     last = tmp_path / "run" / "checkpoints" / "last.pt"
