@@ -21,7 +21,7 @@ from model.tokenizer import Tokenizer
 
 
 def cmd_train(args: argparse.Namespace) -> int:
-    from model.malloc_tuning import RestartForMemory
+    from model.malloc_tuning import RestartForMemory, allocator
     from model.stop_signals import TrainingStopped
     from model.train import Trainer
 
@@ -43,7 +43,7 @@ def cmd_train(args: argparse.Namespace) -> int:
             f"model: {trainer.model.num_parameters():,} parameters; {trainer.source.pairs:,} training pairs "
             f"({trainer.source.identity}); {trainer.total_steps():,} steps; resuming at step {trainer.step}; "
             f"{trainer.world} process(es) on {trainer.device}, {precision}, "
-            f"{trainer.cfg.accumulate} batch(es) per update",
+            f"{trainer.cfg.accumulate} batch(es) per update; malloc: {allocator()}",
             file=sys.stderr,
         )
     try:

@@ -1,19 +1,21 @@
-"""Keep freed large buffers in the process: glibc's malloc tunables for a training run.
+"""The allocator of a training run: tcmalloc where it is installed, else glibc's malloc with raised thresholds.
 
 glibc serves every allocation above its mmap threshold (at most 32 MB when it adjusts itself) with a fresh
-``mmap`` and returns it with ``munmap`` when freed. A training step of the 24k-vocabulary models allocates and
-frees (tokens, vocabulary) logits and their gradient, about 170 MB each, so every step pays the kernel to map and
-zero some 80,000 new pages. Raising the mmap and trim thresholds makes malloc keep that memory for the next step:
-1.22x training speed on the d384-6-2 model (docs/models-round3.md, "Training speed"). The tunables are read when
-the process starts, so ``python -m model.cli train`` re-executes itself once with them set.
+``mmap`` and returns it with ``munmap`` when freed, so a step that frees and allocates buffers of tens or hundreds
+of MB pays the kernel to map and zero their pages again every time. Raising the mmap and trim thresholds makes
+malloc keep that memory for the next step: 1.22x training speed on the d384-6-2 model while a step still
+allocated its (tokens, vocabulary) logits, 1.06x since model/losses.py reuses one buffer for them
+(docs/models-round3.md, "Training speed"). But kept memory fragments: batches of other shapes leave free holes
+that a larger request cannot fill, and the heap grows around them (the d384-6-2 run: 7.5 to 10.8 GB resident in
+29 minutes, most of the heap free chunks). tcmalloc, preloaded, kept the same run's resident memory flat at 5.5 GB,
+at the same speed within what was measured (1,725-1,796 steps an hour in the run against 1,516-1,688 under the
+tunables; a short bench.train_speed had it at 1,498 target tokens/s against 1,681).
 
-Kept memory is not only reused: batches of other shapes leave free holes that a larger request cannot fill, and
-the heap grows around them (the d384-6-2 run: 8.7 to 14.2 GB resident in 50 minutes; later 1.8 GB in use in a
-10.7 GB heap). The trainer calls ``release_free_memory`` after each checkpoint, which lowers resident memory by
-2-3 GB until the steps touch the free chunks again; it does not stop the heap's growth (docs/models-round3.md,
-"Training speed"). So a one-process run under these tunables also asks, at each checkpoint, whether
-``restart_for_memory``: resident memory above ``RESTART_FRACTION`` of the machine's, a third of it or more in free
-heap chunks. The command then starts itself again from ``last.pt`` with an unfragmented heap (about a minute).
+Both are chosen when the process starts, so ``python -m model.cli train`` re-executes itself once with
+``tuned_environment``. Under the tunables the trainer gives the free chunks' pages back after each checkpoint
+(``release_free_memory``; they come back within minutes) and a one-process run asks ``restart_for_memory``:
+resident memory above ``RESTART_FRACTION`` of the machine's, a third of it or more in free heap chunks. The command
+then starts itself again from ``last.pt`` with a fresh heap (about a minute).
 """
 
 from __future__ import annotations
@@ -27,20 +29,50 @@ from collections.abc import Mapping
 
 ENV = "GLIBC_TUNABLES"
 TUNABLES = "glibc.malloc.mmap_threshold=4294967295:glibc.malloc.trim_threshold=4294967295"
-OPT_OUT = "MTSERVE_MALLOC"  # "default": leave malloc as it is
+PRELOAD = "LD_PRELOAD"
+TCMALLOC = "tcmalloc_minimal"  # gperftools' allocator without its profiler (Debian: libtcmalloc-minimal4)
+# "default": leave malloc as it is; "tunables": glibc's tunables even where tcmalloc is installed; else tcmalloc
+# where it is installed, the tunables on other glibc systems
+OPT_OUT = "MTSERVE_MALLOC"
 RESTART_FRACTION = 0.6  # of the machine's memory: above it, a fragmented heap restarts the run (restart_for_memory)
 
 
-def tuned_environment(env: Mapping[str, str], libc: str | None = None) -> dict[str, str] | None:
+def tcmalloc_library() -> str | None:
+    """The name ``LD_PRELOAD`` loads tcmalloc by (e.g. ``libtcmalloc_minimal.so.4``), or None where it is absent."""
+    return ctypes.util.find_library(TCMALLOC)
+
+
+def tuned_environment(
+    env: Mapping[str, str], libc: str | None = None, tcmalloc: str | None | bool = True
+) -> dict[str, str] | None:
     """The environment to re-execute with, or None where there is nothing to change.
 
-    Nothing changes off glibc, where the caller opted out (``MTSERVE_MALLOC=default``), or where the mmap
-    threshold is already set (by the user, or by the re-executed process itself). Other tunables are kept."""
+    tcmalloc preloaded where it is installed (``tcmalloc``: its name, None for absent, True to look it up): as
+    fast as glibc with the tunables and its resident memory stays flat. Else, on glibc, the tunables. Nothing
+    changes where the caller opted out (``MTSERVE_MALLOC=default``), or where tcmalloc is already preloaded or the
+    mmap threshold already set (by the user, or by the re-executed process itself). Other settings are kept."""
+    choice = env.get(OPT_OUT, "")
+    current, preloaded = env.get(ENV, ""), env.get(PRELOAD, "")
+    if choice == "default" or "glibc.malloc.mmap_threshold" in current or TCMALLOC in preloaded:
+        return None
+    if choice != "tunables":
+        library = tcmalloc_library() if tcmalloc is True else tcmalloc
+        if library:
+            return dict(env) | {PRELOAD: f"{library}:{preloaded}" if preloaded else str(library)}
     libc = platform.libc_ver()[0] if libc is None else libc
-    current = env.get(ENV, "")
-    if libc != "glibc" or env.get(OPT_OUT) == "default" or "glibc.malloc.mmap_threshold" in current:
+    if libc != "glibc":
         return None
     return dict(env) | {ENV: f"{current}:{TUNABLES}" if current else TUNABLES}
+
+
+def allocator(env: Mapping[str, str] | None = None) -> str:
+    """Which allocator this process runs with, in words (the train command prints it)."""
+    env = os.environ if env is None else env
+    if TCMALLOC in env.get(PRELOAD, ""):
+        return "tcmalloc"
+    if TUNABLES in env.get(ENV, ""):
+        return "glibc, thresholds raised"
+    return "default"
 
 
 @functools.cache

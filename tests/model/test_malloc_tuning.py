@@ -9,34 +9,63 @@ import sys
 
 import pytest
 
-from model.malloc_tuning import ENV, TUNABLES, release_free_memory, tuned_environment
+from model.malloc_tuning import (
+    ENV,
+    PRELOAD,
+    TUNABLES,
+    allocator,
+    release_free_memory,
+    tcmalloc_library,
+    tuned_environment,
+)
 
 
-def test_glibc_gets_the_thresholds_and_keeps_the_rest_of_the_environment():
-    env = tuned_environment({"PATH": "/bin"}, libc="glibc")
+def test_glibc_without_tcmalloc_gets_the_thresholds_and_keeps_the_rest_of_the_environment():
+    env = tuned_environment({"PATH": "/bin"}, libc="glibc", tcmalloc=None)
     assert env == {"PATH": "/bin", ENV: TUNABLES}
+    assert allocator(env) == "glibc, thresholds raised" and allocator({}) == "default"
 
 
 def test_tunables_the_user_set_are_kept_beside_ours():
-    env = tuned_environment({ENV: "glibc.malloc.arena_max=2"}, libc="glibc")
+    env = tuned_environment({ENV: "glibc.malloc.arena_max=2"}, libc="glibc", tcmalloc=None)
     assert env[ENV] == f"glibc.malloc.arena_max=2:{TUNABLES}"
 
 
-def test_nothing_changes_once_set_off_glibc_or_opted_out():
-    assert tuned_environment({ENV: "glibc.malloc.mmap_threshold=1000"}, libc="glibc") is None  # also: no exec loop
-    assert tuned_environment({ENV: TUNABLES}, libc="glibc") is None
-    assert tuned_environment({}, libc="musl") is None
-    assert tuned_environment({}, libc="") is None
-    assert tuned_environment({"MTSERVE_MALLOC": "default"}, libc="glibc") is None
+def test_tcmalloc_is_preloaded_where_installed_unless_the_tunables_are_asked_for():
+    tc = "libtcmalloc_minimal.so.4"
+    env = tuned_environment({"PATH": "/bin"}, libc="glibc", tcmalloc=tc)
+    assert env == {"PATH": "/bin", PRELOAD: tc} and allocator(env) == "tcmalloc"
+    assert tuned_environment({PRELOAD: "libfoo.so"}, libc="glibc", tcmalloc=tc)[PRELOAD] == f"{tc}:libfoo.so"
+    assert tuned_environment({}, libc="musl", tcmalloc=tc) == {PRELOAD: tc}  # tcmalloc needs no glibc
+    assert tuned_environment({"MTSERVE_MALLOC": "tunables"}, libc="glibc", tcmalloc=tc)[ENV] == TUNABLES
+    assert tuned_environment({PRELOAD: tc}, libc="glibc", tcmalloc=tc) is None  # the re-executed process
 
 
-def test_the_train_command_runs_after_re_executing_itself():
-    env = {k: v for k, v in os.environ.items() if k != ENV}
+def test_nothing_changes_once_set_off_glibc_without_tcmalloc_or_opted_out():
+    for tc in (None, "libtcmalloc_minimal.so.4"):
+        assert tuned_environment({ENV: "glibc.malloc.mmap_threshold=1000"}, libc="glibc", tcmalloc=tc) is None
+        assert tuned_environment({ENV: TUNABLES}, libc="glibc", tcmalloc=tc) is None  # also: no exec loop
+        assert tuned_environment({"MTSERVE_MALLOC": "default"}, libc="glibc", tcmalloc=tc) is None
+    assert tuned_environment({}, libc="musl", tcmalloc=None) is None
+    assert tuned_environment({}, libc="", tcmalloc=None) is None
+
+
+@pytest.mark.parametrize("choice", ["", "tunables"])
+def test_the_train_command_runs_after_re_executing_itself(choice):
+    env = {k: v for k, v in os.environ.items() if k not in (ENV, PRELOAD)} | {"MTSERVE_MALLOC": choice}
     done = subprocess.run(
         [sys.executable, "-m", "model.cli", "train", "--help"], env=env, capture_output=True, text=True, timeout=120
     )
     assert done.returncode == 0, done.stderr
     assert "--config" in done.stdout
+
+
+@pytest.mark.skipif(tcmalloc_library() is None, reason="tcmalloc is not installed (Debian: libtcmalloc-minimal4)")
+def test_preloaded_tcmalloc_is_what_the_process_allocates_with():
+    env = tuned_environment({k: v for k, v in os.environ.items() if k not in (ENV, PRELOAD)})
+    maps = "print(any('tcmalloc' in line for line in open('/proc/self/maps')))"
+    done = subprocess.run([sys.executable, "-c", maps], env=env, capture_output=True, text=True, timeout=60)
+    assert done.returncode == 0 and done.stdout.strip() == "True", done.stderr
 
 
 # Under the tunables, freed chunks stay resident (the trim threshold is never reached); holes are made by keeping
