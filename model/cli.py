@@ -53,6 +53,7 @@ def cmd_train(args: argparse.Namespace) -> int:
         return stopped.exit_code
     except RestartForMemory as restart:  # a one-process run under the malloc tunables: the same command again
         print(restart, file=sys.stderr, flush=True)
+        sys.stdout.flush()  # execv drops what a redirected stdout still buffers (the validation records)
         os.execv(sys.executable, [sys.executable, "-m", "model.cli", *args.argv])
     summary = trainer.finalize()
     if trainer.rank == 0:
