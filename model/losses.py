@@ -24,6 +24,25 @@ def _block_rows(k: int) -> int:
     return max(1, BLOCK_BYTES // (4 * k))
 
 
+def _block_terms(z: Tensor, t: Tensor, lse: Tensor, k: int, epsilon: float) -> tuple[Tensor, Tensor]:
+    """Per row of a block of (at least float32) logits with their logsumexp: (smoothed loss, NLL) of target t."""
+    true_lp = z.gather(-1, t.unsqueeze(-1)).squeeze(-1) - lse
+    other_lp = z.sum(-1) - k * lse - true_lp  # the sum of the other classes' log-probabilities
+    return -(1.0 - epsilon) * true_lp - (epsilon / (k - 1)) * other_lp, -true_lp
+
+
+def _block_gradient_(
+    z: Tensor, lse: Tensor, t: Tensor, scale: Tensor | None, shift: Tensor | float, at_target: Tensor | float
+) -> None:
+    """Overwrite a block of logits with ``scale * softmax(z) - shift``, plus ``at_target`` at each row's target
+    (the gradient of the smoothed loss and the NLL: softmax minus the target distribution). scale None: 1."""
+    z.sub_(lse.unsqueeze(-1)).exp_()
+    if scale is not None:
+        z.mul_(scale)
+    z.sub_(shift)
+    z[torch.arange(z.size(0), device=z.device), t] += at_target
+
+
 class _LabelSmoothedNLL(torch.autograd.Function):
     """(smoothed loss sum, NLL sum) over the tokens whose target is not ``ignore_index``; see label_smoothed_nll."""
 
@@ -35,19 +54,16 @@ class _LabelSmoothedNLL(torch.autograd.Function):
         safe = target.reshape(-1).masked_fill(~keep, 0)
         wide = _wide(logits)
         lse = torch.empty(flat.size(0), dtype=wide, device=logits.device)
-        total = torch.empty_like(lse)
+        loss, nll = torch.empty_like(lse), torch.empty_like(lse)
         step = _block_rows(k)
         for i in range(0, flat.size(0), step):
-            z = flat[i : i + step].to(wide)
-            torch.logsumexp(z, dim=-1, out=lse[i : i + step])
-            torch.sum(z, dim=-1, out=total[i : i + step])
-        true_lp = flat.gather(-1, safe.unsqueeze(-1)).squeeze(-1).to(wide) - lse
-        other_lp = total - k * lse - true_lp  # the sum of the other classes' log-probabilities
-        loss = -(1.0 - epsilon) * true_lp - (epsilon / (k - 1)) * other_lp
+            z, rows = flat[i : i + step].to(wide), slice(i, i + step)
+            torch.logsumexp(z, dim=-1, out=lse[rows])
+            loss[rows], nll[rows] = _block_terms(z, safe[rows], lse[rows], k, epsilon)
         zero = torch.zeros((), dtype=wide, device=logits.device)
         ctx.save_for_backward(logits, lse, safe, keep)
         ctx.epsilon = epsilon
-        return torch.where(keep, loss, zero).sum(), torch.where(keep, -true_lp, zero).sum()
+        return torch.where(keep, loss, zero).sum(), torch.where(keep, nll, zero).sum()
 
     @staticmethod
     def backward(ctx, grad_loss: Tensor, grad_nll: Tensor) -> tuple[Tensor, None, None, None]:
@@ -64,8 +80,7 @@ class _LabelSmoothedNLL(torch.autograd.Function):
         step = _block_rows(k)
         for i in range(0, flat.size(0), step):
             g = flat[i : i + step].to(wide, copy=True)
-            g.sub_(lse[i : i + step].unsqueeze(-1)).exp_().mul_(scale).sub_(shift)
-            g[torch.arange(g.size(0), device=g.device), safe[i : i + step]] += at_target
+            _block_gradient_(g, lse[i : i + step], safe[i : i + step], scale, shift, at_target)
             g.mul_(keep[i : i + step].unsqueeze(-1))
             grad[i : i + step] = g
         return grad.view_as(logits), None, None, None
@@ -135,13 +150,11 @@ class _ProjectedLabelSmoothedNLL(torch.autograd.Function):
             block, tb = z[i : i + step], t[i : i + step]
             zb = block.to(wide)  # a float32 copy of a bfloat16 block (stays in cache); float32 logits: the block
             lse = torch.logsumexp(zb, dim=-1)
-            true_lp = zb.gather(-1, tb.unsqueeze(-1)).squeeze(-1) - lse
-            other_lp = zb.sum(-1) - k * lse - true_lp
-            loss += (-(1.0 - epsilon) * true_lp - other * other_lp).sum()
-            nll -= true_lp.sum()
+            block_loss, block_nll = _block_terms(zb, tb, lse, k, epsilon)
+            loss += block_loss.sum()
+            nll += block_nll.sum()
             if need_grad:  # d loss / d z = softmax(z) - q, q = 1 - eps at the target and eps / (K - 1) elsewhere
-                zb.sub_(lse.unsqueeze(-1)).exp_().sub_(other)
-                zb[torch.arange(zb.size(0), device=zb.device), tb] -= 1.0 - epsilon - other
+                _block_gradient_(zb, lse, tb, None, other, -(1.0 - epsilon - other))
                 if grad_b is not None:
                     grad_b += zb.sum(0)
                 if zb.data_ptr() != block.data_ptr():
