@@ -466,19 +466,18 @@ class Trainer:
         sources, references = self.bleu_sample()
         with self._on_device():
             result, hyps = evaluate(self.model, self.tokenizer, sources, references, self.cfg.bleu_beam_size)
+        valid_bleu, by_direction = validation_bleu(result, sources, references, hyps)
         record = {
             "step": self.step,
             "epoch": self.epoch,
             "train_loss": round(train_loss, 4),
             "valid_nll": round(self.validation_loss(self.valid_examples), 4),
-            "valid_bleu": result["bleu"],
+            "valid_bleu": valid_bleu,
             "lr": self.scheduler.get_last_lr()[0],
             "time": time.time(),
         }
-        by_direction = bleu_by_direction(sources, references, hyps)
-        if by_direction:  # a multi-direction run: BLEU per direction, and their mean is the run's validation BLEU
+        if by_direction:
             record["valid_bleu_directions"] = by_direction
-            record["valid_bleu"] = round(sum(by_direction.values()) / len(by_direction), 2)
         self.history.append(record)
         self.out.mkdir(parents=True, exist_ok=True)
         with open(self.out / "log.jsonl", "a") as f:
@@ -581,8 +580,9 @@ class Trainer:
         scores = {}
         for name, path in candidates.items():
             model, _ = load_release(path)
-            sources, references = self.bleu_sample()  # the same sentences as every validation
-            scores[name] = evaluate(model, self.tokenizer, sources, references, 1)[0]["bleu"]
+            sources, references = self.bleu_sample()  # the same sentences and score as every validation
+            result, hyps = evaluate(model, self.tokenizer, sources, references, 1)
+            scores[name] = validation_bleu(result, sources, references, hyps)[0]
         chosen = max(scores, key=scores.get)
         model, _ = load_release(candidates[chosen])
         summary = {
@@ -607,6 +607,17 @@ def _validation_span(history: list[dict[str, Any]]) -> float | None:
     if len(history) < 2:
         return None
     return history[-1]["time"] - history[0]["time"]
+
+
+def validation_bleu(
+    result: dict[str, Any], sources: Sequence[str], references: Sequence[str], hyps: Sequence[str]
+) -> tuple[float, dict[str, float]]:
+    """A run's validation BLEU and its directions': the corpus BLEU of ``evaluate``'s result; for tagged
+    (multi-direction) lines, the mean of the directions' BLEU, each with its target's tokenizer."""
+    by_direction = bleu_by_direction(sources, references, hyps)
+    if not by_direction:
+        return result["bleu"], {}
+    return round(sum(by_direction.values()) / len(by_direction), 2), by_direction
 
 
 def bleu_by_direction(sources: Sequence[str], references: Sequence[str], hyps: Sequence[str]) -> dict[str, float]:
