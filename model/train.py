@@ -578,9 +578,9 @@ class Trainer:
         from model.checkpoint import load_release
 
         scores = {}
+        sources, references = self.bleu_sample()  # the same sentences and score as every validation
         for name, path in candidates.items():
             model, _ = load_release(path)
-            sources, references = self.bleu_sample()  # the same sentences and score as every validation
             result, hyps = evaluate(model, self.tokenizer, sources, references, 1)
             scores[name] = validation_bleu(result, sources, references, hyps)[0]
         chosen = max(scores, key=scores.get)
