@@ -214,7 +214,7 @@ def cmd_evaluate(args: argparse.Namespace) -> int:
                     TranslateOptions(beam_size=beam, no_repeat_ngram_size=args.no_repeat_ngram_size)
                 )
                 hyps, truncated = translate_split(engine, direction, sources, options, args.batch_size)
-                result = bleu(hyps, references, tokenize=tokenize)
+                result = bleu(hyps, references, tokenize=tokenize, language=target)
                 result.update(beam_size=beam, seconds=round(time.time() - started, 1), providers=engine.providers)
                 result["no_repeat_ngram_size"] = options.no_repeat_ngram_size
                 result["truncated_sources"] = truncated

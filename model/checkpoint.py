@@ -50,6 +50,12 @@ def load_release(directory: str | Path) -> tuple[Transformer, dict[str, Any]]:
     return model, meta
 
 
+def tokenizer_path(directory: str | Path) -> Path:
+    """A release's tokenizer, or its run's (a run's ``best/`` and ``averaged/`` folders hold only the weights)."""
+    path = Path(directory) / TOKENIZER_FILE
+    return path if path.exists() else Path(directory).parent / TOKENIZER_FILE
+
+
 def round_to_float16(model: torch.nn.Module) -> None:
     """Round every parameter to the nearest float16 value, kept in its own dtype (a release stored as float16)."""
     with torch.no_grad():

@@ -11,11 +11,11 @@ from pathlib import Path
 import torch
 
 from core.search import DEFAULT_LENGTH_PENALTY
-from model.checkpoint import TOKENIZER_FILE, load_release
+from model.checkpoint import load_release, tokenizer_path
 from model.config import RunConfig
 from model.data import read_lines, read_parallel, split_language
-from model.directions import tagged
-from model.evaluate import evaluate, score_line, translate, write_hypotheses
+from model.directions import tagged, wrong_language
+from model.evaluate import evaluate, score_line, translate, translate_direction, write_hypotheses
 from model.malloc_tuning import tuned_environment
 from model.tokenizer import Tokenizer
 
@@ -64,7 +64,7 @@ def cmd_train(args: argparse.Namespace) -> int:
 def cmd_evaluate(args: argparse.Namespace) -> int:
     torch.set_num_threads(args.threads) if args.threads else None
     model, meta = load_release(args.model)
-    tokenizer = Tokenizer(_tokenizer_of(args.model))
+    tokenizer = Tokenizer(tokenizer_path(args.model))
     run = meta.get("run", {})
     if args.direction:  # a multilingual model: the split's files are named by language
         src_lang, tgt_lang = args.direction.split("-")
@@ -91,15 +91,36 @@ def cmd_evaluate(args: argparse.Namespace) -> int:
     return 0
 
 
-def _tokenizer_of(model_dir: str) -> Path:
-    """A release's tokenizer, or its run's (a run's ``best/`` and ``averaged/`` folders hold only the weights)."""
-    path = Path(model_dir) / TOKENIZER_FILE
-    return path if path.exists() else Path(model_dir).parent / TOKENIZER_FILE
+def cmd_off_target(args: argparse.Namespace) -> int:
+    torch.set_num_threads(args.threads) if args.threads else None
+    model, _ = load_release(args.model)
+    source, target = args.direction.split("-")
+    texts = read_lines(Path(args.data) / f"{args.split}.{source}")
+    texts = texts[: args.limit] if args.limit else texts
+    hyps, legs = translate_direction(
+        model, Tokenizer(tokenizer_path(args.model)), texts, args.beam, args.length_penalty, args.direction, args.pivot
+    )
+    wrong = wrong_language(hyps, target)
+    out = {
+        "split": args.split,
+        "direction": args.direction,
+        "legs": legs,
+        "beam_size": args.beam,
+        "n_sentences": len(hyps),
+        "off_target": sum(wrong),
+        "share": round(sum(wrong) / max(len(hyps), 1), 4),
+        "examples": [[s, h] for s, h, w in zip(texts, hyps, wrong, strict=True) if w][:10],
+    }
+    text = json.dumps(out, indent=2, ensure_ascii=False)
+    if args.output:
+        Path(args.output).write_text(text + "\n", encoding="utf-8")
+    print(text)
+    return 0
 
 
 def cmd_translate(args: argparse.Namespace) -> int:
     model, _ = load_release(args.model)
-    tokenizer = Tokenizer(_tokenizer_of(args.model))
+    tokenizer = Tokenizer(tokenizer_path(args.model))
     texts = args.text or [line.rstrip("\n") for line in sys.stdin]
     if args.direction:
         texts = [tagged(t, args.direction) for t in texts]
@@ -115,7 +136,7 @@ def cmd_backtranslate(args: argparse.Namespace) -> int:
     model, _ = load_release(args.model)
     texts = read_lines(args.input)
     texts = texts[: args.limit] if args.limit else texts
-    translator = model_translator(model, Tokenizer(_tokenizer_of(args.model)), args.direction, args.beam)
+    translator = model_translator(model, Tokenizer(tokenizer_path(args.model)), args.direction, args.beam)
     counts = backtranslate(translator, texts, args.direction, args.out)
     print(json.dumps(counts))
     return 0
@@ -210,6 +231,21 @@ def main(argv: list[str] | None = None) -> int:
                    "<split>.de / <split>.zh, BLEU with the target's tokenizer")  # fmt: skip
     p.add_argument("--pivot", help="translate through this language (e.g. en), two legs, as a pivoting service does")
     p.set_defaults(func=cmd_evaluate)
+
+    p = sub.add_parser(
+        "off-target", help="how many translations of a split's sources come out in another language than the target"
+    )
+    p.add_argument("--model", required=True, help="a multilingual release (or a run's best/ folder)")
+    p.add_argument("--data", required=True)
+    p.add_argument("--split", required=True, help="its <split>.<source> file is read; no reference is needed")
+    p.add_argument("--direction", required=True, help="e.g. de-zh")
+    p.add_argument("--pivot", help="translate through this language (e.g. en), two legs, as a pivoting service does")
+    p.add_argument("--beam", type=int, default=4)
+    p.add_argument("--length-penalty", type=float, default=DEFAULT_LENGTH_PENALTY)
+    p.add_argument("--limit", type=int, default=0, help="only the first N sentences of the split (0 = all)")
+    p.add_argument("--threads", type=int, default=0)
+    p.add_argument("--output", help="write the JSON here too")
+    p.set_defaults(func=cmd_off_target)
 
     p = sub.add_parser("translate", help="translate text arguments or stdin lines")
     p.add_argument("--model", required=True)

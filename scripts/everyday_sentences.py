@@ -13,7 +13,7 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
-from model.checkpoint import TOKENIZER_FILE, load_release
+from model.checkpoint import load_release, tokenizer_path
 from model.directions import TAGS, tagged
 from model.evaluate import translate
 from model.tokenizer import Tokenizer
@@ -61,13 +61,6 @@ SENTENCES = {
 }
 
 
-def tokenizer_of(folder: Path) -> Tokenizer:
-    for place in (folder, folder.parent):
-        if (place / TOKENIZER_FILE).exists():
-            return Tokenizer(place / TOKENIZER_FILE)
-    raise SystemExit(f"no {TOKENIZER_FILE} in {folder} or {folder.parent}")
-
-
 def is_multilingual(tokenizer: Tokenizer) -> bool:
     return TAGS["en"] in tokenizer.pieces(tokenizer.encode(TAGS["en"]))
 
@@ -80,7 +73,7 @@ def main() -> None:
     args = parser.parse_args()
     loaded = []
     for folder in args.models:
-        tokenizer = tokenizer_of(folder)
+        tokenizer = Tokenizer(tokenizer_path(folder))
         loaded.append((load_release(folder)[0], tokenizer, is_multilingual(tokenizer)))
     for direction in args.directions:
         sentences = SENTENCES[direction.split("-")[0]]

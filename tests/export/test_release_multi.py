@@ -68,7 +68,14 @@ def test_release_multi_exports_and_scores_every_direction(request, tmp_path):
         for pair in ("de-zh", "zh-de")
         for mode in ("direct", "pivot")
     }
-    direct = all(bridge[(p, "direct")] > bridge[(p, "pivot")] for p in ("de-zh", "zh-de"))
+    off_target = {path.name: json.loads(path.read_text())["share"] for path in sorted(out.glob("off-target.*.json"))}
+    assert len(off_target) == 8, off_target  # 4 splits of other domains, direct and pivot
+    on_target = all(
+        share <= off_target[name.replace(".direct.", ".pivot.")] + 0.01
+        for name, share in off_target.items()
+        if ".direct." in name
+    )
+    direct = all(bridge[(p, "direct")] > bridge[(p, "pivot")] for p in ("de-zh", "zh-de")) and on_target
     manifest = load_bundle(repository / NAME / "1").manifest
     assert list(manifest["directions"]) == DIRECTIONS
     assert ("pivot" in manifest["directions"]["de-zh"]) != direct, (bridge, manifest["directions"])

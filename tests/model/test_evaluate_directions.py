@@ -1,5 +1,6 @@
 """Scoring a multilingual model by direction (model/evaluate.py): the target tag on each source, two legs through a
-pivot language, and sacreBLEU's tokenizer chosen by the target language."""
+pivot language, sacreBLEU's tokenizer chosen by the target language, and translations in the wrong language
+counted."""
 
 from __future__ import annotations
 
@@ -36,3 +37,17 @@ def test_a_pivot_that_is_an_end_of_the_direction_is_direct(monkeypatch) -> None:
     monkeypatch.setattr(evaluate_module, "translate", _fake_translate(calls))
     result, _ = evaluate(None, None, ["Hallo Welt"], ["Hello world"], direction="de-en", pivot="en")
     assert calls == [["<2en> Hallo Welt"]] and result["legs"] == ["de-en"] and "tok:13a" in result["signature"]
+
+
+def test_translations_in_another_language_than_the_target_are_counted(monkeypatch) -> None:
+    answers = {"<2zh> Ein Mann fährt Rad.": "一个男人骑自行车。", "<2zh> Ein Hund läuft.": "A dog is running."}
+    answers["Ein Hund läuft."] = "A dog is running."
+    monkeypatch.setattr(
+        evaluate_module, "translate", lambda model, tokenizer, texts, *a, **k: [answers[t] for t in texts]
+    )
+    result, _ = evaluate(
+        None, None, ["Ein Mann fährt Rad.", "Ein Hund läuft."], ["男人骑车。", "狗跑。"], direction="de-zh"
+    )
+    assert result["off_target"] == 1
+    untagged, _ = evaluate(None, None, ["Ein Hund läuft."], ["狗跑。"])  # no direction, no target: not judged
+    assert "off_target" not in untagged
