@@ -67,3 +67,10 @@ def test_a_bad_manifest_field_says_why():
     with pytest.raises(DirectionError, match="a tag or a pivot, not both"):
         directions_of({**OLD, "directions": {"de-en": {"tag": "<2en>"}, "en-zh": {"tag": "<2zh>"},
                                               "de-zh": {"tag": "<2zh>", "pivot": "en"}}})  # fmt: skip
+
+
+def test_one_way_between_german_and_chinese_direct_the_other_by_pivot(tokenizer_file):
+    # scripts/release_multi.sh decides each way on its own measurements
+    directions = directions_for("de-en,en-de,zh-en,en-zh,de-zh:pivot=en,zh-de", tokenizer_file[0])
+    assert directions["de-zh"] == Direction("de", "zh", pivot="en")
+    assert directions["zh-de"] == Direction("zh", "de", tag="<2de>")
