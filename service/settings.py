@@ -82,6 +82,11 @@ class RepositorySettings(SettingsGroup):
     model_versions: CsvMap = Field(
         default_factory=dict, description="pinned versions, e.g. 'de-en=1'; unpinned models serve their highest version"
     )
+    direction_models: CsvMap = Field(
+        default_factory=dict,
+        description="which model answers a direction that several models serve, e.g. 'zh-en=zh-en,en-de=multi'; "
+        "a direction not named here goes to the default model, else to the first model by name",
+    )
     admin_key: str = Field(
         "",
         description="key for the admin calls (X-Admin-Key): POST /v1/models/{name}/load, "

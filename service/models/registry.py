@@ -10,7 +10,7 @@ from pathlib import Path
 from typing import Any
 
 from core.bundle import Bundle, BundleError, discover, load_bundle, versions_of
-from core.directions import DirectionError, directions_info, directions_of, tag_ids
+from core.directions import DirectionError, directions_info, directions_of, split_name, tag_ids
 from engine import Engine
 from service.access.keys import key_queue_cap
 from service.execution.engine_build import EngineSpec, build_engine, choose_variant  # noqa: F401 (choose_variant: re-exported)
@@ -31,6 +31,28 @@ log = logging.getLogger(__name__)
 
 class UnknownModel(LookupError):
     pass
+
+
+def answering_models(served: dict[str, set[str]], default: str, chosen: dict[str, str]) -> dict[tuple[str, str], str]:
+    """(source, target) -> the model that answers it, from each model's directions ("de-en", ...): the one
+    ``chosen`` names (MT_DIRECTION_MODELS) while it is loaded, else the default model, else the first by name."""
+    order = sorted(served, key=lambda n: (n != default, n))
+    found: dict[tuple[str, str], str] = {}
+    for name in order:
+        for direction in sorted(served[name]):
+            preferred = chosen.get(direction)
+            found.setdefault(split_name(direction), preferred if direction in served.get(preferred, ()) else name)
+    return found
+
+
+def check_direction_models(chosen: dict[str, str], served: dict[str, set[str]]) -> None:
+    """BundleError unless each direction MT_DIRECTION_MODELS names is one its model serves."""
+    for direction, name in chosen.items():
+        if name not in served:
+            raise BundleError(f"MT_DIRECTION_MODELS: {direction}={name}: no model {name!r} (have {sorted(served)})")
+        if direction not in served[name]:
+            listed = ", ".join(sorted(served[name]))
+            raise BundleError(f"MT_DIRECTION_MODELS: model {name} does not serve {direction} (it serves {listed})")
 
 
 @dataclass
@@ -149,6 +171,8 @@ class Registry:
             )
         if r.default_model not in self.bundles:
             raise BundleError(f"default model {r.default_model!r} is not among {sorted(self.bundles)}")
+        served = {name: set(directions_of(b.manifest)) for name, b in self.bundles.items()}
+        check_direction_models(r.direction_models, served)
 
     def _version_path(self, name: str, version: str | None) -> Path:
         """The bundle folder of ``version`` (the highest on disk when None)."""
@@ -395,14 +419,10 @@ class Registry:
         }
 
     def pairs(self) -> dict[tuple[str, str], str]:
-        """(source language, target language) -> model name, every direction of each model (core/directions.py),
-        the default model first among equals."""
-        order = sorted(self.models, key=lambda n: (n != self.settings.repository.default_model, n))
-        found: dict[tuple[str, str], str] = {}
-        for name in order:
-            for d in directions_of(self.models[name].bundle.manifest).values():
-                found.setdefault((d.source, d.target), name)
-        return found
+        """(source language, target language) -> model name, every direction of each model (core/directions.py)."""
+        served = {name: set(directions_of(m.bundle.manifest)) for name, m in self.models.items()}
+        r = self.settings.repository
+        return answering_models(served, r.default_model, r.direction_models)
 
     async def stop(self) -> None:
         for model in self.models.values():

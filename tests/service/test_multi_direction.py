@@ -28,13 +28,20 @@ TEXT = {"de": GERMAN, "en": ENGLISH, "zh": CHINESE}
 
 
 @pytest.fixture(scope="module")
-def served(request, tiny_repository, tmp_path_factory):
-    """(server, the recorder's log, the multilingual bundle's tokenizer)."""
+def repository(request, tiny_repository, tmp_path_factory):
+    """The tiny multilingual bundle beside the tiny de-en one."""
     from pathlib import Path
 
     work = tmp_path_factory.mktemp("multi")
     repository = cached_multi_bundle(Path(request.config.cache.mkdir("mtserve")), work, source_digest())
     shutil.copytree(tiny_repository / "de-en", repository / "de-en")
+    return repository
+
+
+@pytest.fixture(scope="module")
+def served(repository, tmp_path_factory):
+    """(server, the recorder's log, the multilingual bundle's tokenizer)."""
+    work = tmp_path_factory.mktemp("multi-served")
     log = work / "sources.jsonl"
     env = {"MT_TEST_SOURCE_LOG": str(log), "MT_SCHEDULER": "dynamic", "MT_MAX_WAIT_MS": "5"}
     server = LiveServer(repository, env=env, command=COMMAND, log_path=work / "service.log").start(timeout=240)
@@ -261,3 +268,18 @@ def test_a_glossary_holds_through_a_pivot(api):
     [t] = translate(api, "hund ball", "de", "zh", glossary_id=created.json()["glossary_id"]).json()["translations"]
     assert t["pivot"] == "en" and "足球场" in t["pivot_text"] and "足球场" in t["text"], t
     assert not [w for w in t["warnings"] if w["code"].endswith("_missing")], t
+
+
+def test_direction_models_choose_which_model_answers_a_shared_direction(repository, tmp_path):
+    """de->en is served by both bundles: MT_DIRECTION_MODELS gives it to the multilingual one (the default model
+    answers it otherwise, above); one that names a direction its model does not serve stops the start."""
+    env = {"MT_DIRECTION_MODELS": f"de-en={NAME}"}
+    with LiveServer(repository, env=env, log_path=tmp_path / "chosen.log").start(timeout=240) as server:
+        body = {"texts": [GERMAN], "source_language": "de", "target_language": "en", "beam_size": 1}
+        [t] = httpx.post(server.url + "/v1/translate", json=body, timeout=60).json()["translations"]
+        assert t["model"] == NAME
+        assert set(t["text"].split()) <= set(LEXICON["en"]), t["text"]
+    bad = LiveServer(repository, env={"MT_DIRECTION_MODELS": "en-de=de-en"}, log_path=tmp_path / "bad.log")
+    with pytest.raises(RuntimeError, match="model de-en does not serve en-de"):
+        bad.start(timeout=240)
+    bad.stop()

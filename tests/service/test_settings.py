@@ -17,6 +17,7 @@ DEFAULTS = {
     "MT_DEFAULT_MODEL": "de-en",
     "MT_MODELS": [],
     "MT_MODEL_VERSIONS": {},
+    "MT_DIRECTION_MODELS": {},
     "MT_ADMIN_KEY": "",
     "MT_PROVIDERS": "auto",
     "MT_VARIANT": "auto",
