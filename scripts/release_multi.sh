@@ -13,7 +13,8 @@
 #    direction. $OUT keeps no copy of the weights (the bundle's are the release's);
 # 3. score every direction through the engine (int8, beam 4, the service's tagging; export.cli evaluate --direction)
 #    on our test splits, sealed into the manifest; the reports go to $OUT/evaluation.<direction>.json;
-# 4. the previous release (de-en 3, zh-en 2) on the same splits: $OUT/previous.<direction>.json.
+# 4. the previous release (de-en 3, zh-en 2) on the same splits: $OUT/previous.<direction>.json, and which of the
+#    two should answer de->en and zh->en (the higher mean BLEU): $OUT/direction-models, for MT_DIRECTION_MODELS.
 # The run must be finished: $RUN/release (model/train.py finalize: the checkpoint average or the best) must exist.
 # STAGE=export skips step 1 (DIRECT=de-zh,zh-de|zh-de|de-zh|none says which are served direct), STAGE=evaluate
 # also step 2.
@@ -150,4 +151,23 @@ previous() {
 }
 previous "${PREVIOUS_DE:-model_repository/de-en/3}" de-en multi30k.test tatoeba-de.test news-de.val
 previous "${PREVIOUS_ZH:-model_repository/zh-en/2}" zh-en wiki-zh.test tatoeba-zh.test tico-zh.test news-zh.val
+# which model answers de->en and zh->en once both are served: the higher mean int8 BLEU on the splits both were
+# scored on (MT_DIRECTION_MODELS; without it, zh->en would go to "multi" before "zh-en" by name)
+"$PY" - "$OUT" "$BEAM" > "$OUT"/direction-models <<'EOF'
+import json, os, sys
+out, beam = sys.argv[1], f"beam{sys.argv[2]}"
+chosen = []
+for direction in ("de-en", "zh-en"):
+    if not os.path.exists(f"{out}/previous.{direction}.json"):
+        continue
+    new, old = (json.load(open(f"{out}/{kind}.{direction}.json"))["int8"] for kind in ("evaluation", "previous"))
+    splits = sorted(set(new) & set(old))
+    mean = lambda r: sum(r[s][beam]["bleu"] for s in splits) / len(splits)
+    winner = "multi" if mean(new) > mean(old) else direction
+    print(f"{direction}: multi {mean(new):.2f}, previous {mean(old):.2f} (mean BLEU on {', '.join(splits)})",
+          file=sys.stderr)
+    chosen.append(f"{direction}={winner}")
+print(",".join(chosen))
+EOF
+echo "serve with MT_DIRECTION_MODELS=$(cat "$OUT"/direction-models) (written to $OUT/direction-models)" >&2
 echo "wrote $BUNDLE, $OUT/evaluation.*.json and $OUT/previous.*.json" >&2

@@ -96,5 +96,12 @@ def test_release_multi_exports_and_scores_every_direction(request, tmp_path):
         assert first["beam4"]["bleu"] >= 0
         sealed = int8["bleu"] if direction == "de-en" else int8["direction_evaluations"][direction][first["split"]]
         assert sealed["beam4"]["bleu"] == first["beam4"]["bleu"]
-    for direction in ("de-en", "zh-en"):  # the shipped release on the same splits
-        assert (out / f"previous.{direction}.json").exists()
+    chosen = dict(item.split("=") for item in (out / "direction-models").read_text().strip().split(","))
+    assert set(chosen) == {"de-en", "zh-en"}
+    for direction in ("de-en", "zh-en"):  # the shipped release on the same splits, and the better one answers
+        new = json.loads((out / f"evaluation.{direction}.json").read_text())["int8"]
+        old = json.loads((out / f"previous.{direction}.json").read_text())["int8"]
+        assert set(old) == set(new)
+        mean = {m: sum(r[s]["beam4"]["bleu"] for s in r) / len(r) for m, r in (("multi", new), (direction, old))}
+        assert chosen[direction] == ("multi" if mean["multi"] > mean[direction] else direction), mean
+    assert f"MT_DIRECTION_MODELS={(out / 'direction-models').read_text().strip()}" in result.stderr
