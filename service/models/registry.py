@@ -36,13 +36,16 @@ class UnknownModel(LookupError):
 def answering_models(served: dict[str, set[str]], default: str, chosen: dict[str, str]) -> dict[tuple[str, str], str]:
     """(source, target) -> the model that answers it, from each model's directions ("de-en", ...): the one
     ``chosen`` names (MT_DIRECTION_MODELS) while it is loaded, else the default model, else the first by name."""
-    order = sorted(served, key=lambda n: (n != default, n))
-    found: dict[tuple[str, str], str] = {}
-    for name in order:
-        for direction in sorted(served[name]):
-            preferred = chosen.get(direction)
-            found.setdefault(split_name(direction), preferred if direction in served.get(preferred, ()) else name)
+    found = {split_name(d): name for d, name in chosen.items() if d in served.get(name, ())}
+    for name in sorted(served, key=lambda n: (n != default, n)):
+        for direction in served[name]:
+            found.setdefault(split_name(direction), name)
     return found
+
+
+def directions_by_model(bundles: dict[str, Bundle]) -> dict[str, set[str]]:
+    """Each model's directions by name ("de-en", ...; core/directions.py)."""
+    return {name: set(directions_of(bundle.manifest)) for name, bundle in bundles.items()}
 
 
 def check_direction_models(chosen: dict[str, str], served: dict[str, set[str]]) -> None:
@@ -171,8 +174,7 @@ class Registry:
             )
         if r.default_model not in self.bundles:
             raise BundleError(f"default model {r.default_model!r} is not among {sorted(self.bundles)}")
-        served = {name: set(directions_of(b.manifest)) for name, b in self.bundles.items()}
-        check_direction_models(r.direction_models, served)
+        check_direction_models(r.direction_models, directions_by_model(self.bundles))
 
     def _version_path(self, name: str, version: str | None) -> Path:
         """The bundle folder of ``version`` (the highest on disk when None)."""
@@ -420,7 +422,7 @@ class Registry:
 
     def pairs(self) -> dict[tuple[str, str], str]:
         """(source language, target language) -> model name, every direction of each model (core/directions.py)."""
-        served = {name: set(directions_of(m.bundle.manifest)) for name, m in self.models.items()}
+        served = directions_by_model({name: m.bundle for name, m in self.models.items()})
         r = self.settings.repository
         return answering_models(served, r.default_model, r.direction_models)
 
