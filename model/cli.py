@@ -167,6 +167,14 @@ def cmd_prepare(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_extend_vocab(args: argparse.Namespace) -> int:
+    from model.vocab_extension import extend_release
+
+    report = extend_release(args.model, args.data, args.out, args.symbols, args.min_count, args.max_characters)
+    print(json.dumps(report, indent=2, ensure_ascii=False))
+    return 0
+
+
 def cmd_shard(args: argparse.Namespace) -> int:
     from model.shards import ShardReader, write_shards
 
@@ -286,6 +294,17 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--data", required=True, help="folder the recipe's corpus paths are relative to")
     p.add_argument("--out", required=True, help="training folder to write (train/val, <corpus>.<split> files)")
     p.set_defaults(func=cmd_prepare)
+
+    p = sub.add_parser(
+        "extend-vocab", help="a released model with more pieces (tags, byte-spelt characters) for a warm-started run"
+    )
+    p.add_argument("--model", required=True, help="released model folder (model.safetensors, config.json, tokenizer)")
+    p.add_argument("--data", required=True, help="the new run's corpus folder (train/val .src/.tgt)")
+    p.add_argument("--out", required=True, help="folder for the extended model, tokenizer and report.json")
+    p.add_argument("--symbols", nargs="*", default=[], help="user symbols to add, e.g. <2en> <2de> <2zh> <bt>")
+    p.add_argument("--min-count", type=int, default=20, help="add a byte-spelt character seen this often or more")
+    p.add_argument("--max-characters", type=int, default=4000, help="add at most this many characters")
+    p.set_defaults(func=cmd_extend_vocab)
 
     p = sub.add_parser("shard", help="tokenize a training split into memory-mapped, length-sorted shards a run streams")
     p.add_argument("--config", help="run config: its train split, languages, max_length and seed")

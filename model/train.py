@@ -131,6 +131,11 @@ def seed_process(cfg: TrainConfig) -> None:
     seed_everything(cfg.seed)
 
 
+def _architecture(model: dict[str, Any]) -> dict[str, Any]:
+    """A model config without its dropout rates: training's regularisation, which a fine-tuning run may change."""
+    return {k: v for k, v in model.items() if k not in ("dropout", "attention_dropout", "activation_dropout")}
+
+
 def prepare_tokenizer(
     run: RunConfig, data_dir: str | Path, out_dir: str | Path, rank: int = 0, world: int = 1
 ) -> Tokenizer:
@@ -269,7 +274,7 @@ class Trainer:
         from model.checkpoint import load_release
 
         released, _ = load_release(release_dir)
-        if released.cfg.to_dict() != self.run.model.to_dict():
+        if _architecture(released.cfg.to_dict()) != _architecture(self.run.model.to_dict()):
             raise ValueError(f"{release_dir}: its model config differs from the run's; fine-tuning needs the same")
         self.model.load_state_dict(released.state_dict())
 

@@ -98,3 +98,17 @@ def test_init_from_a_model_of_another_shape_is_refused(corpus_dir, tmp_path):
     run.train.init_from = str(tmp_path / "base" / "release")
     with pytest.raises(ValueError, match="model config differs"):
         Trainer.from_run(run, corpus_dir, tmp_path / "other", progress=False)
+
+
+def test_init_from_accepts_other_dropout_rates(corpus_dir, tmp_path):
+    """Dropout is training's regularisation, not the weights' shape: a fine-tuning run may change it."""
+    base = Trainer.from_run(tiny_run(max_steps=1), corpus_dir, tmp_path / "base", progress=False)
+    base.train()
+    base.finalize()
+    run = tiny_run(max_steps=1)
+    run.model.activation_dropout, run.model.dropout = 0.0, 0.2
+    run.train.init_from = str(tmp_path / "base" / "release")
+    tuned = Trainer.from_run(run, corpus_dir, tmp_path / "tuned", progress=False)
+    released, _ = load_release(tmp_path / "base" / "release")
+    for name, value in released.state_dict().items():
+        assert torch.equal(tuned.model.state_dict()[name], value), name
