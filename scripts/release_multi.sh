@@ -14,7 +14,8 @@
 # 3. score every direction through the engine (int8, beam 4, the service's tagging; export.cli evaluate --direction)
 #    on our test splits, sealed into the manifest; the reports go to $OUT/evaluation.<direction>.json;
 # 4. the previous release (de-en 3, zh-en 2) on the same splits: $OUT/previous.<direction>.json, and which of the
-#    two should answer de->en and zh->en (the higher mean BLEU): $OUT/direction-models, for MT_DIRECTION_MODELS.
+#    two should answer de->en and zh->en (the higher mean BLEU): $OUT/direction-models and $REPOSITORY/direction-models,
+#    which the service reads unless MT_DIRECTION_MODELS is set.
 # The run must be finished: $RUN/release (model/train.py finalize: the checkpoint average or the best) must exist.
 # STAGE=export skips step 1 (DIRECT=de-zh,zh-de|zh-de|de-zh|none says which are served direct), STAGE=evaluate
 # also step 2.
@@ -169,5 +170,7 @@ for direction in ("de-en", "zh-en"):
     chosen.append(f"{direction}={winner}")
 print(",".join(chosen))
 EOF
-echo "serve with MT_DIRECTION_MODELS=$(cat "$OUT"/direction-models) (written to $OUT/direction-models)" >&2
+cp "$OUT"/direction-models "$REPOSITORY"/direction-models # the service's default (MT_DIRECTION_MODELS overrides it)
+echo "serve with MT_DIRECTION_MODELS=$(cat "$OUT"/direction-models) (written to $OUT/direction-models and" \
+    "$REPOSITORY/direction-models, which the service reads when the setting is empty)" >&2
 echo "wrote $BUNDLE, $OUT/evaluation.*.json and $OUT/previous.*.json" >&2

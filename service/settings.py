@@ -28,13 +28,16 @@ def _split(value: object) -> object:
 CsvList = Annotated[list[str], NoDecode, BeforeValidator(_split)]  # "a, b" -> ["a", "b"]
 
 
+def parse_pairs(value: str) -> dict[str, str]:
+    """``"a=1, b=2"`` -> ``{"a": "1", "b": "2"}``; ValueError unless every item is name=value."""
+    pairs = [item.split("=", 1) for item in _split(value)]  # type: ignore[union-attr]
+    if any(len(p) != 2 or not p[0].strip() or not p[1].strip() for p in pairs):
+        raise ValueError(f"expected name=value pairs separated by commas, got {value!r}")
+    return {k.strip(): v.strip() for k, v in pairs}
+
+
 def _pairs(value: object) -> object:
-    if isinstance(value, str):
-        pairs = [item.split("=", 1) for item in _split(value)]  # type: ignore[union-attr]
-        if any(len(p) != 2 or not p[0].strip() or not p[1].strip() for p in pairs):
-            raise ValueError(f"expected name=value pairs separated by commas, got {value!r}")
-        return {k.strip(): v.strip() for k, v in pairs}
-    return value
+    return parse_pairs(value) if isinstance(value, str) else value
 
 
 CsvMap = Annotated[dict[str, str], NoDecode, BeforeValidator(_pairs)]  # "a=1, b=2" -> {"a": "1", "b": "2"}
@@ -85,7 +88,8 @@ class RepositorySettings(SettingsGroup):
     direction_models: CsvMap = Field(
         default_factory=dict,
         description="which model answers a direction that several models serve, e.g. 'zh-en=zh-en,en-de=multi'; "
-        "a direction not named here goes to the default model, else to the first model by name",
+        "empty = the model repository's own file 'direction-models' where a release wrote one; a direction named in "
+        "neither goes to the default model, else to the first model by name",
     )
     admin_key: str = Field(
         "",

@@ -24,7 +24,7 @@ from service.scheduling.continuous import continuous_scheduler
 from service.scheduling.dynamic import dynamic_scheduler
 from service.scheduling.errors import QueueFull
 from service.scheduling.scheduler import Scheduler
-from service.settings import Settings
+from service.settings import Settings, parse_pairs
 
 log = logging.getLogger(__name__)
 
@@ -56,6 +56,22 @@ def check_direction_models(chosen: dict[str, str], served: dict[str, set[str]]) 
         if direction not in served[name]:
             listed = ", ".join(sorted(served[name]))
             raise BundleError(f"MT_DIRECTION_MODELS: model {name} does not serve {direction} (it serves {listed})")
+
+
+DIRECTION_MODELS_FILE = "direction-models"  # in the model repository: a release's choice, as MT_DIRECTION_MODELS
+
+
+def repository_direction_models(root: Path) -> dict[str, str]:
+    """The model repository's own choice of which model answers a shared direction (``<root>/direction-models``,
+    ``de-en=multi,zh-en=zh-en``, written by scripts/release_multi.sh), used when MT_DIRECTION_MODELS is empty; a
+    named model that is not served (MT_MODELS loads fewer) leaves its directions to the usual order."""
+    path = root / DIRECTION_MODELS_FILE
+    if not path.is_file():
+        return {}
+    try:
+        return parse_pairs(path.read_text(encoding="utf-8").strip())
+    except ValueError as exc:
+        raise BundleError(f"{path}: {exc}") from exc
 
 
 @dataclass
@@ -146,6 +162,7 @@ class Registry:
         self.failed: str | None = None
         self._swap_lock = asyncio.Lock()
         self.reasons: dict[str, str] = {}  # why each model serves the version it serves (/v1/models, logs)
+        self.direction_models: dict[str, str] = {}  # direction -> model, for directions several models serve
         self.unloaded: dict[str, str] = {}  # models taken out of service -> the version they served
         self.stats = InferenceStatistics()  # the v2 statistics extension: fed by requests and the schedulers
         # told (name, version, reason) after each swap: service/models/announce.py tells the other replicas
@@ -175,6 +192,10 @@ class Registry:
         if r.default_model not in self.bundles:
             raise BundleError(f"default model {r.default_model!r} is not among {sorted(self.bundles)}")
         check_direction_models(r.direction_models, directions_by_model(self.bundles))
+        self.direction_models = r.direction_models or repository_direction_models(r.model_repository)
+        if self.direction_models:
+            source = "MT_DIRECTION_MODELS" if r.direction_models else f"{r.model_repository}/{DIRECTION_MODELS_FILE}"
+            log.info("shared directions answered by: %s (%s)", self.direction_models, source)
 
     def _version_path(self, name: str, version: str | None) -> Path:
         """The bundle folder of ``version`` (the highest on disk when None)."""
@@ -423,8 +444,7 @@ class Registry:
     def pairs(self) -> dict[tuple[str, str], str]:
         """(source language, target language) -> model name, every direction of each model (core/directions.py)."""
         served = directions_by_model({name: m.bundle for name, m in self.models.items()})
-        r = self.settings.repository
-        return answering_models(served, r.default_model, r.direction_models)
+        return answering_models(served, self.settings.repository.default_model, self.direction_models)
 
     async def stop(self) -> None:
         for model in self.models.values():

@@ -105,3 +105,4 @@ def test_release_multi_exports_and_scores_every_direction(request, tmp_path):
         mean = {m: sum(r[s]["beam4"]["bleu"] for s in r) / len(r) for m, r in (("multi", new), (direction, old))}
         assert chosen[direction] == ("multi" if mean["multi"] > mean[direction] else direction), mean
     assert f"MT_DIRECTION_MODELS={(out / 'direction-models').read_text().strip()}" in result.stderr
+    assert (repository / "direction-models").read_text() == (out / "direction-models").read_text()  # the default

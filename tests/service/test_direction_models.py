@@ -7,7 +7,12 @@ from __future__ import annotations
 import pytest
 
 from core.bundle import BundleError
-from service.models.registry import answering_models, check_direction_models
+from service.models.registry import (
+    DIRECTION_MODELS_FILE,
+    answering_models,
+    check_direction_models,
+    repository_direction_models,
+)
 from service.settings import Settings
 
 SERVED = {
@@ -48,3 +53,19 @@ def test_a_setting_for_a_model_or_direction_not_served_is_refused():
 def test_the_setting_reads_name_value_pairs(monkeypatch):
     monkeypatch.setenv("MT_DIRECTION_MODELS", "zh-en=zh-en, en-de=multi")
     assert Settings().repository.direction_models == {"zh-en": "zh-en", "en-de": "multi"}
+
+
+def test_the_repository_file_is_read_and_a_bad_one_named(tmp_path):
+    assert repository_direction_models(tmp_path) == {}  # no file: no choice
+    (tmp_path / DIRECTION_MODELS_FILE).write_text("de-en=multi, zh-en=zh-en\n")
+    assert repository_direction_models(tmp_path) == {"de-en": "multi", "zh-en": "zh-en"}
+    (tmp_path / DIRECTION_MODELS_FILE).write_text("de-en\n")
+    with pytest.raises(BundleError, match="direction-models: expected name=value"):
+        repository_direction_models(tmp_path)
+
+
+def test_a_repository_choice_for_a_model_not_loaded_leaves_the_usual_order():
+    """MT_MODELS may load fewer models than the release chose among: its file's entries for them change nothing."""
+    only_multi = {"multi": SERVED["multi"], "de-en": SERVED["de-en"]}
+    pairs = answering_models(only_multi, "de-en", {"zh-en": "zh-en", "de-en": "multi"})
+    assert pairs["zh", "en"] == "multi" and pairs["de", "en"] == "multi"

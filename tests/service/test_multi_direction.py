@@ -283,3 +283,16 @@ def test_direction_models_choose_which_model_answers_a_shared_direction(reposito
     with pytest.raises(RuntimeError, match="model de-en does not serve en-de"):
         bad.start(timeout=240)
     bad.stop()
+
+
+def test_the_repository_file_chooses_unless_the_setting_does(repository, tmp_path):
+    """A release writes its choice beside its bundles (model_repository/direction-models): served without
+    MT_DIRECTION_MODELS, de->en goes to the model it names; the setting, when given, overrides the file."""
+    own = tmp_path / "repository"
+    shutil.copytree(repository, own)
+    (own / "direction-models").write_text(f"de-en={NAME}\n")
+    body = {"texts": [GERMAN], "source_language": "de", "target_language": "en", "beam_size": 1}
+    for env, expected in (({}, NAME), ({"MT_DIRECTION_MODELS": "de-en=de-en"}, "de-en")):
+        with LiveServer(own, env=env, log_path=tmp_path / f"{expected}.log").start(timeout=240) as server:
+            [t] = httpx.post(server.url + "/v1/translate", json=body, timeout=60).json()["translations"]
+            assert t["model"] == expected, (env, t)
