@@ -66,16 +66,11 @@ def missing_characters(tokenizer: Tokenizer, texts: Iterable[str], min_count: in
     counts: Counter[str] = Counter()
     for text in texts:
         counts.update(text)
-    known: dict[str, bool] = {}
     found = []
     for char, count in counts.most_common():
         if count < min_count or len(found) >= limit:
             break
-        if char.isspace():
-            continue
-        if char not in known:
-            known[char] = tokenizer.spelled_in_bytes(char)
-        if known[char]:
+        if not char.isspace() and tokenizer.spelled_in_bytes(char):
             found.append((char, count))
     return found
 
