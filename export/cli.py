@@ -116,7 +116,7 @@ def cmd_export(args: argparse.Namespace) -> int:
                 variants["int8"][graph] = f"int8/{graph}.onnx"
         variants["int8"]["quantization"] = {
             "method": "static",
-            "weights": "int8, symmetric, per output channel",
+            "weights": "int8 in 7 bits ([-64, 63]: exact products on CPUs without VNNI), symmetric, per output channel",
             "activations": "uint8, one scale per tensor fixed at export (min/max over the calibration feeds)",
             "quantized_ops": "MatMul with constant weights (projections); attention products, softmax and "
             "LayerNorm stay float",

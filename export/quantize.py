@@ -17,7 +17,11 @@ def weight_matmuls(model: onnx.ModelProto) -> list[str]:
 
 
 def quantize_int8_static(src: Path, dst: Path, calibration: Path | list[dict]) -> Path:
-    """Static int8: per-channel int8 weights, uint8 activations with scales calibrated (min/max): ``calibration`` is
+    """Static int8: per-channel int8 weights in 7 bits ([-64, 63], onnxruntime's ``reduce_range``), uint8 activations
+    with scales calibrated (min/max). Without VNNI, onnxruntime multiplies u8 x s8 with ``vpmaddubsw``, which adds each
+    pair of products into a saturating int16: 255 x 127 x 2 overflows it, 255 x 63 x 2 does not, so 7-bit weights give
+    the same exact products on AVX2-only CPUs as on VNNI ones (a random Marian model's int8 scores: 0.61 nats a token
+    off fp32 on an AVX2 EPYC with 8-bit weights, 0.13 with 7-bit; docs/engine-speed-log.md item 52). ``calibration`` is
     either the ranges, an onnxruntime calibration cache (export/calibration.py ``calibrate``, which reduces the feeds
     as they arrive), or a list of feeds (all held at once: small graphs).
 
@@ -46,6 +50,7 @@ def quantize_int8_static(src: Path, dst: Path, calibration: Path | list[dict]) -
         activation_type=QuantType.QUInt8,
         weight_type=QuantType.QInt8,
         per_channel=True,
+        reduce_range=True,
         calibrate_method=CalibrationMethod.MinMax,
         extra_options={"OpTypesToExcludeOutputQuantization": QUANTIZED_OPS, "CalibMovingAverage": False},
         calibration_cache_path=calibration if cached else None,
