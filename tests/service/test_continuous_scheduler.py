@@ -374,7 +374,9 @@ def test_the_real_engine_under_concurrent_mixed_requests_gives_every_sentence_it
             alone = engine.translate([text], options)[0]
             assert translation.token_ids == alone.token_ids, (text, options)
             assert [h[2] for h in translation.hypotheses] == [h[2] for h in alone.hypotheses]
-            assert translation.score == pytest.approx(alone.score, abs=1e-5)
+            # a float32 sum of log-probabilities: its last bits follow the batch shape the encoder ran in where its
+            # kernels are not batch-invariant (an AVX2-only EPYC: 1.2e-5 on a score of -24.5, 5e-7 of it)
+            assert translation.score == pytest.approx(alone.score, rel=1e-6, abs=1e-5)
     assert len(answers[-1]) == len(texts)
     assert sample(metrics, "mt_decoder_step_rows_count") > 0
     assert metrics.registry.get_sample_value("mt_decoder_step_rows_bucket", {"model": MODEL, "le": "16.0"}) == (
