@@ -10,7 +10,7 @@ greedy, with a ``<2en>`` tag: 41.4 BLEU from zero rows, 32.3 (5 loops) from rows
 
 The SentencePiece model file is a protobuf ``ModelProto`` whose field 1 repeats the pieces; a parser merges a
 repeated field's entries wherever they stand, so the new pieces are appended to the file as more field-1 entries
-(no protobuf runtime needed; the one sentencepiece ships needs a newer protobuf than onnx allows).
+(no protobuf runtime needed: the generated module sentencepiece ships refuses the installed protobuf 6.33).
 """
 
 from __future__ import annotations
