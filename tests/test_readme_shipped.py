@@ -1,7 +1,7 @@
-"""The README's examples against what `make serve` serves (the shipped model repository, de-en and zh-en), with
+"""The README's examples against what `make serve` serves (the shipped model repository: de-en, zh-en and multi), with
 what they print checked (issue 55: the documents example was a 422 with two models, the DeepL glossary example
-printed "The dog is sleeping hound.", the LibreTranslate example "New Zealand." for "Neue Zeile."). The curl
-commands (one per family of endpoints), the documents commands, and the four client snippets, which live in
+printed "The dog is sleeping hound.", the LibreTranslate example "New Zealand." for "Neue Zeile."). The curl commands
+(one per family of endpoints), the documents commands, and the four client snippets, which live in
 docs/protocols.md's "Clients" since the README became a front page (issue 58); test_readme_commands.py and
 tests/protocols/test_client_snippets.py run them against the tiny test model too."""
 
@@ -57,7 +57,7 @@ def needs_curl():
 def test_make_serve_serves_what_the_readme_says(shipped):
     served = {m["name"] for m in httpx.get(shipped.url + "/v1/models", timeout=30).json()["models"]}
     line = next(c for c in re.findall(r"```bash\n(.*?)```", README, re.S)[0].splitlines() if c.startswith("make serve"))
-    assert served == {"de-en", "zh-en"} and all(name in line for name in served), line
+    assert served == {"de-en", "zh-en", "multi"} and all(name in line for name in served), line
 
 
 def the_curl(*parts: str) -> str:
@@ -139,7 +139,7 @@ PRINTED = {
     ],
     "deepl": [
         r"A dog plays in the snow\. Two cats .* DE 48",
-        r"\['EN-GB', 'EN-US'\] Usage this billing period:",
+        r"\['DE', 'EN-GB', 'EN-US', 'ZH', 'ZH-HANS'\] Usage this billing period:",  # multi: into German, Chinese
         r"Characters: \d+ of \d+",
         r"The hound is sleeping\.",
         r"A dog plays in the snow\.",
