@@ -13,7 +13,7 @@ from tiny_bundle import SAMPLE_SENTENCES
 
 from core.bundle import BundleError, load_bundle
 from core.graphs import VOCAB_IDS, has_vocab_ids
-from core.search import length_divisor
+from core.search import Hypothesis
 from core.shortlist import SHORTLIST_FILE, Shortlist
 from core.tokenizer import BOS_ID
 from engine import Engine
@@ -108,10 +108,10 @@ def test_the_learned_list_keeps_the_translations(engines):
     got, want = engine.translate(KNOWN, BEAM), full_engine.translate(KNOWN, n_best)
     clear = 0
     for mine, whole in zip(got, want, strict=True):
-        (best, best_score, best_ids), (second, second_score, second_ids) = whole.hypotheses[:2]
-        margin = best_score / length_divisor(len(best_ids) + 1, BEAM.length_penalty) - second_score / length_divisor(
-            len(second_ids) + 1, BEAM.length_penalty
-        )
+        (best, *_), (second, *_) = whole.hypotheses[:2]
+        # the search's own ranking value (a finished hypothesis's length counts its EOS)
+        ranked = [Hypothesis.beam(ids, score, len(ids) + 1, BEAM.length_penalty) for _, score, ids in whole.hypotheses]
+        margin = ranked[0].normalized - ranked[1].normalized
         assert margin >= 0  # the n-best list is in the search's own order
         if margin > NEAR_TIE:
             clear += 1
