@@ -11,11 +11,14 @@ or the source languages of the loaded models) is both faster and more accurate t
 - ``language_name(code)``: English name ("German"), for LibreTranslate's /languages.
 - ``unserved(text, known)``: the language of a text in none of the ``known`` languages (French sent to a server
   of de, en and zh), told apart among WIDE_LANGUAGES; None when it may be one of them.
+- ``uncopied_latin(chinese, source)``: the Latin-script words of a Chinese text that its source lacks (a German
+  word leaked into English->Chinese output, not a name copied from the source).
 """
 
 from __future__ import annotations
 
 import functools
+import re
 import threading
 from collections.abc import Iterable, Sequence
 
@@ -145,3 +148,14 @@ def is_mismatch(found: tuple[str, float] | None, source_language: str, min_confi
     """The language_mismatch rule (service/serving/quality.py): the detector names another language than the
     model's source with at least ``min_confidence``."""
     return found is not None and found[0] != source_language and found[1] >= min_confidence
+
+
+_LATIN_WORD = re.compile(r"[A-Za-z\u00c0-\u024f]{2,}")
+
+
+def uncopied_latin(chinese: str, source: str) -> list[str]:
+    """Latin-script words (two letters or more) of ``chinese`` that ``source`` does not hold, ignoring case: in a
+    Chinese translation, names, acronyms and code copied from the source are right; a word that is not there is a
+    word of another language the model wrote ("人 reparieren了一家房子" for "People repair the roof of a house")."""
+    present = {w.casefold() for w in _LATIN_WORD.findall(source)}
+    return list(dict.fromkeys(w for w in _LATIN_WORD.findall(chinese) if w.casefold() not in present))

@@ -33,6 +33,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from core.language import uncopied_latin
 from core.normalize import NORMALIZATION_VERSION, normalize_for
 from model.augment import all_caps, with_placeholders
 from model.corpus_split import read_tatoeba, split_of
@@ -80,6 +81,9 @@ class CorpusSpec:
     # a symbol before the source text of the directions this corpus's source side is the source of: "<bt>" for
     # back-translated (synthetic) sources, so the model tells them from real ones (Caswell et al. 2019)
     source_tag: str = ""
+    # synthetic Chinese (the model's own English->Chinese): drop pairs whose Chinese side has a Latin-script word
+    # that the other side lacks (core/language.py ``uncopied_latin``: a German word leaked into the Chinese)
+    copied_latin_only: bool = False
 
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> CorpusSpec:
@@ -281,6 +285,16 @@ def clean(pairs: Pairs, source: str, recipe: Recipe, counts: Counter, target: st
     return kept
 
 
+def _copied_latin_only(pairs: Pairs, spec: CorpusSpec, counts: Counter) -> Pairs:
+    """The pairs whose Chinese side writes no Latin-script word that the other side lacks."""
+    if "zh" not in (spec.source, spec.target):
+        raise ValueError(f"corpus {spec.name}: copied_latin_only needs a Chinese side")
+    chinese = 0 if spec.source == "zh" else 1
+    kept = [p for p in pairs if not uncopied_latin(p[chinese], p[1 - chinese])]
+    counts["uncopied_latin"] += len(pairs) - len(kept)
+    return kept
+
+
 def normalized(pairs: Pairs, source: str, recipe: Recipe, target: str = TARGET) -> Pairs:
     """Validation and test pairs: normalised, never filtered (an evaluation set stays whole)."""
     return [(normalize_for(s, source, recipe.simplify_chinese), normalize_for(t, target, recipe.simplify_chinese))
@@ -322,6 +336,8 @@ def prepare(recipe: Recipe, root: str | Path, out: str | Path) -> dict[str, Any]
             else normalized(pairs, spec.source, recipe, spec.target)
             for split, pairs in splits.items()
         }
+        if spec.copied_latin_only:
+            cleaned[spec.name]["train"] = _copied_latin_only(cleaned[spec.name]["train"], spec, dropped)
         report[spec.name] = {"source": spec.source, "weight": spec.weight, "read": read_counts, "dropped": dropped}
 
     # every held-out sentence, either side (an en->x set's English is its source): exact, and with near_duplicates

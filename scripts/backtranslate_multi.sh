@@ -5,7 +5,11 @@
 #    4-gram block), in $WORK (not in model_repository/: it is a tool, not a release);
 # 2. translate the English news into German and Chinese with it (export.cli backtranslate: beam 4, loops and empty
 #    outputs dropped; a rerun continues where runs/bt/<corpus>/bt.done says);
-# 3. prepare the recipe with both back-translated corpora ($RECIPE, configs/data/multi-bt.json) into $OUT_DATA.
+#    and Multi30k's English captions forward into Chinese ($FT_INPUT -> $BT/m30k-zh: en-zh pairs with a synthetic
+#    Chinese target, which the recipe keeps only where no German word leaked in: `copied_latin_only`; English
+#    captions had German targets alone, and `<2zh>` on them wrote German words); the three translations run side by
+#    side, one thread each (stop the training run first: they want the cores);
+# 3. prepare the recipe with the three synthetic corpora ($RECIPE, configs/data/multi-bt.json) into $OUT_DATA.
 # Then resume the run on it (the next epoch starts on the new pairs):
 #   python -m model.cli train --config $RUN.json --data $OUT_DATA --out $RUN --new-data --no-progress
 # A fresh back-translation by a better model: remove runs/bt/news-de and runs/bt/news-zh first.
@@ -16,6 +20,7 @@ RUN=${RUN:-runs/long/m6-d384}
 DATA=${DATA:-runs/data/multi6}           # the run's prepared data: calibration sources and prepare.json
 SHARED=${SHARED:-../shared/data}
 MONO=${MONO:-$SHARED/news-en-mono/news.en}
+FT_INPUT=${FT_INPUT-$SHARED/multi30k/train.en}  # empty: no forward translation
 BT=${BT:-runs/bt}
 RECIPE=${RECIPE:-configs/data/multi-bt.json}
 OUT_DATA=${OUT_DATA:-runs/data/multi6bt}
@@ -37,10 +42,17 @@ shuf -n 256 --random-source=<(yes) "$DATA"/train.src > "$WORK"/calibration.src
 "$PY" -m export.cli decoding --bundle "$bundle" --no-repeat-ngram-size 4 \
     --why "scripts/backtranslate_multi.sh: no loops in synthetic sources" > /dev/null
 
-for pair in de zh; do
-    "$PY" -m export.cli backtranslate --bundle "$bundle" --input "$MONO" --direction "en-$pair" \
-        --out "$BT/news-$pair" --beam "$BEAM" --limit "$LIMIT"
-    echo "$step" > "$BT/news-$pair/model-step"
-done
-"$PY" -m model.cli prepare --recipe "$RECIPE" --data "$SHARED" --out "$OUT_DATA" | grep -E "news-bt|mix" >&2
+translate() {  # input direction out
+    "$PY" -m export.cli backtranslate --bundle "$bundle" --input "$1" --direction "$2" --out "$3" \
+        --beam "$BEAM" --limit "$LIMIT" --no-progress > "$3.json"
+    echo "$step" > "$3/model-step"
+}
+mkdir -p "$BT"
+jobs=()
+translate "$MONO" en-de "$BT/news-de" & jobs+=($!)
+translate "$MONO" en-zh "$BT/news-zh" & jobs+=($!)
+if [ -n "$FT_INPUT" ]; then translate "$FT_INPUT" en-zh "$BT/m30k-zh" & jobs+=($!); fi
+for job in "${jobs[@]}"; do wait "$job"; done  # set -e: a failed translation stops the script here
+for f in "$BT"/*.json; do echo "$(basename "$f" .json): $(cat "$f")" >&2; done
+"$PY" -m model.cli prepare --recipe "$RECIPE" --data "$SHARED" --out "$OUT_DATA" | grep -E "news-bt|m30k-ft|mix" >&2
 echo "resume: $PY -m model.cli train --config $RUN.json --data $OUT_DATA --out $RUN --new-data --no-progress" >&2

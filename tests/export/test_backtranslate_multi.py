@@ -34,6 +34,10 @@ def test_backtranslate_multi_prepares_tagged_synthetic_pairs(request, tmp_path):
          "directions": [f"{pair}-en"], "source_tag": "<bt>"}
         for pair in ("de", "zh")
     ]  # fmt: skip
+    corpora.append({"name": "m30k-ft-zh", "source": "zh", "reader": "parallel", "path": str(bt / "m30k-zh"),
+                    "directions": ["en-zh"], "copied_latin_only": True})  # fmt: skip
+    captions = english[:4]
+    (tmp_path / "captions.en").write_text("\n".join(captions) + "\n", encoding="utf-8")
     recipe = {"name": "bt", "directions": ["de-en", "en-de", "zh-en", "en-zh"], "corpora": corpora}
     (tmp_path / "recipe.json").write_text(json.dumps(recipe))
     (tmp_path / "shared").mkdir()
@@ -44,6 +48,7 @@ def test_backtranslate_multi_prepares_tagged_synthetic_pairs(request, tmp_path):
         "DATA": str(data),
         "SHARED": str(tmp_path / "shared"),
         "MONO": str(tmp_path / "news.en"),
+        "FT_INPUT": str(tmp_path / "captions.en"),
         "BT": str(bt),
         "RECIPE": str(tmp_path / "recipe.json"),
         "OUT_DATA": str(tmp_path / "prepared"),
@@ -64,6 +69,15 @@ def test_backtranslate_multi_prepares_tagged_synthetic_pairs(request, tmp_path):
         # the synthetic side is in the asked language (Chinese comes out without spaces)
         assert any(w in line for line in synthetic for w in LEXICON[pair]), (pair, synthetic)
         kept += len(real)
-    prepared = read_lines(tmp_path / "prepared" / "train.src")
-    assert prepared and all(line.startswith("<2en> <bt> ") for line in prepared)
-    assert len(prepared) <= kept and set(read_lines(tmp_path / "prepared" / "train.tgt")) <= set(english)
+    # the captions forward into Chinese: real English sources, synthetic Chinese targets, untagged as synthetic
+    forward = bt / "m30k-zh"
+    assert (forward / "model-step").read_text().strip() == str(step)
+    assert set(read_lines(forward / "bt.en")) <= set(captions)
+    prepared = tmp_path / "prepared"
+    pairs = list(zip(read_lines(prepared / "train.src"), read_lines(prepared / "train.tgt"), strict=True))
+    back = [(s, t) for s, t in pairs if s.startswith("<2en> <bt> ")]
+    ahead = [(s, t) for s, t in pairs if s.startswith("<2zh> ")]
+    assert back and len(back) + len(ahead) == len(pairs)
+    assert len(back) <= kept and {t for _, t in back} <= set(english)
+    assert len(ahead) <= len(read_lines(forward / "bt.en"))
+    assert {s.removeprefix("<2zh> ") for s, _ in ahead} <= set(captions)

@@ -70,3 +70,29 @@ def test_a_corpus_path_starting_with_dot_slash_is_the_working_directorys(tmp_pat
         == 0
     )
     assert read_lines(out / "train.src") == ["<2en> <bt> Ein künstlicher deutscher Satz."]
+
+
+def test_forward_translated_chinese_keeps_only_pairs_without_leaked_latin_words(tmp_path: Path) -> None:
+    """The model's own English->Chinese of Multi30k's captions as en-zh pairs: a Chinese side with a German word the
+    English lacks ("reparieren") is dropped and counted; a name copied from the English ("Terrier") stays."""
+    data = tmp_path / "data"
+    (data / "ft").mkdir(parents=True)
+    (data / "ft" / "bt.zh").write_text(
+        "人 reparieren了一家房子的屋顶。\n一只波士顿 Terrier在草地上奔跑。\n两个男人在踢足球。\n"
+    )
+    (data / "ft" / "bt.en").write_text(
+        "People repair the roof of a house.\nA Boston terrier runs on the grass.\nTwo men are playing soccer.\n"
+    )
+    recipe = {"name": "ft", "directions": ["en-zh", "zh-en"], "corpora": [
+        {"name": "m30k-ft-zh", "source": "zh", "reader": "parallel", "path": "ft", "directions": ["en-zh"],
+         "copied_latin_only": True}]}  # fmt: skip
+    (tmp_path / "r.json").write_text(json.dumps(recipe))
+    out = tmp_path / "out"
+    assert cli_main(["prepare", "--recipe", str(tmp_path / "r.json"), "--data", str(data), "--out", str(out)]) == 0
+    pairs = sorted(zip(read_lines(out / "train.src"), read_lines(out / "train.tgt"), strict=True))  # the mix shuffles
+    assert pairs == [
+        ("<2zh> A Boston terrier runs on the grass.", "一只波士顿 Terrier在草地上奔跑。"),
+        ("<2zh> Two men are playing soccer.", "两个男人在踢足球。"),
+    ]
+    report = json.loads((out / "prepare.json").read_text())
+    assert "uncopied_latin" in json.dumps(report)
