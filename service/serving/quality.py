@@ -8,7 +8,11 @@ Warnings (``{"code", "message"}``, an empty list when there is nothing to say):
   do-not-translate constraints, which the map cannot judge (the confidence is left out);
 - ``unknown_characters``: characters the tokenizer never saw went through byte fallback;
 - ``multiple_sentences``: the text holds several sentences and split_sentences was off (the model was trained
-  on single sentences).
+  on single sentences);
+- ``foreign_words``: a Chinese translation writes Latin-script words that the text does not hold (core/language.py
+  ``uncopied_latin``): names and acronyms copied from the text are right, other words are another language's
+  (multi 1's English->Chinese leaks German words: docs/model-card.md). Not judged under glossary or
+  do-not-translate constraints, whose terms may be such words.
 The confidence is the bundle's fitted map (core/confidence.py, manifest ``confidence``) of the translation's mean
 log-probability per token: the estimated probability that its chrF against a reference would be >= the
 threshold it was fitted for. None when the bundle has no fitted map, for an empty text, and for a translation
@@ -23,7 +27,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 from core.confidence import confidence
-from core.language import MISMATCH_MIN_CONFIDENCE, is_mismatch
+from core.language import MISMATCH_MIN_CONFIDENCE, is_mismatch, uncopied_latin
 from engine.decoding import TranslateOptions
 from engine.translation import Translation
 from service.models.registry import LoadedModel
@@ -151,6 +155,16 @@ def assess(
                 "multiple_sentences",
                 f"the text holds {sentences} sentences; the model was trained on single sentences "
                 "(split_sentences translates them one by one)",
+            )
+        )
+    foreign = [] if translation.constrained or model.languages[1] != "zh" else uncopied_latin(translation.text, text)
+    if foreign:
+        shown = ", ".join(foreign[:5]) + (", ..." if len(foreign) > 5 else "")
+        warnings.append(
+            _warning(
+                "foreign_words",
+                f"the Chinese translation writes {len(foreign)} word(s) in Latin script that the text does not hold: "
+                f"{shown}; they may be another language's words left untranslated",
             )
         )
     return value, warnings
