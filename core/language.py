@@ -11,8 +11,8 @@ or the source languages of the loaded models) is both faster and more accurate t
 - ``language_name(code)``: English name ("German"), for LibreTranslate's /languages.
 - ``unserved(text, known)``: the language of a text in none of the ``known`` languages (French sent to a server
   of de, en and zh), told apart among WIDE_LANGUAGES; None when it may be one of them.
-- ``uncopied_latin(chinese, source)``: the Latin-script words of a Chinese text that its source lacks (a German
-  word leaked into English->Chinese output, not a name copied from the source).
+- ``latin_words(text)``: its Latin-script words; ``uncopied_latin(chinese, source)``: those of a Chinese text that
+  its source lacks (a German word leaked into English->Chinese output, not a name copied from the source).
 """
 
 from __future__ import annotations
@@ -153,9 +153,14 @@ def is_mismatch(found: tuple[str, float] | None, source_language: str, min_confi
 _LATIN_WORD = re.compile(r"[A-Za-z\u00c0-\u024f]{2,}")
 
 
+def latin_words(text: str) -> list[str]:
+    """The Latin-script words (two letters or more) of ``text``, in order."""
+    return _LATIN_WORD.findall(text)
+
+
 def uncopied_latin(chinese: str, source: str) -> list[str]:
     """Latin-script words (two letters or more) of ``chinese`` that ``source`` does not hold, ignoring case: in a
     Chinese translation, names, acronyms and code copied from the source are right; a word that is not there is a
     word of another language the model wrote ("人 reparieren了一家房子" for "People repair the roof of a house")."""
-    present = {w.casefold() for w in _LATIN_WORD.findall(source)}
-    return list(dict.fromkeys(w for w in _LATIN_WORD.findall(chinese) if w.casefold() not in present))
+    present = {w.casefold() for w in latin_words(source)}
+    return list(dict.fromkeys(w for w in latin_words(chinese) if w.casefold() not in present))

@@ -33,7 +33,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from core.language import uncopied_latin
+from core.language import latin_words, uncopied_latin
 from core.normalize import NORMALIZATION_VERSION, normalize_for
 from model.augment import all_caps, with_placeholders
 from model.corpus_split import read_tatoeba, split_of
@@ -59,6 +59,7 @@ RATIO_BANDS = {"de": (0.4, 2.5), "zh": (0.9, 12.0)}
 PAIR_RATIO_BANDS = {"de-zh": (0.1, 0.8)}
 RATIO_MIN_CHARS = 16  # shorter pairs ("Hi." / "Hallo!") are not ratio-checked
 COPY_MIN_CHARS = 16
+CHINESE_LATIN = ("", "copied", "none")  # CorpusSpec.chinese_latin
 
 
 @dataclass
@@ -81,9 +82,11 @@ class CorpusSpec:
     # a symbol before the source text of the directions this corpus's source side is the source of: "<bt>" for
     # back-translated (synthetic) sources, so the model tells them from real ones (Caswell et al. 2019)
     source_tag: str = ""
-    # synthetic Chinese (the model's own English->Chinese): drop pairs whose Chinese side has a Latin-script word
-    # that the other side lacks (core/language.py ``uncopied_latin``: a German word leaked into the Chinese)
-    copied_latin_only: bool = False
+    # Latin-script words (2+ letters) allowed in the Chinese side of synthetic Chinese (the model's own
+    # English->Chinese), pairs with others dropped: "copied" = only words the other side holds (core/language.py
+    # ``uncopied_latin``: no German word leaked in), "none" = none at all (captions, where the model also leaves
+    # English words untranslated); "" = no check
+    chinese_latin: str = ""
 
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> CorpusSpec:
@@ -96,6 +99,10 @@ class CorpusSpec:
         if not set(spec.directions) <= set(both):
             raise ValueError(f"corpus {spec.name}: directions must be among {both}, got {spec.directions}")
         spec.directions = spec.directions or both
+        if spec.chinese_latin not in CHINESE_LATIN:
+            raise ValueError(f"corpus {spec.name}: chinese_latin must be one of {CHINESE_LATIN}")
+        if spec.chinese_latin and "zh" not in (spec.source, spec.target):
+            raise ValueError(f"corpus {spec.name}: chinese_latin needs a Chinese side")
         return spec
 
 
@@ -285,13 +292,14 @@ def clean(pairs: Pairs, source: str, recipe: Recipe, counts: Counter, target: st
     return kept
 
 
-def _copied_latin_only(pairs: Pairs, spec: CorpusSpec, counts: Counter) -> Pairs:
-    """The pairs whose Chinese side writes no Latin-script word that the other side lacks."""
-    if "zh" not in (spec.source, spec.target):
-        raise ValueError(f"corpus {spec.name}: copied_latin_only needs a Chinese side")
+def _chinese_latin(pairs: Pairs, spec: CorpusSpec, counts: Counter) -> Pairs:
+    """The pairs whose Chinese side has only the Latin-script words ``spec.chinese_latin`` allows."""
     chinese = 0 if spec.source == "zh" else 1
-    kept = [p for p in pairs if not uncopied_latin(p[chinese], p[1 - chinese])]
-    counts["uncopied_latin"] += len(pairs) - len(kept)
+    if spec.chinese_latin == "copied":
+        kept = [p for p in pairs if not uncopied_latin(p[chinese], p[1 - chinese])]
+    else:
+        kept = [p for p in pairs if not latin_words(p[chinese])]
+    counts["latin_words"] += len(pairs) - len(kept)
     return kept
 
 
@@ -336,8 +344,8 @@ def prepare(recipe: Recipe, root: str | Path, out: str | Path) -> dict[str, Any]
             else normalized(pairs, spec.source, recipe, spec.target)
             for split, pairs in splits.items()
         }
-        if spec.copied_latin_only:
-            cleaned[spec.name]["train"] = _copied_latin_only(cleaned[spec.name]["train"], spec, dropped)
+        if spec.chinese_latin:
+            cleaned[spec.name]["train"] = _chinese_latin(cleaned[spec.name]["train"], spec, dropped)
         report[spec.name] = {"source": spec.source, "weight": spec.weight, "read": read_counts, "dropped": dropped}
 
     # every held-out sentence, either side (an en->x set's English is its source): exact, and with near_duplicates

@@ -6,9 +6,9 @@
 # 2. translate the English news into German and Chinese with it (export.cli backtranslate: beam 4, loops and empty
 #    outputs dropped; a rerun continues where runs/bt/<corpus>/bt.done says);
 #    and Multi30k's English captions forward into Chinese ($FT_INPUT -> $BT/m30k-zh: en-zh pairs with a synthetic
-#    Chinese target, which the recipe keeps only where no German word leaked in: `copied_latin_only`; English
-#    captions had German targets alone, and `<2zh>` on them wrote German words); the three translations run side by
-#    side, one thread each (stop the training run first: they want the cores);
+#    Chinese target, which the recipe keeps only where the Chinese has no Latin-script word: `chinese_latin: none`;
+#    English captions had German targets alone, and `<2zh>` on them wrote German, or left English, words); the
+#    three translations run side by side, one thread each (stop the training run first: they want the cores);
 # 3. prepare the recipe with the three synthetic corpora ($RECIPE, configs/data/multi-bt.json) into $OUT_DATA.
 # Then resume the run on it (the next epoch starts on the new pairs):
 #   python -m model.cli train --config $RUN.json --data $OUT_DATA --out $RUN --new-data --no-progress

@@ -35,7 +35,7 @@ def test_backtranslate_multi_prepares_tagged_synthetic_pairs(request, tmp_path):
         for pair in ("de", "zh")
     ]  # fmt: skip
     corpora.append({"name": "m30k-ft-zh", "source": "zh", "reader": "parallel", "path": str(bt / "m30k-zh"),
-                    "directions": ["en-zh"], "copied_latin_only": True})  # fmt: skip
+                    "directions": ["en-zh"], "chinese_latin": "none"})  # fmt: skip
     captions = english[:4]
     (tmp_path / "captions.en").write_text("\n".join(captions) + "\n", encoding="utf-8")
     recipe = {"name": "bt", "directions": ["de-en", "en-de", "zh-en", "en-zh"], "corpora": corpora}

@@ -6,10 +6,13 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+import pytest
+
 import model.backtranslate as bt_module
 from model.backtranslate import backtranslate, model_translator
 from model.cli import main as cli_main
 from model.data import read_lines
+from model.prepare import CorpusSpec
 
 
 def _fake(calls: list[list[str]]):
@@ -72,9 +75,17 @@ def test_a_corpus_path_starting_with_dot_slash_is_the_working_directorys(tmp_pat
     assert read_lines(out / "train.src") == ["<2en> <bt> Ein künstlicher deutscher Satz."]
 
 
-def test_forward_translated_chinese_keeps_only_pairs_without_leaked_latin_words(tmp_path: Path) -> None:
+@pytest.mark.parametrize(
+    ("rule", "kept"),
+    [
+        ("copied", ["A Boston terrier runs on the grass.", "Two men are playing soccer."]),  # the name copied stays
+        ("none", ["Two men are playing soccer."]),
+    ],
+)
+def test_forward_translated_chinese_keeps_the_latin_words_its_rule_allows(tmp_path: Path, rule, kept) -> None:
     """The model's own English->Chinese of Multi30k's captions as en-zh pairs: a Chinese side with a German word the
-    English lacks ("reparieren") is dropped and counted; a name copied from the English ("Terrier") stays."""
+    English lacks ("reparieren") is dropped under either rule, one with a word copied from the English ("Terrier")
+    only under ``none``; the drops are counted."""
     data = tmp_path / "data"
     (data / "ft").mkdir(parents=True)
     (data / "ft" / "bt.zh").write_text(
@@ -85,14 +96,18 @@ def test_forward_translated_chinese_keeps_only_pairs_without_leaked_latin_words(
     )
     recipe = {"name": "ft", "directions": ["en-zh", "zh-en"], "corpora": [
         {"name": "m30k-ft-zh", "source": "zh", "reader": "parallel", "path": "ft", "directions": ["en-zh"],
-         "copied_latin_only": True}]}  # fmt: skip
+         "chinese_latin": rule}]}  # fmt: skip
     (tmp_path / "r.json").write_text(json.dumps(recipe))
     out = tmp_path / "out"
     assert cli_main(["prepare", "--recipe", str(tmp_path / "r.json"), "--data", str(data), "--out", str(out)]) == 0
-    pairs = sorted(zip(read_lines(out / "train.src"), read_lines(out / "train.tgt"), strict=True))  # the mix shuffles
-    assert pairs == [
-        ("<2zh> A Boston terrier runs on the grass.", "一只波士顿 Terrier在草地上奔跑。"),
-        ("<2zh> Two men are playing soccer.", "两个男人在踢足球。"),
-    ]
+    assert sorted(read_lines(out / "train.src")) == [f"<2zh> {e}" for e in kept]  # the mix shuffles
+    assert all(any(c in t for c in "足球草地") for t in read_lines(out / "train.tgt"))
     report = json.loads((out / "prepare.json").read_text())
-    assert "uncopied_latin" in json.dumps(report)
+    assert report["corpora"]["m30k-ft-zh"]["dropped"]["latin_words"] == 3 - len(kept)
+
+
+def test_chinese_latin_needs_a_known_rule_and_a_chinese_side() -> None:
+    with pytest.raises(ValueError, match="one of"):
+        CorpusSpec.from_dict({"name": "x", "source": "zh", "reader": "parallel", "path": "x", "chinese_latin": "some"})
+    with pytest.raises(ValueError, match="Chinese side"):
+        CorpusSpec.from_dict({"name": "x", "source": "de", "reader": "parallel", "path": "x", "chinese_latin": "none"})
