@@ -13,6 +13,7 @@
 #    direction. $OUT keeps no copy of the weights (the bundle's are the release's);
 # 3. score every direction through the engine (int8, beam 4, the service's tagging; export.cli evaluate --direction)
 #    on our test splits, sealed into the manifest; the reports go to $OUT/evaluation.<direction>.json;
+#    and how often its Chinese holds Latin-script words on Multi30k's test captions ($OUT/foreign-words.*.json);
 # 4. the previous release (de-en 3, zh-en 2) on the same splits: $OUT/previous.<direction>.json, and which of the
 #    two should answer de->en and zh->en (the higher mean BLEU): $OUT/direction-models and $REPOSITORY/direction-models,
 #    which the service reads unless MT_DIRECTION_MODELS is set.
@@ -150,6 +151,13 @@ score zh-en wiki-zh.test tatoeba-zh.test tico-zh.test news-zh.val
 score en-zh wiki-zh.test tatoeba-zh.test tico-zh.test news-zh.val
 score de-zh bridge-tatoeba.test
 score zh-de bridge-tatoeba.test
+# Chinese written with Latin-script words (the service's foreign_words warning; multi 1 leaked German words into
+# English->Chinese) on Multi30k's test captions: $OUT/foreign-words.<direction>.json
+for way in en-zh:en de-zh:de; do
+    part=() && [ "$LIMIT" != 0 ] && part=(--limit "$LIMIT")
+    "$PY" -m export.foreign_words --bundle "$BUNDLE" --input "$DATA/multi30k.test.${way#*:}" --direction "${way%:*}" \
+        --beam "$BEAM" --output "$OUT/foreign-words.${way%:*}.json" "${part[@]}" > /dev/null
+done
 # the previous release (one bundle per direction into English) on the same splits, for the card's comparison
 previous() {
     local bundle=$1 direction=$2 && shift 2

@@ -96,6 +96,10 @@ def test_release_multi_exports_and_scores_every_direction(request, tmp_path):
         assert first["beam4"]["bleu"] >= 0
         sealed = int8["bleu"] if direction == "de-en" else int8["direction_evaluations"][direction][first["split"]]
         assert sealed["beam4"]["bleu"] == first["beam4"]["bleu"]
+    for direction in ("en-zh", "de-zh"):  # Latin-script words in its Chinese, on the test captions
+        foreign = json.loads((out / f"foreign-words.{direction}.json").read_text(encoding="utf-8"))
+        assert foreign["direction"] == direction and foreign["texts"] == 6
+        assert Path(foreign["input"]).name == f"multi30k.test.{direction[:2]}"
     chosen = dict(item.split("=") for item in (out / "direction-models").read_text().strip().split(","))
     assert set(chosen) == {"de-en", "zh-en"}
     for direction in ("de-en", "zh-en"):  # the shipped release on the same splits, and the better one answers
