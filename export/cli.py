@@ -19,7 +19,7 @@ from core.graphs import STEP_GRAPHS
 from engine import Engine
 from engine.decoding import TranslateOptions, decoding_defaults
 from export.calibration import calibrate, read_sentences
-from export.direction_scoring import direction_named, translate_split
+from export.direction_scoring import direction_named, engine_in_direction, translate_split
 from export.directions import directions_for
 from export.float16_storage import FLOAT16_WEIGHTS, parameters
 from export.import_commands import cmd_import_argos, cmd_import_hf
@@ -147,15 +147,11 @@ def cmd_backtranslate(args: argparse.Namespace) -> int:
     from model.backtranslate import backtranslate
     from model.data import read_lines
 
-    bundle = load_bundle(args.bundle)
     try:
-        direction, _ = direction_named(bundle.manifest, args.direction)
+        engine, direction = engine_in_direction(args.bundle, args.direction, args.variant, args.threads, args.providers)
     except DirectionError as exc:
         print(f"--direction: {exc}", file=sys.stderr)
         return 2
-    engine = Engine(
-        bundle, variant=args.variant, providers=args.providers, intra_op_threads=args.threads, fused_step="auto"
-    )
     options = engine.resolved(TranslateOptions(beam_size=args.beam))
     texts = read_lines(args.input)
     texts = texts[: args.limit] if args.limit else texts

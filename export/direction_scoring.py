@@ -13,6 +13,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
+from core.bundle import load_bundle
 from core.directions import Direction, DirectionError, directions_of, tag_ids
 from core.tokenizer import EOS_ID
 from engine import Engine
@@ -28,6 +29,17 @@ def direction_named(manifest: dict[str, Any], name: str | None) -> tuple[Directi
     if name not in directions:
         raise DirectionError(f"the bundle serves {', '.join(directions)}; not {name}")
     return directions[name], name == own
+
+
+def engine_in_direction(
+    bundle_dir: str, name: str | None, variant: str, threads: int = 1, providers: str = "cpu"
+) -> tuple[Engine, Direction]:
+    """An engine on the bundle (the fused int8 step where the CPU and `make native` allow) and its direction ``name``
+    (``direction_named``: DirectionError when the bundle does not serve it), for the commands that translate a file."""
+    bundle = load_bundle(bundle_dir)
+    direction, _ = direction_named(bundle.manifest, name)
+    engine = Engine(bundle, variant=variant, providers=providers, intra_op_threads=threads, fused_step="auto")
+    return engine, direction
 
 
 def source_ids(engine: Engine, sources: Sequence[str], prefix: Sequence[int] = ()) -> tuple[list[list[int]], int]:

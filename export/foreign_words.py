@@ -15,12 +15,10 @@ import json
 import sys
 import time
 
-from core.bundle import load_bundle
 from core.directions import DirectionError
 from core.language import latin_words, uncopied_latin
-from engine import Engine
 from engine.decoding import TranslateOptions
-from export.direction_scoring import direction_named, translate_split
+from export.direction_scoring import engine_in_direction, translate_split
 from model.data import read_lines
 
 EXAMPLES = 5  # translations with foreign words shown in the report
@@ -51,16 +49,14 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--threads", type=int, default=1)
     parser.add_argument("--output", help="write the report (JSON) here too")
     args = parser.parse_args(argv)
-    bundle = load_bundle(args.bundle)
+    if not args.direction.endswith("-zh"):
+        print(f"--direction: {args.direction} is not into Chinese", file=sys.stderr)
+        return 2
     try:
-        direction, _ = direction_named(bundle.manifest, args.direction)
+        engine, direction = engine_in_direction(args.bundle, args.direction, args.variant, args.threads)
     except DirectionError as exc:
         print(f"--direction: {exc}", file=sys.stderr)
         return 2
-    if direction.target != "zh":
-        print(f"--direction: {direction.name} is not into Chinese", file=sys.stderr)
-        return 2
-    engine = Engine(bundle, variant=args.variant, intra_op_threads=args.threads, fused_step="auto")
     sources = read_lines(args.input)
     sources = sources[: args.limit] if args.limit else sources
     started = time.time()
