@@ -7,6 +7,14 @@ Each validation sentence is translated by the engine (default variant, beam 4 as
 label is sentence chrF >= --threshold against its reference; a logistic regression on the mean log-probability
 per token (core/confidence.py) is fitted by Newton's method. Reported on the test split: expected calibration
 error (10 equal-width bins), Brier score, and the base rate for comparison.
+
+A multilingual bundle has a map per direction (``--direction``, default its own pair; sources tagged as the service
+tags them): the own pair's is the manifest's ``confidence``, another's ``direction_confidence[<direction>]``, which
+service/serving/directions.py ``Routed`` answers with. A direction served by pivot has none (its answer's score is
+the second leg's alone, blind to the first leg's errors).
+
+    python -m export.confidence --bundle model_repository/multi/2 --data runs/data/multi6 --direction en-zh \
+        --fit-split tatoeba-zh.val news-zh.val --test-split tatoeba-zh.test tico-zh.test
 """
 
 from __future__ import annotations
@@ -21,9 +29,11 @@ import sacrebleu
 
 from core.bundle import load_bundle
 from core.confidence import confidence_of, mean_log_prob
+from core.directions import DirectionError, tag_ids
 from core.tokenizer import EOS_ID
 from engine import Engine
 from engine.decoding import TranslateOptions
+from export.direction_scoring import direction_named
 from export.manifest import seal
 
 
@@ -78,26 +88,38 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--threshold", type=float, default=50.0, help="chrF a 'good' translation reaches")
     parser.add_argument("--beam", type=int, default=4)
     parser.add_argument("--limit", type=int, default=0, help="use only the first N sentences of each split")
+    parser.add_argument("--direction", help="a direction of a multilingual bundle (default: its own pair)")
     parser.add_argument("--dry-run", action="store_true", help="report, do not write the manifest")
     args = parser.parse_args(argv)
 
     bundle = load_bundle(args.bundle)
     m = bundle.manifest
+    try:
+        direction, own = direction_named(m, args.direction)
+    except DirectionError as exc:
+        print(f"--direction: {exc}", file=sys.stderr)
+        return 2
+    if direction.pivot:
+        print(f"--direction: {direction.name} is served by pivot through {direction.pivot}: no confidence map (its "
+              "score is the second leg's alone)", file=sys.stderr)  # fmt: skip
+        return 2
     engine = Engine(bundle)
+    prefix = tag_ids(engine.tokenizer.encode, engine.tokenizer.sp.piece_to_id, direction.tag)
     data, skipped = {}, {}
     for role, splits in (("fit", args.fit_split), ("test", args.test_split)):
         sources, references = [], []
         for split in splits:  # several splits (a general model's domains) are scored as one
-            language = split_language(args.data, split, m["source_language"], m["target_language"])
-            src, ref = read_parallel(args.data, split, language, m["target_language"])
+            language = split_language(args.data, split, direction.source, direction.target)
+            src, ref = read_parallel(args.data, split, language, direction.target)
             if args.limit:
                 src, ref = src[: args.limit], ref[: args.limit]
             sources, references = sources + src, references + ref
         # a source over the model's limit is refused by the service (422), so it has no confidence to fit
         ids = engine.tokenizer.encode_batch([engine.normalize_source(s) for s in sources])
-        fits = [len(seq) < engine.max_source_tokens for seq in ids]  # with its EOS, within the model's positions
+        room = engine.max_source_tokens - len(prefix)  # with the tag and its EOS, within the model's positions
+        fits = [len(seq) < room for seq in ids]
         skipped[role] = fits.count(False)
-        kept = [(seq + [EOS_ID], ref) for seq, ref, ok in zip(ids, references, fits, strict=True) if ok]
+        kept = [([*prefix, *seq, EOS_ID], ref) for seq, ref, ok in zip(ids, references, fits, strict=True) if ok]
         data[role] = features_and_labels(
             engine, [seq for seq, _ in kept], [ref for _, ref in kept], args.threshold, args.beam
         )
@@ -112,6 +134,7 @@ def main(argv: list[str] | None = None) -> int:
         "feature": "mean log-probability per generated token, EOS included (core/confidence.py)",
         "target": f"sentence chrF >= {args.threshold} against the reference",
         "threshold_chrf": args.threshold,
+        "direction": direction.name,
         "variant": engine.variant,
         "beam_size": args.beam,
         "fit": {
@@ -133,7 +156,10 @@ def main(argv: list[str] | None = None) -> int:
     print(json.dumps(report, indent=2))
     if not args.dry_run:
         manifest = dict(m)
-        manifest["confidence"] = report
+        if own:
+            manifest["confidence"] = report
+        else:
+            manifest["direction_confidence"] = {**manifest.get("direction_confidence", {}), direction.name: report}
         seal(Path(args.bundle), manifest)
         print(f"stored in {Path(args.bundle) / 'manifest.json'}", file=sys.stderr)
     return 0

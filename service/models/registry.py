@@ -98,6 +98,11 @@ class LoadedModel:
     def languages(self) -> tuple[str, str]:
         return self.bundle.manifest["source_language"], self.bundle.manifest["target_language"]
 
+    @property
+    def confidence_map(self) -> dict[str, Any] | None:
+        """The fitted confidence map of its own pair (manifest ``confidence``; export/confidence.py), or None."""
+        return self.bundle.manifest.get("confidence")
+
     # the bundle's own pair, its first direction (core/directions.py); service/serving/directions.py's Routed
     # serves the others of a multilingual bundle on the same engine and scheduler
     @property

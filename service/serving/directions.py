@@ -61,6 +61,14 @@ class Routed:
         return f"{self.model.name} {self.direction.name}"
 
     @property
+    def confidence_map(self) -> dict[str, Any] | None:
+        """The direction's fitted confidence map (manifest ``direction_confidence``); None for a pivot: its score is
+        the second leg's alone."""
+        if self.direction.pivot:
+            return None
+        return self.model.bundle.manifest.get("direction_confidence", {}).get(self.direction.name)
+
+    @property
     def source_prefix(self) -> list[int]:
         tokenizer = self.model.engine.tokenizer
         return tag_ids(tokenizer.encode, tokenizer.sp.piece_to_id, self.direction.tag)

@@ -13,12 +13,13 @@ Warnings (``{"code", "message"}``, an empty list when there is nothing to say):
   ``uncopied_latin``): names and acronyms copied from the text are right, other words are another language's
   (multi 1's English->Chinese leaks German words: docs/model-card.md). Not judged under glossary or
   do-not-translate constraints, whose terms may be such words.
-The confidence is the bundle's fitted map (core/confidence.py, manifest ``confidence``) of the translation's mean
+The confidence is the bundle's fitted map (core/confidence.py; manifest ``confidence``, or for another direction of a
+multilingual bundle ``direction_confidence``: the model's ``confidence_map``) of the translation's mean
 log-probability per token: the estimated probability that its chrF against a reference would be >= the
-threshold it was fitted for. None when the bundle has no fitted map, for an empty text, and for a translation
-decoded under glossary or do-not-translate constraints (``Translation.constrained``): the forced subwords' low
-log-probabilities say nothing of its quality (every such translation mapped to about 0), and the map was fitted on
-free output only.
+threshold it was fitted for. None when the bundle has no fitted map for the direction (a pivot never has one), for
+an empty text, and for a translation decoded under glossary or do-not-translate constraints
+(``Translation.constrained``): the forced subwords' low log-probabilities say nothing of its quality (every such
+translation mapped to about 0), and the map was fitted on free output only.
 """
 
 from __future__ import annotations
@@ -133,7 +134,7 @@ def assess(
     if translation.truncated:
         limit = f"max_length {options.max_length}" if options.max_length else "2 x source subwords + 10"
         warnings.append(_warning("truncated", f"the translation stopped at its length limit ({limit}) before it ended"))
-    params = model.bundle.manifest.get("confidence")
+    params = model.confidence_map  # the direction's: a multilingual bundle has one per direction
     value = None
     if params and translation.constrained:
         warnings.append(_warning("confidence_unavailable", CONSTRAINED))

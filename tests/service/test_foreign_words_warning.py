@@ -1,6 +1,6 @@
 """The ``foreign_words`` warning (service/serving/quality.py ``assess``): a Chinese translation that writes Latin-script
 words its text lacks, as multi 1's English->Chinese writes German ones. A unit test of ``assess``: the model it is
-given is a stand-in with only what ``assess`` reads (its languages, manifest and tokenizer)."""
+given is a stand-in with only what ``assess`` reads (its languages, confidence map and tokenizer)."""
 
 from __future__ import annotations
 
@@ -16,7 +16,7 @@ from service.serving.quality import assess
 def _model(source: str, target: str) -> SimpleNamespace:
     tokenizer = SimpleNamespace(spelled_in_bytes=lambda ch: False)
     engine = SimpleNamespace(tokenizer=tokenizer, normalize_source=lambda text: text)
-    return SimpleNamespace(name="multi", languages=(source, target), bundle=SimpleNamespace(manifest={}), engine=engine)
+    return SimpleNamespace(name="multi", languages=(source, target), confidence_map=None, engine=engine)
 
 
 def _codes(target: str, text: str, translated: str, constrained: bool = False) -> list[dict[str, str]]:
