@@ -27,6 +27,13 @@ SPLITS = {
     "tico-zh.test": ("zh", "en"),
     "news-zh.val": ("zh", "en"),
     "bridge-tatoeba.test": ("de", "zh"),
+    # validation splits: the confidence maps are fitted on them
+    "multi30k.val": ("de", "en"),
+    "tatoeba-de.val": ("de", "en"),
+    "tatoeba-zh.val": ("zh", "en"),
+    "wiki-zh.val": ("zh", "en"),
+    "tico-zh.val": ("zh", "en"),
+    "bridge-tatoeba.val": ("de", "zh"),
 }
 DIRECTIONS = ["de-en", "en-de", "zh-en", "en-zh", "de-zh", "zh-de"]
 
@@ -96,6 +103,15 @@ def test_release_multi_exports_and_scores_every_direction(request, tmp_path):
         assert first["beam4"]["bleu"] >= 0
         sealed = int8["bleu"] if direction == "de-en" else int8["direction_evaluations"][direction][first["split"]]
         assert sealed["beam4"]["bleu"] == first["beam4"]["bleu"]
+    for direction in DIRECTIONS:  # a confidence map for each direct direction: the own pair's, then the others'
+        fitted = (
+            manifest["confidence"] if direction == "de-en" else manifest.get("direction_confidence", {}).get(direction)
+        )
+        if "pivot" in manifest["directions"][direction]:
+            assert fitted is None and not (out / f"confidence.{direction}.json").exists()
+            continue
+        assert fitted["direction"] == direction and fitted["fit"]["sentences"] > 0 and fitted["test"]["sentences"] > 0
+        assert json.loads((out / f"confidence.{direction}.json").read_text())["a"] == fitted["a"]
     for direction in ("en-zh", "de-zh"):  # Latin-script words in its Chinese, on the test captions
         foreign = json.loads((out / f"foreign-words.{direction}.json").read_text(encoding="utf-8"))
         assert foreign["direction"] == direction and foreign["texts"] == 6
