@@ -13,7 +13,8 @@
 #    direction. $OUT keeps no copy of the weights (the bundle's are the release's);
 # 3. score every direction through the engine (int8, beam 4, the service's tagging; export.cli evaluate --direction)
 #    on our test splits, sealed into the manifest; the reports go to $OUT/evaluation.<direction>.json;
-#    a confidence map per direct direction (export.confidence --direction), fitted on validation splits,
+#    a confidence map per direct direction into English or German (export.confidence --direction), fitted on
+#    validation splits,
 #    and how often its Chinese holds Latin-script words on Multi30k's test captions ($OUT/foreign-words.*.json);
 # 4. the previous release (de-en 3, zh-en 2) on the same splits: $OUT/previous.<direction>.json, and which of the
 #    two should answer de->en and zh->en (the higher mean BLEU): $OUT/direction-models and $REPOSITORY/direction-models,
@@ -153,25 +154,24 @@ score zh-en wiki-zh.test tatoeba-zh.test tico-zh.test news-zh.val
 score en-zh wiki-zh.test tatoeba-zh.test tico-zh.test news-zh.val
 score de-zh bridge-tatoeba.test
 score zh-de bridge-tatoeba.test
-# a confidence map per direct direction (export.confidence --direction; the service's `confidence` and
-# `low_confidence`), fitted on validation splits and measured on test splits of its languages, one after the other
-# (each re-seals the manifest): $OUT/confidence.<direction>.json
+# a confidence map per direct direction into English or German (export.confidence --direction; the service's
+# `confidence` and `low_confidence`), fitted on validation splits and measured on test splits of its languages, one
+# after the other (each re-seals the manifest): $OUT/confidence.<direction>.json. None into Chinese: sentence chrF
+# >= 50 is rare for Chinese text whatever its quality (5.9% of multi 1's en-zh on our test splits; "今天天气很好。"
+# mapped to 0.29), so such a map would flag nearly every answer; those answers carry no confidence
+# (docs/models-round3.md)
 confidence_map() {
     local direction=$1 fit=$2 test=$3
     # shellcheck disable=SC2086  # the split lists are words
     "$PY" -m export.confidence --bundle "$BUNDLE" --data "$DATA" --direction "$direction" --fit-split $fit \
         --test-split $test --beam "$BEAM" --limit "$CONFIDENCE_LIMIT" > "$OUT/confidence.$direction.json"
 }
-for direction in de-en en-de zh-en en-zh de-zh zh-de; do
-    case $direction in
-        de-en | en-de) confidence_map "$direction" "multi30k.val tatoeba-de.val" "multi30k.test tatoeba-de.test" ;;
-        zh-en | en-zh) confidence_map "$direction" "tatoeba-zh.val wiki-zh.val tico-zh.val" \
-            "tatoeba-zh.test wiki-zh.test tico-zh.test" ;;
-        *) if [[ ",$DIRECT," == *",$direction,"* ]]; then
-            confidence_map "$direction" bridge-tatoeba.val bridge-tatoeba.test
-        fi ;;
-    esac
-done
+confidence_map de-en "multi30k.val tatoeba-de.val" "multi30k.test tatoeba-de.test"
+confidence_map en-de "multi30k.val tatoeba-de.val" "multi30k.test tatoeba-de.test"
+confidence_map zh-en "tatoeba-zh.val wiki-zh.val tico-zh.val" "tatoeba-zh.test wiki-zh.test tico-zh.test"
+if [[ ",$DIRECT," == *",zh-de,"* ]]; then
+    confidence_map zh-de bridge-tatoeba.val bridge-tatoeba.test
+fi
 # Chinese written with Latin-script words (the service's foreign_words warning; multi 1 leaked German words into
 # English->Chinese) on Multi30k's test captions: $OUT/foreign-words.<direction>.json
 for way in en-zh:en de-zh:de; do

@@ -103,11 +103,11 @@ def test_release_multi_exports_and_scores_every_direction(request, tmp_path):
         assert first["beam4"]["bleu"] >= 0
         sealed = int8["bleu"] if direction == "de-en" else int8["direction_evaluations"][direction][first["split"]]
         assert sealed["beam4"]["bleu"] == first["beam4"]["bleu"]
-    for direction in DIRECTIONS:  # a confidence map for each direct direction: the own pair's, then the others'
+    for direction in DIRECTIONS:  # a confidence map for each direct direction not into Chinese
         fitted = (
             manifest["confidence"] if direction == "de-en" else manifest.get("direction_confidence", {}).get(direction)
         )
-        if "pivot" in manifest["directions"][direction]:
+        if "pivot" in manifest["directions"][direction] or direction.endswith("-zh"):
             assert fitted is None and not (out / f"confidence.{direction}.json").exists()
             continue
         assert fitted["direction"] == direction and fitted["fit"]["sentences"] > 0 and fitted["test"]["sentences"] > 0
