@@ -2,7 +2,7 @@
 # Tagged back-translation of news-en-mono for the multilingual run of issue 60 (docs/models-round3.md):
 #   bash scripts/backtranslate_multi.sh
 # 1. export the run's best/ as an int8 bundle of the four English directions (tagged as the service tags them, the
-#    4-gram block), in $WORK (not in model_repository/: it is a tool, not a release);
+#    4-gram block; scripts/run_bundle.sh), in $WORK (not in model_repository/: it is a tool, not a release);
 # 2. translate the English news into German and Chinese with it (export.cli backtranslate: beam 4, loops and empty
 #    outputs dropped; a rerun continues where runs/bt/<corpus>/bt.done says);
 #    and Multi30k's English captions forward into Chinese ($FT_INPUT -> $BT/m30k-zh: en-zh pairs with a synthetic
@@ -29,18 +29,9 @@ LIMIT=${LIMIT:-0}                        # a smoke run: the first N news sentenc
 BEAM=${BEAM:-4}
 export OMP_NUM_THREADS=1
 
-[ -f "$RUN/best/model.safetensors" ] || { echo "no $RUN/best: the run has not validated yet" >&2; exit 2; }
-model=$WORK/model && bundle=$WORK/repository/multi/1
-rm -rf "$WORK" && mkdir -p "$model"
-cp "$RUN"/best/model.safetensors "$RUN"/best/config.json "$RUN"/tokenizer.model "$model"/
-cp "$DATA"/prepare.json "$model"/
-step=$("$PY" -c "import json, sys; print(json.load(open(sys.argv[1])).get('step', '?'))" "$RUN"/best/config.json)
+bundle=$WORK/repository/multi/1
+step=$(RUN=$RUN WORK=$WORK DATA=$DATA STEP="" PYTHON=$PY bash scripts/run_bundle.sh)  # best/ as an int8 bundle
 echo "back-translating with $RUN/best (step $step)" >&2
-shuf -n 256 --random-source=<(yes) "$DATA"/train.src > "$WORK"/calibration.src
-"$PY" -m export.cli export --model "$model" --out "$bundle" --name multi --variants int8 \
-    --directions de-en,en-de,zh-en,en-zh --calibration-data "$WORK"/calibration.src --force > /dev/null
-"$PY" -m export.cli decoding --bundle "$bundle" --no-repeat-ngram-size 4 \
-    --why "scripts/backtranslate_multi.sh: no loops in synthetic sources" > /dev/null
 
 translate() {  # input direction out
     "$PY" -m export.cli backtranslate --bundle "$bundle" --input "$1" --direction "$2" --out "$3" \
