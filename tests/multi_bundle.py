@@ -151,6 +151,15 @@ def cached_multi_bundle(cache_root: Path, target: Path, digest: str) -> Path:
     return target / "repository"
 
 
+def run_data(build: Path, folder: Path) -> Path:
+    """A stand-in for the run's prepared data folder, as the scripts read it: the build's training sources (int8
+    calibration) and a prepare.json."""
+    folder.mkdir()
+    shutil.copy(build / "corpus" / "train.src", folder / "train.src")
+    (folder / "prepare.json").write_text("{}\n")
+    return folder
+
+
 def source_digest() -> str:
     """What the cached bundle depends on: this file and the code that trains and exports it."""
     import hashlib

@@ -7,12 +7,11 @@ from __future__ import annotations
 import json
 import os
 import random
-import shutil
 import subprocess
 import sys
 from pathlib import Path
 
-from multi_bundle import LEXICON, cached_multi_build, sentence, source_digest
+from multi_bundle import LEXICON, cached_multi_build, run_data, sentence, source_digest
 
 from model.data import read_lines
 
@@ -21,10 +20,7 @@ ROOT = Path(__file__).resolve().parents[2]
 
 def test_backtranslate_multi_prepares_tagged_synthetic_pairs(request, tmp_path):
     build = cached_multi_build(Path(request.config.cache.mkdir("mtserve")), source_digest())
-    data = tmp_path / "data"
-    data.mkdir()
-    shutil.copy(build / "corpus" / "train.src", data / "train.src")
-    (data / "prepare.json").write_text("{}\n")
+    data = run_data(build, tmp_path / "data")
     rng = random.Random(3)
     english = [sentence([rng.randrange(len(LEXICON["en"])) for _ in range(rng.randint(2, 4))], "en") for _ in range(8)]
     (tmp_path / "news.en").write_text("\n".join(english) + "\n", encoding="utf-8")

@@ -5,13 +5,12 @@ releases."""
 from __future__ import annotations
 
 import os
-import shutil
 import subprocess
 import sys
 from pathlib import Path
 
 import torch
-from multi_bundle import cached_multi_build, source_digest
+from multi_bundle import cached_multi_build, run_data, source_digest
 from safetensors.torch import load_file
 
 from core.bundle import load_bundle
@@ -29,10 +28,7 @@ def run_bundle(build: Path, data: Path, work: Path, step: str) -> subprocess.Com
 
 def test_a_checkpoint_or_best_becomes_a_bundle(request, tmp_path):
     build = cached_multi_build(Path(request.config.cache.mkdir("mtserve")), source_digest())
-    data = tmp_path / "data"
-    data.mkdir()
-    shutil.copy(build / "corpus" / "train.src", data / "train.src")
-    (data / "prepare.json").write_text("{}\n")
+    data = run_data(build, tmp_path / "data")
     checkpoint = sorted((build / "run" / "checkpoints").glob("step*.pt"))[-1]
     step = int(checkpoint.stem.removeprefix("step"))
 
