@@ -13,8 +13,8 @@ tags them): the own pair's is the manifest's ``confidence``, another's ``directi
 service/serving/directions.py ``Routed`` answers with. A direction served by pivot has none (its answer's score is
 the second leg's alone, blind to the first leg's errors).
 
-    python -m export.confidence --bundle model_repository/multi/2 --data runs/data/multi6 --direction en-zh \
-        --fit-split tatoeba-zh.val news-zh.val --test-split tatoeba-zh.test tico-zh.test
+    python -m export.confidence --bundle model_repository/multi/1 --data runs/data/multi6 --direction zh-en \
+        --fit-split tatoeba-zh.val wiki-zh.val tico-zh.val --test-split tatoeba-zh.test wiki-zh.test tico-zh.test
 """
 
 from __future__ import annotations

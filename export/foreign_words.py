@@ -28,12 +28,13 @@ def count(sources: list[str], translations: list[str]) -> dict[str, object]:
     """The report's counts of translations (into Chinese) of ``sources``."""
     foreign = [(s, t, uncopied_latin(t, s)) for s, t in zip(sources, translations, strict=True)]
     flagged = [(s, t, words) for s, t, words in foreign if words]
+    any_latin = sum(bool(latin_words(t)) for t in translations)
     return {
         "texts": len(sources),
         "foreign_words": len(flagged),
         "foreign_share": round(len(flagged) / max(len(sources), 1), 4),
-        "any_latin": sum(bool(latin_words(t)) for t in translations),
-        "any_latin_share": round(sum(bool(latin_words(t)) for t in translations) / max(len(sources), 1), 4),
+        "any_latin": any_latin,
+        "any_latin_share": round(any_latin / max(len(sources), 1), 4),
         "examples": [{"source": s, "translation": t, "words": w} for s, t, w in flagged[:EXAMPLES]],
     }
 
