@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import os
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -58,7 +59,11 @@ def write_manifest(directory: Path, manifest: dict[str, Any]) -> Path:
     manifest["files"] = {rel: describe_file(directory / rel) for rel in sorted(manifest["files"])}
     manifest["manifest_sha256"] = manifest_digest(manifest)
     path = directory / MANIFEST
-    path.write_text(json.dumps(manifest, indent=2, ensure_ascii=False, allow_nan=False) + "\n")
+    # written next to the bundle (inside, it would be a file the manifest does not list) and renamed over: a reader
+    # (a hot reload, a measurement of the same bundle) sees the old manifest or the new one, never half of one
+    partial = directory.resolve().parent / f".{directory.resolve().name}.{MANIFEST}.{os.getpid()}.partial"
+    partial.write_text(json.dumps(manifest, indent=2, ensure_ascii=False, allow_nan=False) + "\n")
+    os.replace(partial, path)
     return path
 
 

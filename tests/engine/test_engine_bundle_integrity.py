@@ -190,3 +190,26 @@ def test_discover_finds_the_newest_version(bundle_copy):
     shutil.copytree(bundle_copy, repository / "de-en" / "12")
     (repository / "de-en" / "13").mkdir()  # no manifest: not a version
     assert discover(repository) == {"de-en": repository / "de-en" / "12"}
+
+
+def test_resealing_replaces_the_manifest_whole_and_leaves_no_partial_file(bundle_copy, monkeypatch):
+    """A reader during a re-seal (release_multi.sh measures a bundle while another step seals scores into it)
+    sees the old manifest or the new one: the new one is written elsewhere and renamed over the old."""
+    import os
+
+    from core.bundle import write_manifest
+
+    manifest = _manifest(bundle_copy)
+    before = (bundle_copy / MANIFEST).read_text()
+    seen = []
+    rename = os.replace
+
+    def replace(source, target):
+        seen.append(((bundle_copy / MANIFEST).read_text(), Path(source).parent))  # the old one, still whole
+        rename(source, target)
+
+    monkeypatch.setattr(os, "replace", replace)
+    write_manifest(bundle_copy, {**manifest, "description": "re-sealed"})
+    assert seen == [(before, bundle_copy.parent)]  # not inside the bundle, where it would be an unlisted file
+    assert load_bundle(bundle_copy).manifest["description"] == "re-sealed"
+    assert sorted(p.name for p in bundle_copy.parent.iterdir()) == ["1"]
