@@ -14,8 +14,8 @@
 # 3. score every direction through the engine (int8, beam 4, the service's tagging; export.cli evaluate --direction)
 #    on our test splits, sealed into the manifest; the reports go to $OUT/evaluation.<direction>.json;
 #    a confidence map per direct direction into English or German (export.confidence --direction), fitted on
-#    validation splits,
-#    and how often its Chinese holds Latin-script words on Multi30k's test captions ($OUT/foreign-words.*.json);
+#    validation splits; and, in a second lane beside them (read-only), how often its Chinese holds Latin-script words
+#    on Multi30k's test captions ($OUT/foreign-words.*.json) and step 4's previous release;
 # 4. the previous release (de-en 3, zh-en 2) on the same splits: $OUT/previous.<direction>.json, and which of the
 #    two should answer de->en and zh->en (the higher mean BLEU): $OUT/direction-models and $REPOSITORY/direction-models,
 #    which the service reads unless MT_DIRECTION_MODELS is set.
@@ -141,6 +141,29 @@ if [ "$STAGE" = all ] || [ "$STAGE" = export ]; then
     rm -rf "$(dirname "$(dirname "$trial")")" "$folder"
 fi
 
+# Read-only measurements, in a second lane beside the scoring and the confidence fits (which seal into the manifest
+# one after the other; core/bundle.py write_manifest replaces it whole, so a load here never reads half of one)
+measure_aside() {
+    # Chinese written with Latin-script words (the service's foreign_words warning; multi 1 leaked German words into
+    # English->Chinese) on Multi30k's test captions: $OUT/foreign-words.<direction>.json
+    for way in en-zh:en de-zh:de; do
+        part=() && [ "$LIMIT" != 0 ] && part=(--limit "$LIMIT")
+        "$PY" -m export.foreign_words --bundle "$BUNDLE" --input "$DATA/multi30k.test.${way#*:}" \
+            --direction "${way%:*}" --beam "$BEAM" --output "$OUT/foreign-words.${way%:*}.json" "${part[@]}" > /dev/null
+    done
+    # the previous release (one bundle per direction into English) on the same splits, for the card's comparison
+    previous() {
+        local bundle=$1 direction=$2 && shift 2
+        [ -d "$bundle" ] || return 0
+        local part=() && [ "$LIMIT" != 0 ] && part=(--limit "$LIMIT")
+        "$PY" -m export.cli evaluate --bundle "$bundle" --data "$DATA" --split "$@" --beam "$BEAM" \
+            --variants int8 --no-seal --report "$OUT/previous.$direction.json" "${part[@]}" > /dev/null
+    }
+    previous "${PREVIOUS_DE:-model_repository/de-en/3}" de-en multi30k.test tatoeba-de.test news-de.val
+    previous "${PREVIOUS_ZH:-model_repository/zh-en/2}" zh-en wiki-zh.test tatoeba-zh.test tico-zh.test news-zh.val
+}
+measure_aside & aside=$!
+
 # every direction on its test splits (the first split of a direction is its headline in the card)
 score() {
     local direction=$1 && shift
@@ -172,23 +195,7 @@ confidence_map zh-en "tatoeba-zh.val wiki-zh.val tico-zh.val" "tatoeba-zh.test w
 if [[ ",$DIRECT," == *",zh-de,"* ]]; then
     confidence_map zh-de bridge-tatoeba.val bridge-tatoeba.test
 fi
-# Chinese written with Latin-script words (the service's foreign_words warning; multi 1 leaked German words into
-# English->Chinese) on Multi30k's test captions: $OUT/foreign-words.<direction>.json
-for way in en-zh:en de-zh:de; do
-    part=() && [ "$LIMIT" != 0 ] && part=(--limit "$LIMIT")
-    "$PY" -m export.foreign_words --bundle "$BUNDLE" --input "$DATA/multi30k.test.${way#*:}" --direction "${way%:*}" \
-        --beam "$BEAM" --output "$OUT/foreign-words.${way%:*}.json" "${part[@]}" > /dev/null
-done
-# the previous release (one bundle per direction into English) on the same splits, for the card's comparison
-previous() {
-    local bundle=$1 direction=$2 && shift 2
-    [ -d "$bundle" ] || return 0
-    local part=() && [ "$LIMIT" != 0 ] && part=(--limit "$LIMIT")
-    "$PY" -m export.cli evaluate --bundle "$bundle" --data "$DATA" --split "$@" --beam "$BEAM" --variants int8 \
-        --no-seal --report "$OUT/previous.$direction.json" "${part[@]}" > /dev/null
-}
-previous "${PREVIOUS_DE:-model_repository/de-en/3}" de-en multi30k.test tatoeba-de.test news-de.val
-previous "${PREVIOUS_ZH:-model_repository/zh-en/2}" zh-en wiki-zh.test tatoeba-zh.test tico-zh.test news-zh.val
+wait $aside || { echo "the foreign-words or previous-release measurements failed" >&2; exit 1; }
 # which model answers de->en and zh->en once both are served: the higher mean int8 BLEU on the splits both were
 # scored on (MT_DIRECTION_MODELS; without it, zh->en would go to "multi" before "zh-en" by name)
 "$PY" - "$OUT" "$BEAM" > "$OUT"/direction-models <<'EOF'
