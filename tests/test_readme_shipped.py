@@ -18,6 +18,8 @@ from pathlib import Path
 import httpx
 import pytest
 
+from service.models.registry import repository_direction_models
+
 ROOT = Path(__file__).resolve().parent.parent
 README = (ROOT / "README.md").read_text(encoding="utf-8")
 PROTOCOLS = (ROOT / "docs" / "protocols.md").read_text(encoding="utf-8")
@@ -80,8 +82,8 @@ def test_the_curl_examples_print_translations(shipped, needs_curl, tmp_path):
     assert json.loads(dict(events)["done"]) == json.loads(dict(shown)["done"])
     answer = json.loads(run(auto, shipped, tmp_path))["translations"]
     # zh->en is answered by whichever model the shipped repository's direction-models names (multi since version 2)
-    chosen = dict(pair.split("=") for pair in (ROOT / "model_repository/direction-models").read_text().split(","))
-    assert [(a["model"], a["detected_language"]) for a in answer] == [(chosen["zh-en"].strip(), "zh"), ("de-en", "de")]
+    chosen = repository_direction_models(ROOT / "model_repository")
+    assert [(a["model"], a["detected_language"]) for a in answer] == [(chosen["zh-en"], "zh"), ("de-en", "de")]
     assert "book" in answer[0]["text"] and "dog" in answer[1]["text"]
 
 
