@@ -61,7 +61,8 @@ def write_manifest(directory: Path, manifest: dict[str, Any]) -> Path:
     path = directory / MANIFEST
     # written next to the bundle (inside, it would be a file the manifest does not list) and renamed over: a reader
     # (a hot reload, a measurement of the same bundle) sees the old manifest or the new one, never half of one
-    partial = directory.resolve().parent / f".{directory.resolve().name}.{MANIFEST}.{os.getpid()}.partial"
+    folder = directory.resolve()
+    partial = folder.parent / f".{folder.name}.{MANIFEST}.{os.getpid()}.partial"
     partial.write_text(json.dumps(manifest, indent=2, ensure_ascii=False, allow_nan=False) + "\n")
     os.replace(partial, path)
     return path
